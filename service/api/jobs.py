@@ -1,0 +1,165 @@
+"""/v1/jobs: thin handlers that pair a domain change with one store call."""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Response, status
+from pydantic import JsonValue
+
+from service.api.deps import Services, ServicesDep
+from service.api.models import (
+    JobCreate,
+    JobOut,
+    JobPage,
+    JobQuery,
+    JobReplace,
+    decode_cursor,
+    encode_cursor,
+)
+from service.domain.errors import Conflict, InvalidInput, NotFound
+from service.domain.jobs import (
+    Job,
+    JobName,
+    JobSpec,
+    create_job,
+    patch_job,
+    pause_job,
+    replace_job,
+    resume_job,
+)
+from service.store import JobChange, JobFilter
+from service.store.store import JobChangeFn
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, operation_id="create_job")
+async def create(body: JobCreate, services: ServicesDep, response: Response) -> JobOut:
+    """Create a job. 409 if the name (or its lock_key) is taken."""
+    spec = _checked(services, body.spec())
+    now = services.now()
+
+    def change(current: Job | None) -> Job:
+        if current is not None:
+            raise Conflict(f"job {body.name!r} already exists")
+        return create_job(body.name, spec, now)
+
+    job = await _apply(services, body.name, change)
+    response.headers["Location"] = f"/v1/jobs/{body.name}"
+    return await _out(services, job, now)
+
+
+@router.put("/{name}", operation_id="apply_job", status_code=status.HTTP_200_OK)
+async def apply(
+    name: NamePath, body: JobReplace, services: ServicesDep, response: Response
+) -> JobOut:
+    """Create (201) or replace (200) a job declaratively; an unchanged body changes nothing."""
+    if body.name is not None and body.name != name:
+        raise InvalidInput.one(("body", "name"), "must equal the name in the path", body.name)
+    spec = _checked(services, body.spec())
+    now = services.now()
+
+    def change(current: Job | None) -> Job:
+        return replace_job(current, spec, now) if current else create_job(name, spec, now)
+
+    result = await services.store.mutate_job(name, change)
+    if result.created:
+        response.status_code = status.HTTP_201_CREATED
+        response.headers["Location"] = f"/v1/jobs/{name}"
+    return await _out(services, _after(result), now)
+
+
+@router.get("", operation_id="list_jobs")
+async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) -> JobPage:
+    """Jobs in name order, a page at a time."""
+    after = decode_cursor(query.cursor) if query.cursor else None
+    where = JobFilter(query.state, query.task, query.prefix)
+    jobs = await services.store.list_jobs(query.limit + 1, after, where)
+    page, more = jobs[: query.limit], len(jobs) > query.limit
+    now = services.now()
+    return JobPage(
+        items=[JobOut.of(job, now) for job in page],
+        next_cursor=encode_cursor(page[-1].name) if more else None,
+    )
+
+
+@router.get("/{name}", operation_id="get_job")
+async def get(name: NamePath, services: ServicesDep) -> JobOut:
+    job = await services.store.get_job(name)
+    if job is None:
+        raise NotFound(f"no job named {name!r}")
+    return await _out(services, job, services.now())
+
+
+@router.patch("/{name}", operation_id="patch_job")
+async def patch(
+    name: NamePath,
+    services: ServicesDep,
+    body: Annotated[dict[str, JsonValue], Body(description="JSON merge patch (RFC 7396).")],
+) -> JobOut:
+    """Change some declared fields; null resets a field to its default."""
+    now = services.now()
+
+    def change(current: Job) -> Job:
+        return _checked_job(services, patch_job(current, body, now))
+
+    job = await _apply(services, name, _existing(name, change))
+    return await _out(services, job, now)
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, operation_id="delete_job")
+async def delete(name: NamePath, services: ServicesDep) -> None:
+    await services.store.mutate_job(name, _existing(name, lambda _: None))
+
+
+@router.post("/{name}/pause", operation_id="pause_job")
+async def pause(name: NamePath, services: ServicesDep) -> JobOut:
+    """Stop firing; `next_run_at` becomes null."""
+    now = services.now()
+    job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now)))
+    return await _out(services, job, now)
+
+
+@router.post("/{name}/resume", operation_id="resume_job")
+async def resume(name: NamePath, services: ServicesDep) -> JobOut:
+    """Fire again from the next tick after now; ticks missed while paused are not replayed."""
+    now = services.now()
+    job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)))
+    return await _out(services, job, now)
+
+
+def _checked(services: Services, spec: JobSpec) -> JobSpec:
+    services.tasks.check_args(spec.task, spec.args)
+    return spec
+
+
+def _checked_job(services: Services, job: Job) -> Job:
+    services.tasks.check_args(job.task, job.args)
+    return job
+
+
+def _existing(name: str, change: Callable[[Job], Job | None]) -> JobChangeFn:
+    """Wrap `change` so a missing job is a 404 instead of a create."""
+
+    def guarded(current: Job | None) -> Job | None:
+        if current is None:
+            raise NotFound(f"no job named {name!r}")
+        return change(current)
+
+    return guarded
+
+
+async def _apply(services: Services, name: str, change: JobChangeFn) -> Job:
+    return _after(await services.store.mutate_job(name, change))
+
+
+def _after(result: JobChange) -> Job:
+    assert result.after is not None, "a change that keeps the job returned None"
+    return result.after
+
+
+async def _out(services: Services, job: Job, now: datetime) -> JobOut:
+    return JobOut.of(job, now)

@@ -1,0 +1,124 @@
+"""Request and response bodies of the v1 API."""
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from service.domain.errors import InvalidInput
+from service.domain.jobs import Job, JobName, JobSpec, JobState, Overlap
+from service.domain.names import is_valid_job_name
+from service.domain.runs import Run
+from service.domain.schedules import Schedule
+
+
+class JobCreate(JobSpec):
+    """A new job: its name plus everything it declares."""
+
+    name: JobName
+
+    def spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
+
+
+class JobReplace(JobSpec):
+    """The whole declared job; `name` may be given but must equal the one in the path."""
+
+    name: JobName | None = None
+
+    def spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
+
+
+class RunOut(Run):
+    """One execution of a job for one nominal tick."""
+
+
+class JobOut(BaseModel):
+    """A job as stored, with its next nominal tick and its latest run."""
+
+    name: str
+    description: str
+    schedule: Schedule
+    timezone: str
+    task: str
+    args: dict[str, JsonValue]
+    state: JobState
+    overlap: Overlap
+    timeout_seconds: int
+    misfire_grace_seconds: int
+    lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
+    next_run_at: datetime | None
+    last_run: RunOut | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
+        return cls.model_validate(
+            {
+                **job.model_dump(exclude={"fire_after"}),
+                "next_run_at": job.next_run_at(now),
+                "last_run": last_run.model_dump() if last_run else None,
+            }
+        )
+
+
+class JobQuery(BaseModel):
+    """Filters and paging of GET /v1/jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(100, ge=1, le=1000)
+    cursor: str | None = Field(None, max_length=400, description="`next_cursor` of a page.")
+    state: JobState | None = None
+    task: str | None = Field(None, max_length=128)
+    prefix: str | None = Field(None, max_length=128, description="Only names starting so.")
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end."
+    )
+
+
+class PreviewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: Schedule
+    timezone: str = Field("UTC", max_length=64)
+    after: datetime | None = Field(None, description="Default: now.")
+    count: Annotated[int, Field(ge=1, le=100)] = 10
+
+
+class PreviewResponse(BaseModel):
+    fire_times: list[datetime]
+
+
+class TaskOut(BaseModel):
+    name: str
+    description: str
+    args_schema: dict[str, JsonValue]
+
+
+class TaskList(BaseModel):
+    items: list[TaskOut]
+
+
+def encode_cursor(last_name: str) -> str:
+    return base64.urlsafe_b64encode(last_name.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The job name a cursor continues after; a 422 for anything we did not issue."""
+    try:
+        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        name = ""
+    if not is_valid_job_name(name):
+        raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor)
+    return name

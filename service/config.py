@@ -1,0 +1,32 @@
+"""Settings from the environment (pydantic-settings); one object, built once per process."""
+
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_runner_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Every knob Tickgate reads. Names are the env vars, upper-cased with TICKGATE_."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TICKGATE_", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    database_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("DATABASE_URL", "TICKGATE_DATABASE_URL"),
+        description="PostgreSQL DSN. Unset: start an embedded PostgreSQL in data_dir.",
+    )
+    data_dir: Path = Field(Path(".tickgate"), description="Where the embedded PostgreSQL lives.")
+    runner_id: str = Field(default_factory=default_runner_id, min_length=1, max_length=200)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
+    scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")

@@ -1,0 +1,41 @@
+"""Runs: one row per executed tick, the ledger that makes each tick run once."""
+
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+
+class RunTrigger(StrEnum):
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    CATCHUP = "catchup"
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+
+
+class Run(BaseModel):
+    """One execution of a job for one nominal tick (`scheduled_for`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: UUID
+    job: str
+    scheduled_for: datetime
+    trigger: RunTrigger
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime | None
+    duration_ms: int | None
+    attempts: int
+    runner: str
+    error: str | None
+    result: JsonValue

@@ -1,0 +1,451 @@
+"""Schedule definitions and their tick arithmetic.
+
+Everything here is pure: given a schedule, the job's zone and an instant, it
+computes nominal fire times. All instants returned are aware and in UTC, and
+every replica computes the same ticks from the same stored schedule, which is
+why `resolve_schedule` pins defaults (anchors) before a schedule is stored.
+"""
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache, partial
+from typing import Annotated, Final, Literal, assert_never
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim, CronSimError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_INTERVAL_SECONDS: Final = 31_622_400  # 366 days
+MAX_EVERY_DAYS: Final = 366
+MAX_DAILY_TIMES: Final = 100
+
+_ONE_SECOND: Final = timedelta(seconds=1)
+_ONE_MINUTE: Final = timedelta(minutes=1)
+_ONE_DAY: Final = timedelta(days=1)
+_CRON_CHECK_START: Final = datetime(2000, 1, 1, tzinfo=UTC)
+
+# cronie's aliases; @reboot is deliberately absent because it has no clock time.
+_CRON_ALIASES: Final = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_CRON_FIELD_NAMES: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+# cronie's grammar. cronsim also accepts L, LW, 5L and MON#2; they are rejected
+# up front so stored expressions stay portable to any Vixie-style cron.
+_CRON_VALUE: Final = r"(?:\d+|[A-Za-z]{3})"
+_CRON_ITEM: Final = rf"(?:\*|{_CRON_VALUE}(?:-{_CRON_VALUE})?)(?:/\d+)?"
+_CRON_FIELD_SYNTAX: Final = re.compile(rf"{_CRON_ITEM}(?:,{_CRON_ITEM})*")
+_SECONDS_ITEM: Final = re.compile(
+    r"(?:(?P<star>\*)|(?P<start>\d+)(?:-(?P<end>\d+))?)(?:/(?P<step>\d+))?"
+)
+
+
+class _ScheduleModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CronSchedule(_ScheduleModel):
+    """Classic 5-field cron, an @alias, or 6 fields with a leading seconds field."""
+
+    kind: Literal["cron"]
+    expression: str
+
+    @field_validator("expression")
+    @classmethod
+    def _parse_eagerly(cls, value: str) -> str:
+        normalised = " ".join(value.split())
+        _parse_cron(normalised)
+        return normalised
+
+
+class IntervalSchedule(_ScheduleModel):
+    """Ticks at anchor + k * every_seconds for every integer k."""
+
+    kind: Literal["interval"]
+    every_seconds: Annotated[int, Field(ge=1, le=MAX_INTERVAL_SECONDS)]
+    anchor: datetime | None = None
+
+    @field_validator("anchor")
+    @classmethod
+    def _normalise_anchor(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.utcoffset() is None:
+            raise ValueError("anchor must be timezone-aware")
+        return _to_whole_seconds(value.astimezone(UTC))
+
+
+class DailySchedule(_ScheduleModel):
+    """Wall-clock times in the job's zone, every `every_days` days from anchor_date."""
+
+    kind: Literal["daily"]
+    every_days: Annotated[int, Field(ge=1, le=MAX_EVERY_DAYS)] = 1
+    at: Annotated[list[time], Field(min_length=1, max_length=MAX_DAILY_TIMES)]
+    anchor_date: date | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _sorted_wall_times(cls, value: list[time]) -> list[time]:
+        for wall in value:
+            if wall.tzinfo is not None:
+                raise ValueError(f"time {wall} must not carry a zone; the job's zone applies")
+            if wall.microsecond:
+                raise ValueError(f"time {wall} must be whole seconds")
+        return sorted(set(value))
+
+
+class OnceSchedule(_ScheduleModel):
+    """A single fire; a naive `at` is a wall time in the job's zone until resolved."""
+
+    kind: Literal["once"]
+    at: datetime
+
+
+Schedule = Annotated[
+    CronSchedule | IntervalSchedule | DailySchedule | OnceSchedule,
+    Field(discriminator="kind"),
+]
+
+
+def resolve_schedule(
+    schedule: Schedule, tz: ZoneInfo, now: datetime, previous: Schedule | None
+) -> Schedule:
+    """Pin every default that depends on time or zone, so all replicas agree on ticks."""
+    now = _to_utc(now, "now")
+    match schedule:
+        case IntervalSchedule(anchor=None):
+            return schedule.model_copy(update={"anchor": _interval_anchor(previous, now)})
+        case DailySchedule(anchor_date=None):
+            anchor_date = _daily_anchor_date(previous, tz, now)
+            return schedule.model_copy(update={"anchor_date": anchor_date})
+        case OnceSchedule():
+            return schedule.model_copy(update={"at": _once_instant(schedule.at, tz)})
+        case _:
+            return schedule
+
+
+def next_fire_after(schedule: Schedule, tz: ZoneInfo, after: datetime) -> datetime | None:
+    """The first nominal tick strictly after `after`, or None if there is none."""
+    after = _to_utc(after, "after")
+    match schedule:
+        case CronSchedule():
+            return _next_cron(_parse_cron(schedule.expression), tz, after)
+        case IntervalSchedule():
+            return _next_interval(_interval_anchor_of(schedule), schedule.every_seconds, after)
+        case DailySchedule():
+            return _next_daily(schedule, tz, after)
+        case OnceSchedule():
+            at = _resolved_once_at(schedule)
+            return at if at > after else None
+        case _:
+            assert_never(schedule)
+
+
+def latest_fire_at_or_before(schedule: Schedule, tz: ZoneInfo, at: datetime) -> datetime | None:
+    """The latest nominal tick at or before `at`, or None if there is none."""
+    at = _to_utc(at, "at")
+    match schedule:
+        case CronSchedule():
+            return _latest_cron(_parse_cron(schedule.expression), tz, at)
+        case IntervalSchedule():
+            return _latest_interval(_interval_anchor_of(schedule), schedule.every_seconds, at)
+        case DailySchedule():
+            return _latest_daily(schedule, tz, at)
+        case OnceSchedule():
+            once = _resolved_once_at(schedule)
+            return once if once <= at else None
+        case _:
+            assert_never(schedule)
+
+
+def fire_times(schedule: Schedule, tz: ZoneInfo, after: datetime, count: int) -> list[datetime]:
+    """The next `count` ticks strictly after `after` (fewer if the schedule runs out)."""
+    if count < 0:
+        raise ValueError("count must not be negative")
+    fires: list[datetime] = []
+    cursor = _to_utc(after, "after")
+    while len(fires) < count and (fire := next_fire_after(schedule, tz, cursor)) is not None:
+        fires.append(fire)
+        cursor = fire
+    return fires
+
+
+# --- shared instant helpers -------------------------------------------------
+
+
+def _to_utc(value: datetime, name: str) -> datetime:
+    # Aware datetimes sharing a tzinfo compare by wall time, ignoring fold;
+    # converting everything to UTC first keeps comparisons honest across DST.
+    if value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware")
+    return value.astimezone(UTC)
+
+
+def _to_whole_seconds(value: datetime) -> datetime:
+    return value.replace(microsecond=0)
+
+
+def _local_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
+    """Map a naive wall time to an instant the way cron does across DST changes."""
+    # fold=0 picks the first pass through a repeated (fall back) wall time.
+    instant = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    if instant.astimezone(tz).replace(tzinfo=None) == wall:
+        return instant
+    return _gap_end(wall, tz)
+
+
+def _gap_end(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The transition instant for a wall time skipped by a spring-forward jump."""
+    # Inside a gap fold=1 applies the later offset, giving an instant before the
+    # jump, and fold=0 the earlier offset, giving one after it.
+    before = _to_whole_seconds(wall.replace(tzinfo=tz, fold=1).astimezone(UTC))
+    after = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    new_offset = after.astimezone(tz).utcoffset()
+    low, high = 0, int((after - before).total_seconds())
+    while high - low > 1:
+        middle = (low + high) // 2
+        if (before + timedelta(seconds=middle)).astimezone(tz).utcoffset() == new_offset:
+            high = middle
+        else:
+            low = middle
+    return before + timedelta(seconds=high)
+
+
+# --- cron -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CronSpec:
+    """A validated expression: 5 fields for cronsim, plus the seconds we add."""
+
+    five_fields: str
+    seconds: tuple[int, ...]
+
+
+@lru_cache(maxsize=4096)
+def _parse_cron(expression: str) -> _CronSpec:
+    try:
+        return _build_cron_spec(expression)
+    except ValueError as error:
+        raise ValueError(f"invalid cron expression {expression!r}: {error}") from None
+
+
+def _build_cron_spec(expression: str) -> _CronSpec:
+    if expression.startswith("@"):
+        return _CronSpec(_cron_alias(expression), (0,))
+    fields = expression.split()
+    if len(fields) == 5:
+        return _CronSpec(_checked_five_fields(fields), (0,))
+    if len(fields) == 6:
+        return _CronSpec(_checked_five_fields(fields[1:]), _parse_seconds(fields[0]))
+    raise ValueError(f"expected 5 fields (or 6 with leading seconds), got {len(fields)}")
+
+
+def _cron_alias(alias: str) -> str:
+    five_fields = _CRON_ALIASES.get(alias.lower())
+    if five_fields is None:
+        raise ValueError(f"unsupported alias {alias!r}")
+    return five_fields
+
+
+def _checked_five_fields(fields: list[str]) -> str:
+    for index, (name, field) in enumerate(zip(_CRON_FIELD_NAMES, fields, strict=True)):
+        if not _is_valid_cron_field(index, field):
+            raise ValueError(f"bad {name} field {field!r}")
+    five_fields = " ".join(fields)
+    try:
+        CronSim(five_fields, _CRON_CHECK_START)
+    except CronSimError:
+        # Each field is valid alone, so only cronsim's day-of-month check is left.
+        raise ValueError("day-of-month never occurs in the selected months") from None
+    return five_fields
+
+
+def _is_valid_cron_field(index: int, field: str) -> bool:
+    if _CRON_FIELD_SYNTAX.fullmatch(field) is None:
+        return False
+    # Probing one field at a time lets the error name the field at fault.
+    probe = ["*"] * len(_CRON_FIELD_NAMES)
+    probe[index] = field
+    try:
+        CronSim(" ".join(probe), _CRON_CHECK_START)
+    except CronSimError:
+        return False
+    return True
+
+
+def _parse_seconds(field: str) -> tuple[int, ...]:
+    seconds: set[int] = set()
+    for item in field.split(","):
+        seconds.update(_seconds_item(item))
+    return tuple(sorted(seconds))
+
+
+def _seconds_item(item: str) -> range:
+    match = _SECONDS_ITEM.fullmatch(item)
+    if match is None:
+        raise ValueError(f"bad second field {item!r}")
+    start, end = _seconds_bounds(match)
+    step = int(match["step"] or 1)
+    if not 0 <= start <= end <= 59 or step == 0:
+        raise ValueError(f"bad second field {item!r}")
+    return range(start, end + 1, step)
+
+
+def _seconds_bounds(match: re.Match[str]) -> tuple[int, int]:
+    if match["star"]:
+        return 0, 59
+    start = int(match["start"])
+    if match["end"] is not None:
+        return start, int(match["end"])
+    # Like cronie's "a/n": a bare start with a step runs to the end of the range.
+    return (start, 59) if match["step"] else (start, start)
+
+
+def _next_cron(spec: _CronSpec, tz: ZoneInfo, after: datetime) -> datetime | None:
+    if spec.seconds == (0,):
+        return _next_minute_tick(spec.five_fields, tz, after)
+    # A minute tick up to 59 s before `after` may still have seconds to fire.
+    tick = _next_minute_tick(spec.five_fields, tz, after - _ONE_MINUTE)
+    while tick is not None:
+        index = bisect_right(spec.seconds, (after - tick).total_seconds())
+        if index < len(spec.seconds):
+            return tick + timedelta(seconds=spec.seconds[index])
+        tick = _next_minute_tick(spec.five_fields, tz, tick)
+    return None
+
+
+def _latest_cron(spec: _CronSpec, tz: ZoneInfo, at: datetime) -> datetime | None:
+    tick = _latest_minute_tick(spec.five_fields, tz, at)
+    if tick is None:
+        return None
+    index = bisect_right(spec.seconds, (at - tick).total_seconds())
+    if index:
+        return tick + timedelta(seconds=spec.seconds[index - 1])
+    # Every second of this minute is still ahead; the previous minute's last one isn't.
+    earlier = _latest_minute_tick(spec.five_fields, tz, tick - _ONE_SECOND)
+    return None if earlier is None else earlier + timedelta(seconds=spec.seconds[-1])
+
+
+def _next_minute_tick(five_fields: str, tz: ZoneInfo, after: datetime) -> datetime | None:
+    # For fixed-time jobs cronsim iterates naive wall time, so from inside the
+    # second pass of a repeated hour it can yield a first-pass tick that
+    # precedes `after`; those are skipped here.
+    for tick in CronSim(five_fields, after.astimezone(tz)):
+        fire = tick.astimezone(UTC)
+        if fire > after:
+            return fire
+    return None
+
+
+def _latest_minute_tick(five_fields: str, tz: ZoneInfo, at: datetime) -> datetime | None:
+    # Reverse iteration never yields its (whole-second) start, so start a second later.
+    start = _to_whole_seconds(at) + _ONE_SECOND
+    tick = next(CronSim(five_fields, start.astimezone(tz), reverse=True), None)
+    if tick is None:
+        return None
+    return _roll_forward(five_fields, tz, tick.astimezone(UTC), at)
+
+
+def _roll_forward(five_fields: str, tz: ZoneInfo, fire: datetime, limit: datetime) -> datetime:
+    # Reverse iteration is fold-blind too: from the second pass of a repeated
+    # hour it jumps over first-pass ticks, which the forward search recovers.
+    while (following := _next_minute_tick(five_fields, tz, fire)) is not None:
+        if following > limit:
+            break
+        fire = following
+    return fire
+
+
+# --- interval ---------------------------------------------------------------
+
+
+def _interval_anchor(previous: Schedule | None, now: datetime) -> datetime:
+    # Keeping the old phase means editing a job does not shift its grid.
+    if isinstance(previous, IntervalSchedule) and previous.anchor is not None:
+        return previous.anchor
+    return _to_whole_seconds(now)
+
+
+def _interval_anchor_of(schedule: IntervalSchedule) -> datetime:
+    if schedule.anchor is None:
+        raise ValueError("interval schedule has no anchor; resolve it first")
+    return schedule.anchor
+
+
+def _next_interval(anchor: datetime, every_seconds: int, after: datetime) -> datetime:
+    step = timedelta(seconds=every_seconds)
+    return anchor + ((after - anchor) // step + 1) * step
+
+
+def _latest_interval(anchor: datetime, every_seconds: int, at: datetime) -> datetime:
+    step = timedelta(seconds=every_seconds)
+    return anchor + ((at - anchor) // step) * step
+
+
+# --- daily ------------------------------------------------------------------
+
+
+def _daily_anchor_date(previous: Schedule | None, tz: ZoneInfo, now: datetime) -> date:
+    if isinstance(previous, DailySchedule) and previous.anchor_date is not None:
+        return previous.anchor_date
+    return now.astimezone(tz).date()
+
+
+def _daily_anchor_of(schedule: DailySchedule) -> date:
+    if schedule.anchor_date is None:
+        raise ValueError("daily schedule has no anchor_date; resolve it first")
+    return schedule.anchor_date
+
+
+def _daily_fire(day: date, wall: time, tz: ZoneInfo) -> datetime:
+    return _local_to_utc(datetime.combine(day, wall), tz)
+
+
+def _next_daily(schedule: DailySchedule, tz: ZoneInfo, after: datetime) -> datetime:
+    step = timedelta(days=schedule.every_days)
+    # Start a day early: a fire pushed past midnight by a gap belongs to the day before.
+    start = after.astimezone(tz).date() - _ONE_DAY
+    day = start + timedelta(days=(_daily_anchor_of(schedule) - start).days % step.days)
+    while True:
+        # Fires within a day never decrease as wall times increase, so bisect works.
+        fire_on_day = partial(_daily_fire, day, tz=tz)
+        index = bisect_right(schedule.at, after, key=fire_on_day)
+        if index < len(schedule.at):
+            return fire_on_day(schedule.at[index])
+        day += step
+
+
+def _latest_daily(schedule: DailySchedule, tz: ZoneInfo, at: datetime) -> datetime:
+    step = timedelta(days=schedule.every_days)
+    end = at.astimezone(tz).date()
+    day = end - timedelta(days=(end - _daily_anchor_of(schedule)).days % step.days)
+    while True:
+        fire_on_day = partial(_daily_fire, day, tz=tz)
+        index = bisect_right(schedule.at, at, key=fire_on_day)
+        if index:
+            return fire_on_day(schedule.at[index - 1])
+        day -= step
+
+
+# --- once -------------------------------------------------------------------
+
+
+def _once_instant(at: datetime, tz: ZoneInfo) -> datetime:
+    if at.utcoffset() is None:
+        return _local_to_utc(at, tz)
+    return at.astimezone(UTC)
+
+
+def _resolved_once_at(schedule: OnceSchedule) -> datetime:
+    if schedule.at.utcoffset() is None:
+        raise ValueError("once schedule has a naive 'at'; resolve it first")
+    return schedule.at.astimezone(UTC)

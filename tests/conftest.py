@@ -1,0 +1,71 @@
+"""Shared fixtures: a real PostgreSQL (embedded unless TICKGATE_TEST_DATABASE_URL is set)."""
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.config import Settings
+from service.embedded import start_embedded
+from service.store import Store
+from tests.support.db import TemplateDatabases, with_database
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    configured = os.environ.get("TICKGATE_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    embedded = start_embedded(tmp_path_factory.mktemp("embedded-pg"), delete_on_stop=True)
+    try:
+        yield embedded.url
+    finally:
+        embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def templates(server_url: str) -> Iterator[TemplateDatabases]:
+    databases = TemplateDatabases(server_url)
+    databases.create_template()
+    try:
+        yield databases
+    finally:
+        databases.drop_template()
+
+
+@pytest.fixture
+async def database_url(templates: TemplateDatabases) -> AsyncIterator[str]:
+    """A freshly migrated database of its own for each test."""
+    name = await templates.clone()
+    try:
+        yield with_database(templates.server_url, name)
+    finally:
+        await templates.drop(name)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, scheduler=False, runner_id="test-runner")
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(database_url, max_size=4)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app in-process, lifespan included, spoken to through httpx."""
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as http,
+    ):
+        yield http

@@ -1,0 +1,65 @@
+"""Store-level behaviour: migrations and concurrent writes, on real PostgreSQL."""
+
+import asyncio
+from datetime import UTC, datetime
+
+import asyncpg
+
+from service.domain.jobs import Job, JobSpec, create_job, replace_job
+from service.domain.schedules import CronSchedule
+from service.store import Store
+from service.store.migrate import head_version, migrate
+from service.store.store import JobChangeFn
+from tests.support.db import TemplateDatabases, with_database
+
+
+async def test_concurrent_migrations_apply_once(templates: TemplateDatabases) -> None:
+    name = f"{templates.template}_empty"
+    admin = await asyncpg.connect(templates.server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(templates.server_url, name)
+    connections = [await asyncpg.connect(url) for _ in range(3)]
+    try:
+        applied = await asyncio.gather(*(migrate(c) for c in connections))
+        assert sorted(len(a) for a in applied) == [0, 0, head_version()]
+        versions = await connections[0].fetch(
+            "SELECT version FROM tickgate_schema_migrations ORDER BY version"
+        )
+        assert [r["version"] for r in versions] == list(range(1, head_version() + 1))
+    finally:
+        for connection in connections:
+            await connection.close()
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_migrate_again_is_a_no_op(store: Store) -> None:
+    assert await store.migrate() == 0
+    assert max(await store.schema_versions()) == head_version()
+
+
+async def test_concurrent_applies_of_one_job_end_consistent(store: Store) -> None:
+    now = datetime.now(UTC)
+    specs = [
+        JobSpec(
+            schedule=CronSchedule(kind="cron", expression="* * * * *"),
+            task="log",
+            args={"message": f"m{i % 5}"},
+        )
+        for i in range(30)
+    ]
+
+    def apply(spec: JobSpec) -> JobChangeFn:
+        def change(current: Job | None) -> Job:
+            return replace_job(current, spec, now) if current else create_job("c", spec, now)
+
+        return change
+
+    results = await asyncio.gather(*(store.mutate_job("c", apply(spec)) for spec in specs))
+    writes = [r.after for r in results if r.after != r.before]
+    assert sum(r.created for r in results) == 1
+    # Every write saw the one before it: versions run 1..n with no gap and no repeat.
+    assert sorted(job.version for job in writes if job) == list(range(1, len(writes) + 1))
+    stored = await store.get_job("c")
+    assert stored is not None
+    assert stored.version == len(writes)

@@ -1,0 +1,84 @@
+"""Start real `tickgate serve` processes and wait for conditions with deadlines."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+TICKGATE = str(Path(sys.executable).with_name("tickgate"))
+START_DEADLINE_SECONDS = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for(condition: Callable[[], bool], deadline_seconds: float, what: str) -> None:
+    """Poll `condition` until it holds; fail naming `what` after the deadline."""
+    deadline = time.monotonic() + deadline_seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {deadline_seconds}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Replica:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def answers(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"replica exited early:\n{self.log()}")
+        try:
+            return httpx.get(f"{self.url}/v1/tasks", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM, deadline_seconds: float = 40.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(deadline_seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+
+
+@contextmanager
+def serve(workdir: Path, *, database_url: str | None, **env: str) -> Iterator[Replica]:
+    """A `tickgate serve` replica on a free loopback port, stopped on exit."""
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    environment |= {"TICKGATE_DATA_DIR": str(workdir / "data"), "TICKGATE_RUNNER_ID": f"r{port}"}
+    environment |= {"DATABASE_URL": database_url} if database_url else {}
+    log_path = workdir / f"replica-{port}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [TICKGATE, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=environment | env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+        )
+    replica = Replica(process, f"http://127.0.0.1:{port}", log_path)
+    try:
+        wait_for(replica.answers, START_DEADLINE_SECONDS, f"replica on port {port}")
+        yield replica
+    finally:
+        replica.stop()
