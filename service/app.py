@@ -3,13 +3,18 @@
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
+from importlib.metadata import version
 
+import httpx
 from fastapi import FastAPI
 
 from service.api import install_routes
 from service.api.deps import Services
 from service.config import Settings
+from service.scheduler import Mirror, Runner
 from service.store import Store
+from service.store.sessions import RunSessions
 from service.tasks import TaskRegistry, builtin_registry
 
 log = logging.getLogger(__name__)
@@ -23,16 +28,13 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            store = await Store.open(str(settings.database_url), max_size=settings.api_pool_size)
-            stack.push_async_callback(store.close)
-            applied = await store.migrate()
-            log.info("database ready (%d migrations applied now)", applied)
-            app.state.services = Services(store=store, tasks=tasks, settings=settings)
+            app.state.services = await _open(stack, settings, tasks)
             yield
+            log.info("shutting down")
 
     app = FastAPI(
         title="Tickgate",
-        version=_version(),
+        version=version("tickgate"),
         description="Cron, interval, daily and one-time jobs on PostgreSQL, "
         "each tick run exactly once across replicas.",
         lifespan=lifespan,
@@ -41,7 +43,32 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     return app
 
 
-def _version() -> str:
-    from importlib.metadata import version
-
-    return version("tickgate")
+async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) -> Services:
+    """Open everything; `stack` closes it in reverse: ticks stop, runs get their grace,
+    then the listener, the HTTP client and the pools close."""
+    dsn = str(settings.database_url)
+    store = await Store.open(dsn, max_size=settings.api_pool_size)
+    stack.push_async_callback(store.close)
+    log.info("database ready (%d migrations applied now)", await store.migrate())
+    sessions = await RunSessions.open(dsn, settings.max_concurrent_runs)
+    stack.push_async_callback(sessions.close)
+    http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+    runner = Runner(
+        sessions=sessions,
+        store=store,
+        tasks=tasks,
+        http=http,
+        runner_id=settings.runner_id,
+        fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
+    )
+    mirror = None
+    if settings.scheduler:
+        mirror = Mirror(
+            store=store, runner=runner, dsn=dsn, reconcile_seconds=settings.reconcile_seconds
+        )
+        stack.push_async_callback(mirror.stop)
+    stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
+    if mirror is not None:
+        stack.callback(mirror.pause)
+        await mirror.start()
+    return Services(store=store, tasks=tasks, settings=settings, runner=runner, mirror=mirror)

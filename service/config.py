@@ -30,3 +30,16 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
+    reconcile_seconds: float = Field(
+        30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
+    )
+    max_concurrent_runs: int = Field(
+        32, ge=1, le=1000, description="Size of the lock pool: runs in flight per replica."
+    )
+    shutdown_grace_seconds: float = Field(
+        30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
+    )
+    run_history: int = Field(1000, ge=1, le=1_000_000, description="Runs kept per job.")
+    test_fire_delay_ms: int = Field(
+        0, ge=0, le=60_000, description="Test only: hold every fire back this long."
+    )

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.config import Settings
+from service.scheduler import Mirror, Runner
 from service.store import Store
 from service.tasks import TaskRegistry
 
@@ -21,6 +22,8 @@ class Services:
     store: Store
     tasks: TaskRegistry
     settings: Settings
+    runner: Runner
+    mirror: Mirror | None = None
     now: Callable[[], datetime] = field(default=utc_now)
 
 

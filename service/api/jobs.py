@@ -80,18 +80,16 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     jobs = await services.store.list_jobs(query.limit + 1, after, where)
     page, more = jobs[: query.limit], len(jobs) > query.limit
     now = services.now()
+    last_runs = await services.store.last_runs([job.name for job in page])
     return JobPage(
-        items=[JobOut.of(job, now) for job in page],
+        items=[JobOut.of(job, now, last_runs.get(job.name)) for job in page],
         next_cursor=encode_cursor(page[-1].name) if more else None,
     )
 
 
 @router.get("/{name}", operation_id="get_job")
 async def get(name: NamePath, services: ServicesDep) -> JobOut:
-    job = await services.store.get_job(name)
-    if job is None:
-        raise NotFound(f"no job named {name!r}")
-    return await _out(services, job, services.now())
+    return await _out(services, await existing_job(services, name), services.now())
 
 
 @router.patch("/{name}", operation_id="patch_job")
@@ -161,5 +159,13 @@ def _after(result: JobChange) -> Job:
     return result.after
 
 
+async def existing_job(services: Services, name: str) -> Job:
+    job = await services.store.get_job(name)
+    if job is None:
+        raise NotFound(f"no job named {name!r}")
+    return job
+
+
 async def _out(services: Services, job: Job, now: datetime) -> JobOut:
-    return JobOut.of(job, now)
+    last_runs = await services.store.last_runs([job.name])
+    return JobOut.of(job, now, last_runs.get(job.name))

@@ -1,17 +1,18 @@
 """Request and response bodies of the v1 API."""
 
 import base64
-import binascii
 from datetime import datetime
 from typing import Annotated, Self
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Job, JobName, JobSpec, JobState, Overlap
 from service.domain.names import is_valid_job_name
-from service.domain.runs import Run
+from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
+from service.store import RunPosition
 
 
 class JobCreate(JobSpec):
@@ -34,6 +35,21 @@ class JobReplace(JobSpec):
 
 class RunOut(Run):
     """One execution of a job for one nominal tick."""
+
+
+class RunQuery(BaseModel):
+    """Filters and paging of GET /v1/jobs/{name}/runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(100, ge=1, le=1000)
+    cursor: str | None = Field(None, max_length=400, description="`next_cursor` of a page.")
+    status: RunStatus | None = None
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: end.")
 
 
 class JobOut(BaseModel):
@@ -110,15 +126,36 @@ class TaskList(BaseModel):
 
 
 def encode_cursor(last_name: str) -> str:
-    return base64.urlsafe_b64encode(last_name.encode()).decode().rstrip("=")
+    return _b64(last_name)
 
 
 def decode_cursor(cursor: str) -> str:
     """The job name a cursor continues after; a 422 for anything we did not issue."""
     try:
-        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        name = _unb64(cursor)
+    except ValueError:
         name = ""
     if not is_valid_job_name(name):
         raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor)
     return name
+
+
+def encode_run_cursor(last: Run) -> str:
+    return _b64(f"{last.started_at.isoformat()}|{last.id}")
+
+
+def decode_run_cursor(cursor: str) -> RunPosition:
+    try:
+        started_at, run_id = _unb64(cursor).split("|")
+        return RunPosition(datetime.fromisoformat(started_at), UUID(run_id))
+    except ValueError as error:
+        raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor) from error
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _unb64(text: str) -> str:
+    """Raises ValueError (binascii.Error and UnicodeDecodeError are ValueErrors)."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()

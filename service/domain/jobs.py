@@ -172,6 +172,14 @@ def complete_job(current: Job, now: datetime) -> Job:
     return _changed(current, now, state=JobState.COMPLETED)
 
 
+def finish_once(current: Job, tick: datetime, now: datetime) -> Job:
+    """A one-time job whose own tick has run is completed; anything else is unchanged
+    (a manual run of it, or a job re-scheduled while the run was in flight)."""
+    if isinstance(current.schedule, OnceSchedule) and current.schedule.at == tick:
+        return complete_job(current, now)
+    return current
+
+
 def merge_patch(target: JsonValue, patch: JsonValue) -> JsonValue:
     """RFC 7396: objects merge recursively, null deletes, anything else replaces."""
     if not isinstance(patch, dict):

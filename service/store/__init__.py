@@ -1,5 +1,5 @@
 """Everything that talks SQL."""
 
-from service.store.store import JobChange, JobFilter, Store
+from service.store.store import JobChange, JobFilter, RunPosition, Store
 
-__all__ = ["JobChange", "JobFilter", "Store"]
+__all__ = ["JobChange", "JobFilter", "RunPosition", "Store"]

@@ -1,23 +1,22 @@
 """The one class that issues SQL. Every method returns frozen domain objects."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Self
+from uuid import UUID
 
 import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
+from service.domain.runs import Run, RunStatus
 from service.store.connection import Connection, Pool
 from service.store.migrate import applied_versions, migrate
-from service.store.rows import job_from_row
+from service.store.rows import JOB_COLUMNS, RUN_COLUMNS, job_from_row, run_from_row
 
 JOBS_CHANNEL = "tickgate_jobs"
-_JOB_COLUMNS = (
-    "name, lock_key, description, schedule, timezone, task, args, state, overlap,"
-    " timeout_seconds, misfire_grace_seconds, created_at, updated_at, fire_after, version"
-)
 _INSERT_ATTEMPTS = 3
 
 JobChangeFn = Callable[[Job | None], Job | None]
@@ -31,6 +30,14 @@ class JobChange:
     @property
     def created(self) -> bool:
         return self.before is None and self.after is not None
+
+
+@dataclass(frozen=True)
+class RunPosition:
+    """Where a newest-first page of runs stopped."""
+
+    started_at: datetime
+    run_id: UUID
 
 
 @dataclass(frozen=True)
@@ -77,14 +84,14 @@ class Store:
 
     async def get_job(self, name: str) -> Job | None:
         row = await self._pool.fetchrow(
-            f"SELECT {_JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1", name
+            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1", name
         )
         return job_from_row(row) if row else None
 
     async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[Job]:
         """Jobs in name order, strictly after `after`."""
         rows = await self._pool.fetch(
-            f"""SELECT {_JOB_COLUMNS} FROM tickgate_jobs
+            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
                 WHERE ($1::text IS NULL OR name > $1)
                   AND ($2::text IS NULL OR state = $2)
                   AND ($3::text IS NULL OR task = $3)
@@ -97,6 +104,112 @@ class Store:
             limit,
         )
         return [job_from_row(row) for row in rows]
+
+    async def active_jobs(self) -> list[Job]:
+        rows = await self._pool.fetch(
+            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE state = 'active' ORDER BY name"
+        )
+        return [job_from_row(row) for row in rows]
+
+    async def active_versions(self) -> dict[str, int]:
+        """Name to version of every active job: what a replica's mirror should hold."""
+        rows = await self._pool.fetch(
+            "SELECT name, version FROM tickgate_jobs WHERE state = 'active'"
+        )
+        return {row["name"]: row["version"] for row in rows}
+
+    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        rows = await self._pool.fetch(
+            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])", list(names)
+        )
+        return [job_from_row(row) for row in rows]
+
+    async def get_run(self, run_id: UUID) -> Run | None:
+        row = await self._pool.fetchrow(
+            f"SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE id = $1", run_id
+        )
+        return run_from_row(row) if row else None
+
+    async def list_runs(
+        self, job: str, limit: int, before: RunPosition | None, status: RunStatus | None
+    ) -> list[Run]:
+        """Runs of `job`, newest first, strictly older than `before`."""
+        rows = await self._pool.fetch(
+            f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
+                WHERE job = $1
+                  AND ($2::timestamptz IS NULL OR (started_at, id) < ($2, $3::uuid))
+                  AND ($4::text IS NULL OR status = $4)
+                ORDER BY started_at DESC, id DESC LIMIT $5""",
+            job,
+            before.started_at if before else None,
+            before.run_id if before else None,
+            status.value if status else None,
+            limit,
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
+        rows = await self._pool.fetch(
+            f"""SELECT DISTINCT ON (job) {RUN_COLUMNS} FROM tickgate_runs
+                WHERE job = ANY($1::text[]) ORDER BY job, started_at DESC, id DESC""",
+            list(names),
+        )
+        return {row["job"]: run_from_row(row) for row in rows}
+
+    async def ticks_without_runs(
+        self, ticks: Sequence[tuple[str, datetime]]
+    ) -> set[tuple[str, datetime]]:
+        """Which of these (job, tick) pairs have no ledger row yet."""
+        rows = await self._pool.fetch(
+            """SELECT t.job, t.tick FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
+               WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
+                                 WHERE r.job = t.job AND r.scheduled_for = t.tick)""",
+            [job for job, _ in ticks],
+            [tick for _, tick in ticks],
+        )
+        return {(row["job"], row["tick"]) for row in rows}
+
+    async def abandon_orphans(self) -> list[Run]:
+        """Mark `abandoned` the running runs whose runner's session is gone.
+
+        A run's session holds the job's advisory lock (overlap "skip") for the whole
+        run, so a running row with no such lock and no live backend lost its replica.
+        Runs younger than a few seconds are left alone: their claim may not be visible
+        to pg_locks' snapshot yet.
+        """
+        rows = await self._pool.fetch(
+            f"""UPDATE tickgate_runs r SET status = 'abandoned',
+                    finished_at = clock_timestamp(),
+                    duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
+                    error = 'the replica running this stopped without finishing it'
+                WHERE r.status = 'running'
+                  AND r.started_at < clock_timestamp() - interval '2 seconds'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid)
+                  AND NOT (r.locked AND EXISTS (
+                      SELECT 1 FROM pg_locks l
+                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                        AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
+                        AND l.objid = (r.lock_key & 4294967295)::oid))
+                RETURNING {RUN_COLUMNS}"""
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def prune_runs(self, keep: int) -> int:
+        """Delete runs beyond the newest `keep` per job, sparing every run younger than
+        its job's misfire grace plus 5 minutes: those rows still fence late replicas."""
+        status = await self._pool.execute(
+            """DELETE FROM tickgate_runs WHERE id IN (
+                   SELECT old.id FROM tickgate_jobs j
+                   CROSS JOIN LATERAL (
+                       SELECT id, scheduled_for FROM tickgate_runs
+                       WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
+                   WHERE old.scheduled_for
+                         < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)
+                   LIMIT 10000)""",
+            keep,
+        )
+        return int(status.split()[-1])
 
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
@@ -117,7 +230,7 @@ class Store:
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR UPDATE", name
+                f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR UPDATE", name
             )
             before = job_from_row(row) if row else None
             after = change(before)
@@ -132,14 +245,14 @@ async def _write_job(connection: Connection, name: str, job: Job | None, *, exis
         await connection.execute("DELETE FROM tickgate_jobs WHERE name = $1", name)
     elif exists:
         await connection.execute(
-            f"""UPDATE tickgate_jobs SET ({_JOB_COLUMNS}) =
+            f"""UPDATE tickgate_jobs SET ({JOB_COLUMNS}) =
                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                 WHERE name = $1""",
             *_job_values(job),
         )
     else:
         await connection.execute(
-            f"""INSERT INTO tickgate_jobs ({_JOB_COLUMNS})
+            f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)""",
             *_job_values(job),
         )

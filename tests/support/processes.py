@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +38,15 @@ class Replica:
     process: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    runner_id: str = ""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 80) -> str:
+        """The last `lines` lines of the log, headed by the runner id, for failure messages."""
+        tail = "\n".join(self.log().splitlines()[-lines:])
+        return f"--- {self.runner_id} ({self.url}) log tail ---\n{tail}"
 
     def answers(self) -> bool:
         if self.process.poll() is not None:
@@ -59,26 +65,75 @@ class Replica:
             self.process.kill()
             return self.process.wait(10)
 
+    def kill(self) -> int:
+        """SIGKILL (kill -9): the process dies at once and cleans nothing up."""
+        return self.stop(signal.SIGKILL, deadline_seconds=10)
 
-@contextmanager
-def serve(workdir: Path, *, database_url: str | None, **env: str) -> Iterator[Replica]:
-    """A `tickgate serve` replica on a free loopback port, stopped on exit."""
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def start_replica(workdir: Path, *, database_url: str | None, **env: str) -> Replica:
+    """Launch `tickgate serve` on a free loopback port without waiting for it to answer."""
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     environment |= {"TICKGATE_DATA_DIR": str(workdir / "data"), "TICKGATE_RUNNER_ID": f"r{port}"}
     environment |= {"DATABASE_URL": database_url} if database_url else {}
+    environment |= env
     log_path = workdir / f"replica-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [TICKGATE, "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=environment | env,
+            env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=workdir,
         )
-    replica = Replica(process, f"http://127.0.0.1:{port}", log_path)
+    return Replica(process, f"http://127.0.0.1:{port}", log_path, environment["TICKGATE_RUNNER_ID"])
+
+
+def stop_all(
+    replicas: Sequence[Replica], sig: int = signal.SIGTERM, deadline_seconds: float = 40.0
+) -> list[int]:
+    """Signal every replica first, then wait for each: they shut down in parallel."""
+    for replica in replicas:
+        if replica.alive:
+            replica.process.send_signal(sig)
+    return [replica.stop(sig, deadline_seconds) for replica in replicas]
+
+
+@contextmanager
+def serve(workdir: Path, *, database_url: str | None, **env: str) -> Iterator[Replica]:
+    """A `tickgate serve` replica on a free loopback port, stopped on exit."""
+    replica = start_replica(workdir, database_url=database_url, **env)
     try:
-        wait_for(replica.answers, START_DEADLINE_SECONDS, f"replica on port {port}")
+        wait_for(replica.answers, START_DEADLINE_SECONDS, f"replica {replica.url}")
         yield replica
     finally:
         replica.stop()
+
+
+@contextmanager
+def serve_many(
+    workdir: Path,
+    count: int,
+    *,
+    database_url: str | None,
+    each: Sequence[Mapping[str, str]] = (),
+    **env: str,
+) -> Iterator[list[Replica]]:
+    """`count` replicas started together (so they race at startup), all stopped on exit.
+
+    `env` goes to every replica; `each[i]`, when given, adds to replica i's environment.
+    """
+    replicas: list[Replica] = []
+    try:
+        for index in range(count):
+            extra = dict(each[index]) if index < len(each) else {}
+            replicas.append(start_replica(workdir, database_url=database_url, **(env | extra)))
+        for replica in replicas:
+            wait_for(replica.answers, START_DEADLINE_SECONDS, f"replica {replica.url}")
+        yield replicas
+    finally:
+        stop_all(replicas)

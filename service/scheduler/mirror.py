@@ -1,0 +1,177 @@
+"""Each replica's in-memory copy of the active jobs, kept in an APScheduler 3 scheduler.
+
+Changes arrive by LISTEN/NOTIFY within moments; a periodic full reconcile, comparing
+versions, covers notifications lost while the listener was down.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from service.domain.jobs import Job, JobState
+from service.domain.runs import RunTrigger
+from service.domain.schedules import latest_fire_at_or_before
+from service.scheduler.executor import TickExecutor
+from service.scheduler.runner import Runner
+from service.scheduler.trigger import NominalTicks
+from service.store import Store
+from service.store.listener import JobListener
+
+log = logging.getLogger(__name__)
+
+# APScheduler's own instance limit and misfire check would second-guess the gates.
+_UNLIMITED_INSTANCES = 1_000_000
+
+
+class Mirror:
+    def __init__(self, *, store: Store, runner: Runner, dsn: str, reconcile_seconds: float) -> None:
+        self._store = store
+        self._runner = runner
+        self._dsn = dsn
+        self._reconcile_seconds = reconcile_seconds
+        self._jobs: dict[str, Job] = {}
+        self._changed: set[str] = set()
+        self._wake = asyncio.Event()
+        self._listener: JobListener | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._scheduler = AsyncIOScheduler(
+            timezone=UTC,
+            executors={"default": TickExecutor(self._on_tick)},
+            job_defaults={"coalesce": False, "max_instances": _UNLIMITED_INSTANCES},
+        )
+        self.last_sync: datetime | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.last_sync is not None
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    async def start(self) -> None:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        self._scheduler.start()
+        await self._guarded(self._connect_listener(), "listening for job changes")
+        await self.reconcile()
+        await self._guarded(self._sweep(), "sweeping runs")
+        self._loops = [
+            asyncio.create_task(self._apply_changes_forever()),
+            asyncio.create_task(self._maintain_forever()),
+        ]
+
+    def pause(self) -> None:
+        """Stop producing ticks (shutdown begins); runs in flight go on."""
+        self._scheduler.pause()
+
+    async def stop(self) -> None:
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._scheduler.shutdown(wait=False)
+        if self._listener:
+            await self._listener.close()
+
+    async def reconcile(self) -> None:
+        """Make the mirror equal the database's active jobs, by version."""
+        versions = await self._store.active_versions()
+        for name in set(self._jobs) - set(versions):
+            self._drop(name)
+        stale = [
+            n for n, v in versions.items() if n not in self._jobs or self._jobs[n].version != v
+        ]
+        if stale:
+            await self._load(stale)
+        self.last_sync = datetime.now(UTC)
+
+    def _on_tick(self, name: str, scheduled_for: datetime) -> None:
+        job = self._jobs.get(name)
+        if job is not None:
+            self._runner.fire(job, scheduled_for, RunTrigger.SCHEDULE)
+
+    def _on_notify(self, name: str) -> None:
+        self._changed.add(name)
+        self._wake.set()
+
+    def _on_listener_lost(self) -> None:
+        log.warning("lost the LISTEN connection; reconnecting at the next reconcile")
+        self._wake.set()
+
+    async def _connect_listener(self) -> None:
+        self._listener = await JobListener.open(self._dsn, self._on_notify, self._on_listener_lost)
+
+    async def _apply_changes_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            names, self._changed = self._changed, set()
+            if names:
+                await self._guarded(self._load(sorted(names)), "applying job changes")
+
+    async def _maintain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._reconcile_seconds)
+            if self._listener is None or not self._listener.alive:
+                await self._guarded(self._connect_listener(), "listening for job changes")
+            await self._guarded(self.reconcile(), "reconciling jobs")
+            await self._guarded(self._sweep(), "sweeping runs")
+
+    async def _guarded(self, work: Awaitable[None], what: str) -> None:
+        try:
+            await work
+        except Exception:
+            # The database may be away; the next round tries again.
+            log.exception("failed %s; will retry", what)
+
+    async def _load(self, names: list[str]) -> None:
+        jobs = {job.name: job for job in await self._store.get_jobs(names)}
+        loaded = []
+        for name in names:
+            job = jobs.get(name)
+            if job is not None and job.state is JobState.ACTIVE:
+                if self._put(job):
+                    loaded.append(job)
+            else:
+                self._drop(name)
+        await self._catch_up(loaded)
+
+    def _put(self, job: Job) -> bool:
+        """Mirror `job`; False if this version is already mirrored."""
+        current = self._jobs.get(job.name)
+        if current is not None and current.version == job.version:
+            return False
+        self._jobs[job.name] = job
+        self._scheduler.add_job(
+            _never_called, trigger=NominalTicks(job), id=job.name, replace_existing=True
+        )
+        return True
+
+    def _drop(self, name: str) -> None:
+        if self._jobs.pop(name, None) is not None and self._scheduler.get_job(name):
+            self._scheduler.remove_job(name)
+
+    async def _catch_up(self, jobs: Iterable[Job]) -> None:
+        """Fire, once, the latest tick of each job that nobody ran and is still in grace.
+
+        Every replica may try this at once at startup; the ledger lets one through.
+        """
+        now = datetime.now(UTC)
+        due = {}
+        for job in jobs:
+            tick = latest_fire_at_or_before(job.schedule, job.zone, now)
+            grace = timedelta(seconds=job.misfire_grace_seconds)
+            if tick is not None and tick > job.fire_after and now - tick <= grace:
+                due[(job.name, tick)] = job
+        if due:
+            for name, tick in await self._store.ticks_without_runs(list(due)):
+                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
+
+    async def _sweep(self) -> None:
+        for run in await self._store.abandon_orphans():
+            log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
+
+
+def _never_called() -> None:
+    """APScheduler wants a callable; TickExecutor hands ticks to the runner instead."""

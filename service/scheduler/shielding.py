@@ -1,0 +1,23 @@
+"""Finish what must finish, even when the task doing it is being cancelled."""
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def run_to_completion(work: Coroutine[Any, Any, T]) -> T:
+    """Await `work` to its end; if the caller is cancelled meanwhile, still wait for
+    `work` (it is shielded) and only then let the cancellation through.
+
+    This is what Go's context.WithoutCancel gives the seed's unlock: a cancelled run
+    must still record its end and release its lock on its own connection, before the
+    connection goes back to the pool.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        raise
