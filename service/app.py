@@ -64,7 +64,11 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     mirror = None
     if settings.scheduler:
         mirror = Mirror(
-            store=store, runner=runner, dsn=dsn, reconcile_seconds=settings.reconcile_seconds
+            store=store,
+            runner=runner,
+            dsn=dsn,
+            reconcile_seconds=settings.reconcile_seconds,
+            run_history=settings.run_history,
         )
         stack.push_async_callback(mirror.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)

@@ -27,11 +27,14 @@ _UNLIMITED_INSTANCES = 1_000_000
 
 
 class Mirror:
-    def __init__(self, *, store: Store, runner: Runner, dsn: str, reconcile_seconds: float) -> None:
+    def __init__(
+        self, *, store: Store, runner: Runner, dsn: str, reconcile_seconds: float, run_history: int
+    ) -> None:
         self._store = store
         self._runner = runner
         self._dsn = dsn
         self._reconcile_seconds = reconcile_seconds
+        self._run_history = run_history
         self._jobs: dict[str, Job] = {}
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
@@ -169,8 +172,12 @@ class Mirror:
                 self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
 
     async def _sweep(self) -> None:
+        """Orphaned runs become `abandoned`; history beyond the retention is deleted."""
         for run in await self._store.abandon_orphans():
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
+        pruned = await self._store.prune_runs(self._run_history)
+        if pruned:
+            log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
 
 
 def _never_called() -> None:
