@@ -46,6 +46,7 @@ class Mirror:
             job_defaults={"coalesce": False, "max_instances": _UNLIMITED_INSTANCES},
         )
         self.last_sync: datetime | None = None
+        self._stopping = False
 
     @property
     def synced(self) -> bool:
@@ -70,6 +71,7 @@ class Mirror:
         self._scheduler.pause()
 
     async def stop(self) -> None:
+        self._stopping = True
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
@@ -99,6 +101,8 @@ class Mirror:
         self._wake.set()
 
     def _on_listener_lost(self) -> None:
+        if self._stopping:
+            return
         log.warning("lost the LISTEN connection; reconnecting at the next reconcile")
         self._wake.set()
 

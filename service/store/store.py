@@ -189,6 +189,8 @@ class Store:
                   AND NOT (r.locked AND EXISTS (
                       SELECT 1 FROM pg_locks l
                       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                        AND l.database = (SELECT oid FROM pg_database
+                                          WHERE datname = current_database())
                         AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
                         AND l.objid = (r.lock_key & 4294967295)::oid))
                 RETURNING {RUN_COLUMNS}"""

@@ -1,5 +1,6 @@
 """The `http` task: one request per run, carrying headers the target can dedupe on."""
 
+from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Literal
 
@@ -39,8 +40,14 @@ class HttpTaskError(Exception):
     """The request went out but did not succeed, or could not be sent."""
 
 
+def rfc3339_utc(moment: datetime) -> str:
+    """`2026-11-29T19:00:05Z`; a manual run's sub-second tick keeps its fraction."""
+    text = moment.astimezone(UTC).replace(tzinfo=None).isoformat()
+    return f"{text}Z"
+
+
 def request_headers(args: HttpArgs, context: TaskContext) -> dict[str, str]:
-    scheduled_for = context.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+    scheduled_for = rfc3339_utc(context.scheduled_for)
     return {
         "User-Agent": f"tickgate/{VERSION}",
         **args.headers,
@@ -57,7 +64,7 @@ def request_body(args: HttpArgs, context: TaskContext) -> JsonValue:
     return {
         "job": context.job,
         "run_id": str(context.run_id),
-        "scheduled_for": context.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "scheduled_for": rfc3339_utc(context.scheduled_for),
     }
 
 

@@ -59,6 +59,10 @@ class Replica:
     def stop(self, sig: int = signal.SIGTERM, deadline_seconds: float = 40.0) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
+        return self.wait_exit(deadline_seconds)
+
+    def wait_exit(self, deadline_seconds: float = 40.0) -> int:
+        """The exit code; SIGKILL (and -9) if the process outlives the deadline."""
         try:
             return self.process.wait(deadline_seconds)
         except subprocess.TimeoutExpired:
@@ -96,11 +100,15 @@ def start_replica(workdir: Path, *, database_url: str | None, **env: str) -> Rep
 def stop_all(
     replicas: Sequence[Replica], sig: int = signal.SIGTERM, deadline_seconds: float = 40.0
 ) -> list[int]:
-    """Signal every replica first, then wait for each: they shut down in parallel."""
+    """Signal every replica once, then wait for each: they shut down in parallel.
+
+    Never signal twice: a second SIGTERM landing after the interpreter has restored the
+    default handlers (late in a clean exit) would turn exit code 0 into -15.
+    """
     for replica in replicas:
         if replica.alive:
             replica.process.send_signal(sig)
-    return [replica.stop(sig, deadline_seconds) for replica in replicas]
+    return [replica.wait_exit(deadline_seconds) for replica in replicas]
 
 
 @contextmanager
@@ -120,8 +128,8 @@ def serve_many(
     count: int,
     *,
     database_url: str | None,
+    env: Mapping[str, str] | None = None,
     each: Sequence[Mapping[str, str]] = (),
-    **env: str,
 ) -> Iterator[list[Replica]]:
     """`count` replicas started together (so they race at startup), all stopped on exit.
 
@@ -130,8 +138,8 @@ def serve_many(
     replicas: list[Replica] = []
     try:
         for index in range(count):
-            extra = dict(each[index]) if index < len(each) else {}
-            replicas.append(start_replica(workdir, database_url=database_url, **(env | extra)))
+            extra = dict(env or {}) | (dict(each[index]) if index < len(each) else {})
+            replicas.append(start_replica(workdir, database_url=database_url, **extra))
         for replica in replicas:
             wait_for(replica.answers, START_DEADLINE_SECONDS, f"replica {replica.url}")
         yield replicas
