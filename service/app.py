@@ -5,13 +5,17 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from importlib.metadata import version
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from service.api import install_routes
+from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.config import Settings
+from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.store import Store
 from service.store.sessions import RunSessions
@@ -28,8 +32,12 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            app.state.services = await _open(stack, settings, tasks)
+            services = await _open(stack, settings, tasks)
+            app.state.services = services
+            if settings.apply_jobs is not None:
+                await apply_job_file(services, settings.apply_jobs)
             yield
+            services.begin_shutdown()
             log.info("shutting down")
 
     app = FastAPI(
@@ -40,7 +48,29 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
         lifespan=lifespan,
     )
     install_routes(app)
+    app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, cached, with descriptions for the schemas pydantic names
+    itself (so every schema a client generator sees is described)."""
+    if app.openapi_schema is None:
+        document = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        for schema in document.get("components", {}).get("schemas", {}).values():
+            schema.setdefault("description", f"{schema.get('title', 'Any JSON value')}.")
+        app.openapi_schema = document
+    return app.openapi_schema
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """Called as SIGTERM arrives, before uvicorn stops serving: readiness fails at once
+    and no new run starts. Safe to call before startup finished, and more than once."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        services.begin_shutdown()
 
 
 async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) -> Services:
@@ -53,12 +83,14 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     sessions = await RunSessions.open(dsn, settings.max_concurrent_runs)
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+    metrics = Metrics()
     runner = Runner(
         sessions=sessions,
         store=store,
         tasks=tasks,
         http=http,
         runner_id=settings.runner_id,
+        metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
     )
     mirror = None
@@ -75,4 +107,6 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     if mirror is not None:
         stack.callback(mirror.pause)
         await mirror.start()
-    return Services(store=store, tasks=tasks, settings=settings, runner=runner, mirror=mirror)
+    return Services(
+        store=store, tasks=tasks, settings=settings, runner=runner, metrics=metrics, mirror=mirror
+    )

@@ -8,13 +8,17 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
-from service.app import create_app
+from service.app import begin_shutdown, create_app
+from service.client.commands import add_jobs_command
 from service.config import Settings
 from service.embedded import start_embedded
+from service.logs import configure_logging
 from service.store import Store
 
 log = logging.getLogger("tickgate")
@@ -23,9 +27,7 @@ log = logging.getLogger("tickgate")
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     args.command(settings, args)
 
 
@@ -35,11 +37,18 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run migrations, then serve the API and scheduler")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--apply-jobs",
+        type=Path,
+        metavar="FILE",
+        help="YAML/JSON jobs upserted at startup as PUT would (env TICKGATE_APPLY_JOBS)",
+    )
     serve.set_defaults(command=_serve)
     migrate = commands.add_parser("migrate", help="apply database migrations and exit")
     migrate.set_defaults(command=_migrate)
     openapi = commands.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(command=_openapi)
+    add_jobs_command(commands)
     return parser
 
 
@@ -47,12 +56,27 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
     # uvicorn re-raises the SIGTERM it handled once it has shut down; with the default
     # disposition that would kill us before the embedded database is released.
     signal.signal(signal.SIGTERM, _already_shut_down)
+    if args.apply_jobs is not None:
+        settings = settings.model_copy(update={"apply_jobs": args.apply_jobs})
     with _database(settings) as ready:
         app = create_app(ready)
+        level = settings.log_level.lower()
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=settings.log_level.lower()
+            app, host=args.host, port=args.port, log_level=level, log_config=None
         )
-        uvicorn.Server(config).run()
+        _Server(config, app).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app the moment a shutdown signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        begin_shutdown(self._app)
+        super().handle_exit(sig, frame)
 
 
 def _already_shut_down(signum: int, frame: FrameType | None) -> None:
@@ -84,6 +108,9 @@ def _database(settings: Settings) -> Iterator[Settings]:
     if settings.database_url:
         yield settings
         return
+    if settings.require_database_url:
+        log.error("DATABASE_URL is required here (TICKGATE_REQUIRE_DATABASE_URL is set)")
+        raise SystemExit(2)
     embedded = start_embedded(settings.data_dir)
     log.info("DATABASE_URL is unset: using embedded PostgreSQL in %s", embedded.pgdata)
     try:

@@ -28,6 +28,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".tickgate"), description="Where the embedded PostgreSQL lives.")
     runner_id: str = Field(default_factory=default_runner_id, min_length=1, max_length=200)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] | None = Field(
+        None, description="Log format; default text on a terminal, JSON otherwise."
+    )
+    require_database_url: bool = Field(
+        False, description="Refuse to start without DATABASE_URL (set in the container image)."
+    )
+    apply_jobs: Path | None = Field(
+        None, description="YAML or JSON file of jobs upserted at startup, as PUT /v1/jobs/{name}."
+    )
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
     reconcile_seconds: float = Field(

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.config import Settings
+from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.store import Store
 from service.tasks import TaskRegistry
@@ -17,14 +18,29 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass
+class Lifecycle:
+    """Flips once, when SIGTERM arrives: readiness fails and no new run starts."""
+
+    shutting_down: bool = False
+
+
 @dataclass(frozen=True)
 class Services:
     store: Store
     tasks: TaskRegistry
     settings: Settings
     runner: Runner
+    metrics: Metrics
     mirror: Mirror | None = None
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     now: Callable[[], datetime] = field(default=utc_now)
+
+    def begin_shutdown(self) -> None:
+        self.lifecycle.shutting_down = True
+        self.runner.accepting = False
+        if self.mirror is not None:
+            self.mirror.pause()
 
 
 def _services(request: Request) -> Services:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Path, Query, Response, status
 from pydantic import JsonValue
 
 from service.api.deps import Services, ServicesDep
+from service.api.errors import COMMON, CONFLICT, NOT_FOUND, documented
 from service.api.models import (
     JobCreate,
     JobOut,
@@ -28,15 +29,16 @@ from service.domain.jobs import (
     replace_job,
     resume_job,
 )
+from service.scheduler.overdue import overdue_jobs
 from service.store import JobChange, JobFilter
 from service.store.store import JobChangeFn
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON)
 
 NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, operation_id="create_job")
+@router.post("", status_code=status.HTTP_201_CREATED, operation_id="create_job", responses=CONFLICT)
 async def create(body: JobCreate, services: ServicesDep, response: Response) -> JobOut:
     """Create a job. 409 if the name (or its lock_key) is taken."""
     spec = _checked(services, body.spec())
@@ -52,24 +54,34 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     return await _out(services, job, now)
 
 
-@router.put("/{name}", operation_id="apply_job", status_code=status.HTTP_200_OK)
+@router.put(
+    "/{name}",
+    operation_id="apply_job",
+    status_code=status.HTTP_200_OK,
+    responses=documented(201, JobOut, "Created.") | CONFLICT,
+)
 async def apply(
     name: NamePath, body: JobReplace, services: ServicesDep, response: Response
 ) -> JobOut:
     """Create (201) or replace (200) a job declaratively; an unchanged body changes nothing."""
     if body.name is not None and body.name != name:
         raise InvalidInput.one(("body", "name"), "must equal the name in the path", body.name)
-    spec = _checked(services, body.spec())
-    now = services.now()
-
-    def change(current: Job | None) -> Job:
-        return replace_job(current, spec, now) if current else create_job(name, spec, now)
-
-    result = await services.store.mutate_job(name, change)
+    result = await upsert_job(services, name, body.spec())
     if result.created:
         response.status_code = status.HTTP_201_CREATED
         response.headers["Location"] = f"/v1/jobs/{name}"
-    return await _out(services, _after(result), now)
+    return await _out(services, _after(result), services.now())
+
+
+async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
+    """Declarative apply, shared by PUT and the jobs file applied at startup."""
+    checked = _checked(services, spec)
+    now = services.now()
+
+    def change(current: Job | None) -> Job:
+        return replace_job(current, checked, now) if current else create_job(name, checked, now)
+
+    return await services.store.mutate_job(name, change)
 
 
 @router.get("", operation_id="list_jobs")
@@ -77,7 +89,10 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     """Jobs in name order, a page at a time."""
     after = decode_cursor(query.cursor) if query.cursor else None
     where = JobFilter(query.state, query.task, query.prefix)
-    jobs = await services.store.list_jobs(query.limit + 1, after, where)
+    if query.overdue:
+        jobs = _page_of([j for j in await overdue_jobs(services.store) if where.admits(j)], after)
+    else:
+        jobs = await services.store.list_jobs(query.limit + 1, after, where)
     page, more = jobs[: query.limit], len(jobs) > query.limit
     now = services.now()
     last_runs = await services.store.last_runs([job.name for job in page])
@@ -87,12 +102,13 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     )
 
 
-@router.get("/{name}", operation_id="get_job")
+@router.get("/{name}", operation_id="get_job", responses=NOT_FOUND)
 async def get(name: NamePath, services: ServicesDep) -> JobOut:
+    """One job, with its next tick and latest run."""
     return await _out(services, await existing_job(services, name), services.now())
 
 
-@router.patch("/{name}", operation_id="patch_job")
+@router.patch("/{name}", operation_id="patch_job", responses=NOT_FOUND)
 async def patch(
     name: NamePath,
     services: ServicesDep,
@@ -108,12 +124,18 @@ async def patch(
     return await _out(services, job, now)
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, operation_id="delete_job")
+@router.delete(
+    "/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    operation_id="delete_job",
+    responses=NOT_FOUND,
+)
 async def delete(name: NamePath, services: ServicesDep) -> None:
+    """Delete the job and its run history; replicas stop firing it within moments."""
     await services.store.mutate_job(name, _existing(name, lambda _: None))
 
 
-@router.post("/{name}/pause", operation_id="pause_job")
+@router.post("/{name}/pause", operation_id="pause_job", responses=NOT_FOUND | CONFLICT)
 async def pause(name: NamePath, services: ServicesDep) -> JobOut:
     """Stop firing; `next_run_at` becomes null."""
     now = services.now()
@@ -121,12 +143,16 @@ async def pause(name: NamePath, services: ServicesDep) -> JobOut:
     return await _out(services, job, now)
 
 
-@router.post("/{name}/resume", operation_id="resume_job")
+@router.post("/{name}/resume", operation_id="resume_job", responses=NOT_FOUND | CONFLICT)
 async def resume(name: NamePath, services: ServicesDep) -> JobOut:
     """Fire again from the next tick after now; ticks missed while paused are not replayed."""
     now = services.now()
     job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)))
     return await _out(services, job, now)
+
+
+def _page_of(jobs: list[Job], after: str | None) -> list[Job]:
+    return [job for job in jobs if after is None or job.name > after]
 
 
 def _checked(services: Services, spec: JobSpec) -> JobSpec:

@@ -48,6 +48,8 @@ class RunQuery(BaseModel):
 
 
 class RunPage(BaseModel):
+    """One page of a job's runs, newest first."""
+
     items: list[RunOut]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: end.")
 
@@ -93,9 +95,15 @@ class JobQuery(BaseModel):
     state: JobState | None = None
     task: str | None = Field(None, max_length=128)
     prefix: str | None = Field(None, max_length=128, description="Only names starting so.")
+    overdue: bool = Field(
+        False,
+        description="Only active jobs whose latest tick is past its misfire grace and never ran.",
+    )
 
 
 class JobPage(BaseModel):
+    """One page of jobs in name order."""
+
     items: list[JobOut]
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null at the end."
@@ -103,6 +111,8 @@ class JobPage(BaseModel):
 
 
 class PreviewRequest(BaseModel):
+    """A schedule to try out, in a zone, from a moment."""
+
     model_config = ConfigDict(extra="forbid")
 
     schedule: Schedule
@@ -112,16 +122,22 @@ class PreviewRequest(BaseModel):
 
 
 class PreviewResponse(BaseModel):
+    """The nominal ticks the schedule would fire at, in UTC."""
+
     fire_times: list[datetime]
 
 
 class TaskOut(BaseModel):
+    """A task a job may run, with the JSON schema its `args` must fit."""
+
     name: str
     description: str
     args_schema: dict[str, JsonValue]
 
 
 class TaskList(BaseModel):
+    """Every task registered on this server."""
+
     items: list[TaskOut]
 
 

@@ -6,15 +6,19 @@ from uuid import UUID
 from fastapi import APIRouter, Query, status
 
 from service.api.deps import ServicesDep
+from service.api.errors import COMMON, CONFLICT, NOT_FOUND
 from service.api.jobs import NamePath, existing_job
 from service.api.models import RunOut, RunPage, RunQuery, decode_run_cursor, encode_run_cursor
 from service.domain.errors import NotFound
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], responses=COMMON | NOT_FOUND)
 
 
 @router.post(
-    "/v1/jobs/{name}/trigger", status_code=status.HTTP_202_ACCEPTED, operation_id="trigger_job"
+    "/v1/jobs/{name}/trigger",
+    status_code=status.HTTP_202_ACCEPTED,
+    operation_id="trigger_job",
+    responses=CONFLICT,
 )
 async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
     """Run the job now, through the same gates as a scheduled tick (trigger "manual").
@@ -40,6 +44,7 @@ async def list_runs(
 
 @router.get("/v1/runs/{run_id}", operation_id="get_run")
 async def get_run(run_id: UUID, services: ServicesDep) -> RunOut:
+    """One run by id."""
     run = await services.store.get_run(run_id)
     if run is None:
         raise NotFound(f"no run with id {run_id}")

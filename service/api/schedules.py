@@ -3,12 +3,13 @@
 from fastapi import APIRouter
 
 from service.api.deps import ServicesDep
+from service.api.errors import COMMON
 from service.api.models import PreviewRequest, PreviewResponse
 from service.domain.errors import InvalidInput
 from service.domain.jobs import zone
 from service.domain.schedules import fire_times, resolve_schedule
 
-router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=COMMON)
 
 
 @router.post("/preview", operation_id="preview_schedule")

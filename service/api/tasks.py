@@ -3,13 +3,15 @@
 from fastapi import APIRouter
 
 from service.api.deps import ServicesDep
+from service.api.errors import COMMON
 from service.api.models import TaskList, TaskOut
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=COMMON)
 
 
 @router.get("", operation_id="list_tasks")
 async def list_tasks(services: ServicesDep) -> TaskList:
+    """Every task a job may name, with its args JSON schema."""
     return TaskList(
         items=[
             TaskOut(

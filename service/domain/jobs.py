@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from service.domain.errors import Conflict, InvalidInput
 from service.domain.names import JOB_NAME_PATTERN, lock_key
-from service.domain.schedules import OnceSchedule, Schedule, next_fire_after, resolve_schedule
+from service.domain.schedules import (
+    OnceSchedule,
+    Schedule,
+    latest_fire_at_or_before,
+    next_fire_after,
+    resolve_schedule,
+)
 
 MAX_ARGS_BYTES = 64 * 1024
 MAX_TIMEOUT_SECONDS = 86_400
@@ -23,12 +29,16 @@ JobName = Annotated[str, Field(pattern=JOB_NAME_PATTERN, max_length=128)]
 
 
 class JobState(StrEnum):
+    """active fires; paused does not; completed is a one-time job after its run."""
+
     ACTIVE = "active"
     PAUSED = "paused"
     COMPLETED = "completed"
 
 
 class Overlap(StrEnum):
+    """skip: never two runs at once across replicas; allow: runs may overlap."""
+
     SKIP = "skip"
     ALLOW = "allow"
 
@@ -96,6 +106,18 @@ class Job(JobSpec):
         if isinstance(self.schedule, OnceSchedule):
             return self.schedule.at
         return next_fire_after(self.schedule, self.zone, max(now, self.fire_after))
+
+
+def missed_tick(job: Job, now: datetime) -> datetime | None:
+    """The job's latest nominal tick if it is past the misfire grace: once it has no
+    run, no replica will ever run it, and the job is overdue."""
+    if job.state is not JobState.ACTIVE:
+        return None
+    tick = latest_fire_at_or_before(job.schedule, job.zone, now)
+    if tick is None or tick <= job.fire_after:
+        return None
+    late = (now - tick).total_seconds() > job.misfire_grace_seconds
+    return tick if late else None
 
 
 def create_job(name: str, spec: JobSpec, now: datetime) -> Job:

@@ -8,12 +8,16 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 
 class RunTrigger(StrEnum):
+    """What started a run: its schedule, a manual trigger, or catch-up after downtime."""
+
     SCHEDULE = "schedule"
     MANUAL = "manual"
     CATCHUP = "catchup"
 
 
 class RunStatus(StrEnum):
+    """running until it ends; abandoned when its replica died mid-run."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

@@ -18,12 +18,15 @@ from service.scheduler.executor import TickExecutor
 from service.scheduler.runner import Runner
 from service.scheduler.trigger import NominalTicks
 from service.store import Store
+from service.store.errors import is_unavailable
 from service.store.listener import JobListener
 
 log = logging.getLogger(__name__)
 
 # APScheduler's own instance limit and misfire check would second-guess the gates.
 _UNLIMITED_INSTANCES = 1_000_000
+_MIN_BACKOFF_SECONDS = 0.5
+_MAX_BACKOFF_SECONDS = 5.0
 
 
 class Mirror:
@@ -47,6 +50,7 @@ class Mirror:
         )
         self.last_sync: datetime | None = None
         self._stopping = False
+        self._lost = asyncio.Event()
 
     @property
     def synced(self) -> bool:
@@ -55,27 +59,34 @@ class Mirror:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    @property
+    def healthy(self) -> bool:
+        """Synced at least once and hearing about changes as they happen."""
+        return self.synced and self._listener is not None and self._listener.alive
+
     async def start(self) -> None:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         self._scheduler.start()
-        await self._guarded(self._connect_listener(), "listening for job changes")
-        await self.reconcile()
+        await self._guarded(self._listen_and_sync(), "listening for job changes")
         await self._guarded(self._sweep(), "sweeping runs")
         self._loops = [
+            asyncio.create_task(self._relisten_forever()),
             asyncio.create_task(self._apply_changes_forever()),
             asyncio.create_task(self._maintain_forever()),
         ]
 
     def pause(self) -> None:
         """Stop producing ticks (shutdown begins); runs in flight go on."""
-        self._scheduler.pause()
+        if self._scheduler.running:
+            self._scheduler.pause()
 
     async def stop(self) -> None:
         self._stopping = True
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
-        self._scheduler.shutdown(wait=False)
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
         if self._listener:
             await self._listener.close()
 
@@ -101,13 +112,30 @@ class Mirror:
         self._wake.set()
 
     def _on_listener_lost(self) -> None:
-        if self._stopping:
-            return
-        log.warning("lost the LISTEN connection; reconnecting at the next reconcile")
-        self._wake.set()
+        if not self._stopping:
+            log.warning("lost the LISTEN connection; reconnecting")
+        self._lost.set()
 
-    async def _connect_listener(self) -> None:
+    async def _listen_and_sync(self) -> None:
+        """LISTEN first, then reconcile: a change committed in between is seen by both."""
+        if self._listener is not None:
+            await self._listener.close()
+        self._lost.clear()
         self._listener = await JobListener.open(self._dsn, self._on_notify, self._on_listener_lost)
+        await self.reconcile()
+        log.info("scheduler synced: %d active jobs mirrored", len(self._jobs))
+
+    async def _relisten_forever(self) -> None:
+        """Reconnect with backoff whenever the listener drops (a database restart, say),
+        and resync in full: notifications sent meanwhile are lost."""
+        backoff = _MIN_BACKOFF_SECONDS
+        while True:
+            if self.healthy:
+                await self._lost.wait()
+                backoff = _MIN_BACKOFF_SECONDS
+            await asyncio.sleep(backoff)
+            await self._guarded(self._listen_and_sync(), "reconnecting the listener")
+            backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
 
     async def _apply_changes_forever(self) -> None:
         while True:
@@ -120,17 +148,18 @@ class Mirror:
     async def _maintain_forever(self) -> None:
         while True:
             await asyncio.sleep(self._reconcile_seconds)
-            if self._listener is None or not self._listener.alive:
-                await self._guarded(self._connect_listener(), "listening for job changes")
             await self._guarded(self.reconcile(), "reconciling jobs")
             await self._guarded(self._sweep(), "sweeping runs")
 
     async def _guarded(self, work: Awaitable[None], what: str) -> None:
         try:
             await work
-        except Exception:
-            # The database may be away; the next round tries again.
-            log.exception("failed %s; will retry", what)
+        except Exception as error:
+            # Whatever went wrong, the loops must live on; the next round tries again.
+            if is_unavailable(error):
+                log.warning("failed %s, database unavailable (%r); will retry", what, error)
+            else:
+                log.exception("failed %s; will retry", what)
 
     async def _load(self, names: list[str]) -> None:
         jobs = {job.name: job for job in await self._store.get_jobs(names)}

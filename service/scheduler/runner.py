@@ -16,8 +16,10 @@ from service.domain.errors import Conflict, NotFound
 from service.domain.jobs import Job, Overlap, finish_once
 from service.domain.runs import Run, RunStatus, RunTrigger
 from service.domain.schedules import OnceSchedule
+from service.metrics import Metrics
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
+from service.store.errors import is_unavailable
 from service.store.sessions import Claim, ClaimOutcome, RunSession, RunSessions, TickClaim
 from service.tasks import TaskContext, TaskRegistry
 
@@ -44,6 +46,7 @@ class Runner:
         tasks: TaskRegistry,
         http: httpx.AsyncClient,
         runner_id: str,
+        metrics: Metrics,
         fire_delay: timedelta = timedelta(0),
     ) -> None:
         self._sessions = sessions
@@ -52,9 +55,9 @@ class Runner:
         self._http = http
         self._runner_id = runner_id
         self._fire_delay = fire_delay
+        self._metrics = metrics
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
         self._runs_by_job: Counter[str] = Counter()
-        self.skipped: Counter[str] = Counter()
         self.accepting = True
 
     @property
@@ -104,15 +107,19 @@ class Runner:
             if self._misfired(job, scheduled_for):
                 return
             await self._gated(self._tick(job, scheduled_for, trigger), self._skip_counter(job))
-        except Exception:
+        except Exception as error:
             # One broken tick must never take the scheduler down with it.
-            log.exception("fire of %s at %s failed", job.name, scheduled_for.isoformat())
+            tick = f"{job.name} at {scheduled_for.isoformat()}"
+            if is_unavailable(error):
+                log.warning("tick %s not run: database unavailable (%r)", tick, error)
+            else:
+                log.exception("tick %s failed", tick)
 
     def _misfired(self, job: Job, scheduled_for: datetime) -> bool:
         lateness = utc_now() - scheduled_for
         if lateness <= timedelta(seconds=job.misfire_grace_seconds):
             return False
-        self.skipped["misfire"] += 1
+        self._metrics.ticks_skipped.labels("misfire").inc()
         log.warning(
             "dropped tick %s of %s: %.1fs late, grace is %ss",
             scheduled_for.isoformat(),
@@ -159,7 +166,11 @@ class Runner:
         session.terminate()
 
     async def _run(self, session: RunSession, job: Job, run: Run) -> None:
+        if run.trigger is not RunTrigger.MANUAL:
+            lag = run.started_at - run.scheduled_for
+            self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
         self._runs_by_job[job.name] += 1
+        self._metrics.runs_in_flight.inc()
         try:
             outcome = await self._attempt(job, run)
         except asyncio.CancelledError:
@@ -168,6 +179,7 @@ class Runner:
             raise
         finally:
             self._runs_by_job -= Counter({job.name: 1})
+            self._metrics.runs_in_flight.dec()
         await run_to_completion(self._record(session, job, run, outcome))
 
     async def _attempt(self, job: Job, run: Run) -> Outcome:
@@ -187,19 +199,16 @@ class Runner:
         return RunStatus.SUCCEEDED, None, result
 
     def _context(self, job: Job, run: Run) -> TaskContext:
-        extra = {
-            "job": job.name,
-            "run_id": str(run.id),
-            "scheduled_for": run.scheduled_for.isoformat(),
-            "runner": self._runner_id,
-        }
-        logger = RunLogger(logging.getLogger("tickgate.run"), extra)
+        logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run))
         return TaskContext(job.name, run.id, run.scheduled_for, run.attempts, logger, self._http)
 
     async def _record(self, session: RunSession, job: Job, run: Run, outcome: Outcome) -> None:
         status, error, result = outcome
-        await session.finish(run.id, status, error, result)
-        log.info("run %s of %s for %s: %s", run.id, job.name, run.scheduled_for, status.value)
+        finished = await session.finish(run.id, status, error, result)
+        self._metrics.runs.labels(job.name, status.value).inc()
+        if status is RunStatus.SUCCEEDED and finished and finished.finished_at:
+            self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
+        log.info("run %s: %s", status.value, error or "ok", extra=run_context(run))
         if isinstance(job.schedule, OnceSchedule) and run.trigger is not RunTrigger.MANUAL:
             await self._store.mutate_job(job.name, _completing(run.scheduled_for, utc_now()))
 
@@ -210,22 +219,29 @@ class Runner:
             reason = claim.outcome.value
             if claim.outcome is ClaimOutcome.LOCKED and self._runs_by_job[job.name]:
                 reason = "overlap"  # our own run of this job still holds the lock
-            self.skipped[reason] += 1
+            self._metrics.ticks_skipped.labels(reason).inc()
             # Expected on every replica but one, for every tick: DEBUG, not WARNING.
             log.debug("tick of %s skipped: %s", job.name, reason)
 
         return count
 
 
+def run_context(run: Run) -> dict[str, str]:
+    """The fields every log record about a run carries."""
+    return {
+        "job": run.job,
+        "run_id": str(run.id),
+        "scheduled_for": run.scheduled_for.isoformat(),
+        "runner": run.runner,
+    }
+
+
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
-    """Tags every record of a run with its job, run id, tick and runner, both as record
-    attributes (for structured handlers) and in the text (for plain ones)."""
+    """Tags every record a task logs with its run's job, run id, tick and runner."""
 
     def process(self, msg: object, kwargs: Any) -> tuple[object, Any]:
-        extra = self.extra or {}
-        kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
-        context = " ".join(f"{key}={value}" for key, value in extra.items())
-        return f"{msg} [{context}]", kwargs
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
 
 
 def _completing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:

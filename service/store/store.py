@@ -46,6 +46,14 @@ class JobFilter:
     task: str | None = None
     prefix: str | None = None
 
+    def admits(self, job: Job) -> bool:
+        """The same test as list_jobs' WHERE clause, for jobs already in hand."""
+        return (
+            (self.state is None or job.state is self.state)
+            and (self.task is None or job.task == self.task)
+            and (self.prefix is None or job.name.startswith(self.prefix))
+        )
+
 
 async def _init_connection(connection: Connection) -> None:
     for jsontype in ("json", "jsonb"):
@@ -81,6 +89,24 @@ class Store:
     async def schema_versions(self) -> set[int]:
         async with self._pool.acquire() as connection:
             return await applied_versions(connection)
+
+    async def clock(self) -> datetime:
+        """The database's clock: the one time every replica agrees on."""
+        now: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
+        return now
+
+    async def schema_version(self) -> int:
+        """The newest migration applied; doubles as the readiness ping."""
+        version: int | None = await self._pool.fetchval(
+            "SELECT max(version) FROM tickgate_schema_migrations"
+        )
+        return version or 0
+
+    async def job_counts(self) -> dict[JobState, int]:
+        rows = await self._pool.fetch("SELECT state, count(*) FROM tickgate_jobs GROUP BY state")
+        counts = dict.fromkeys(JobState, 0)
+        counts.update({JobState(row["state"]): row["count"] for row in rows})
+        return counts
 
     async def get_job(self, name: str) -> Job | None:
         row = await self._pool.fetchrow(

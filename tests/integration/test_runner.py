@@ -15,6 +15,7 @@ from pydantic import BaseModel, JsonValue
 from service.domain.jobs import Job, JobSpec, JobState, Overlap, create_job, replace_job
 from service.domain.runs import Run, RunStatus, RunTrigger
 from service.domain.schedules import CronSchedule, OnceSchedule
+from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
 from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
@@ -64,13 +65,30 @@ def gates() -> Gates:
 
 
 @pytest.fixture
-async def runner(store: Store, sessions: RunSessions, gates: Gates) -> AsyncIterator[Runner]:
+def metrics() -> Metrics:
+    return Metrics()
+
+
+def skipped(metrics: Metrics, reason: str) -> float:
+    value = metrics.registry.get_sample_value("tickgate_ticks_skipped_total", {"reason": reason})
+    return value or 0.0
+
+
+@pytest.fixture
+async def runner(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+) -> AsyncIterator[Runner]:
     registry = builtin_registry()
     registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
     registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
     async with httpx.AsyncClient() as http:
         runner = Runner(
-            sessions=sessions, store=store, tasks=registry, http=http, runner_id="test-runner"
+            sessions=sessions,
+            store=store,
+            tasks=registry,
+            http=http,
+            runner_id="test-runner",
+            metrics=metrics,
         )
         yield runner
         await runner.shutdown(grace_seconds=0)
@@ -170,7 +188,7 @@ async def test_a_run_holds_the_lock_until_it_ends(
 
 
 async def test_foreign_lock_holder_stops_the_job(
-    runner: Runner, store: Store, gates: Gates, database_url: str
+    runner: Runner, store: Store, gates: Gates, database_url: str, metrics: Metrics
 ) -> None:
     """A Go replica running the seed's LockedRun holds the same key: we skip."""
     job = await add_job(store, "foreign")
@@ -178,7 +196,7 @@ async def test_foreign_lock_holder_stops_the_job(
     try:
         await go_replica.execute("SELECT pg_advisory_lock($1)", job.lock_key)
         runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
-        await eventually(lambda: runner.skipped["locked"] == 1, 30, "a locked skip")
+        await eventually(lambda: skipped(metrics, "locked") == 1, 30, "a locked skip")
         assert await runs_of(store, "foreign") == []
     finally:
         await go_replica.close()
@@ -188,13 +206,13 @@ async def test_foreign_lock_holder_stops_the_job(
 
 
 async def test_skip_overlap_drops_ticks_while_running(
-    runner: Runner, store: Store, gates: Gates
+    runner: Runner, store: Store, gates: Gates, metrics: Metrics
 ) -> None:
     job = await add_job(store, "skipper")
     runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
     await eventually(lambda: len(gates.started) == 1, 30, "the first run")
     runner.fire(job, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
-    await eventually(lambda: runner.skipped["overlap"] == 1, 30, "an overlap skip")
+    await eventually(lambda: skipped(metrics, "overlap") == 1, 30, "an overlap skip")
     gates["default"].set()
     assert len(await finished_runs(store, "skipper", 1)) == 1
 
@@ -224,10 +242,12 @@ async def test_failures_and_timeouts_are_recorded(runner: Runner, store: Store) 
     assert "1s" in (timed_out.error or "")
 
 
-async def test_late_tick_beyond_grace_is_dropped(runner: Runner, store: Store) -> None:
+async def test_late_tick_beyond_grace_is_dropped(
+    runner: Runner, store: Store, metrics: Metrics
+) -> None:
     job = await add_job(store, "late", misfire_grace_seconds=5)
     runner.fire(job, tick_now() - timedelta(seconds=30), RunTrigger.SCHEDULE)
-    await eventually(lambda: runner.skipped["misfire"] == 1, 30, "a misfire skip")
+    await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire skip")
     assert await runs_of(store, "late") == []
 
 

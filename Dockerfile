@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+#
+# Tickgate container image.
+#
+#   docker build -t tickgate:0.1.0 .
+#   docker run --rm -p 8080:8080 -e DATABASE_URL=postgresql://user:pass@db:5432/tickgate tickgate:0.1.0
+#
+# The image never starts the embedded PostgreSQL: TICKGATE_REQUIRE_DATABASE_URL=1 makes
+# `tickgate serve` exit with an error when DATABASE_URL is unset.
+
+# --- builder: wheels for Tickgate and every dependency ---------------------------------
+FROM python:3.12-slim AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# Only what the build needs; pyproject.toml names README.md as the package readme.
+COPY pyproject.toml README.md ./
+COPY service ./service
+RUN pip wheel --wheel-dir /wheels .
+
+# --- runtime: install from the wheels only, no compilers, no sources -------------------
+FROM python:3.12-slim AS runtime
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# The wheels are bind-mounted from the builder, so they never become an image layer.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels tickgate \
+    && groupadd --system --gid 10001 tickgate \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin tickgate
+
+# Bytecode was compiled at install time; at run time the root filesystem may be read-only.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TICKGATE_REQUIRE_DATABASE_URL=1 \
+    TICKGATE_LOG_FORMAT=json
+
+USER 10001:10001
+EXPOSE 8080
+
+ENTRYPOINT ["tickgate"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,122 @@
+{{/* The chart name, overridable. */}}
+{{- define "tickgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The full name of the release's objects, at most 63 characters. */}}
+{{- define "tickgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tickgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tickgate.labels" -}}
+helm.sh/chart: {{ include "tickgate.chart" . }}
+{{ include "tickgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "tickgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tickgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tickgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tickgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tickgate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks the database settings and fails rendering with a clear message when they are
+missing or ambiguous. Every template that needs the database includes it.
+*/}}
+{{- define "tickgate.validateDatabase" -}}
+{{- $db := .Values.database }}
+{{- if and $db.url $db.existingSecret }}
+{{- fail "tickgate: set only one of database.url and database.existingSecret" }}
+{{- end }}
+{{- if not (or $db.url $db.existingSecret) }}
+{{- fail "tickgate: no database configured. Set database.url (e.g. --set database.url=postgresql://user:pass@host:5432/tickgate) or database.existingSecret (a Secret holding the DSN under database.existingSecretKey, default DATABASE_URL). The chart never starts an embedded PostgreSQL." }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding DATABASE_URL: the chart's own, or database.existingSecret. */}}
+{{- define "tickgate.databaseSecretName" -}}
+{{- include "tickgate.validateDatabase" . }}
+{{- if .Values.database.existingSecret }}
+{{- .Values.database.existingSecret }}
+{{- else }}
+{{- printf "%s-database" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "tickgate.databaseSecretKey" -}}
+{{- if .Values.database.existingSecret }}
+{{- .Values.database.existingSecretKey | default "DATABASE_URL" }}
+{{- else -}}
+DATABASE_URL
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap of declarative jobs. */}}
+{{- define "tickgate.jobsConfigMapName" -}}
+{{- printf "%s-jobs" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The jobs file: the `jobs` list as JSON, which is also YAML. JSON quotes every string, so
+values such as "03:00" or "2026-12-01T10:00:00+02:00" stay strings for any YAML 1.1
+reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate names.
+*/}}
+{{- define "tickgate.jobsFile" -}}
+{{- $seen := dict }}
+{{- range .Values.jobs }}
+{{- if hasKey $seen .name }}
+{{- fail (printf "tickgate: jobs: the name %q is declared twice" .name) }}
+{{- end }}
+{{- $_ := set $seen .name true }}
+{{- end }}
+{{- toPrettyJson .Values.jobs }}
+{{- end }}
+
+{{/* Container settings shared by the Deployment and the migration Job. */}}
+{{- define "tickgate.settingsEnv" -}}
+- name: TICKGATE_REQUIRE_DATABASE_URL
+  value: "1"
+- name: TICKGATE_API_POOL_SIZE
+  value: {{ .Values.apiPoolSize | quote }}
+- name: TICKGATE_MAX_CONCURRENT_RUNS
+  value: {{ .Values.maxConcurrentRuns | quote }}
+- name: TICKGATE_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: TICKGATE_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+{{- end }}
+
+{{/* The pod's terminationGracePeriodSeconds: preStop sleep + run grace + headroom. */}}
+{{- define "tickgate.terminationGracePeriodSeconds" -}}
+{{- add (int .Values.preStopSleepSeconds) (int .Values.shutdownGraceSeconds) (int .Values.terminationGraceHeadroomSeconds) }}
+{{- end }}

@@ -1,0 +1,98 @@
+"""Probes and metrics: /healthz (alive), /readyz (able to serve), /metrics."""
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from service.api.deps import Services, ServicesDep
+from service.scheduler.overdue import overdue_jobs
+from service.store.errors import UNAVAILABLE
+from service.store.migrate import head_version
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["health"])
+READY_DB_TIMEOUT_SECONDS = 1.0
+OK = "ok"
+
+
+class Health(BaseModel):
+    """The process and its event loop are alive."""
+
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    """Whether this replica should receive traffic, and each check's verdict."""
+
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, str] = Field(
+        description="database, migrations, scheduler and shutdown: 'ok' or what is wrong."
+    )
+
+
+@router.get("/healthz", operation_id="get_health")
+async def healthz() -> Health:
+    """Liveness: never touches the database, so an outage restarts no pod."""
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    operation_id="get_readiness",
+    responses={503: {"model": Readiness, "description": "Not ready; `checks` says why."}},
+)
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """Readiness: the database answers within 1 s, migrations are at head, the
+    scheduler (if on) has synced and hears changes, and shutdown has not begun."""
+    checks = {"shutdown": "shutting down" if services.lifecycle.shutting_down else OK}
+    checks |= await _database_checks(services)
+    checks["scheduler"] = _scheduler_check(services)
+    ready = all(verdict in {OK, "off"} for verdict in checks.values())
+    body = Readiness(status="ready" if ready else "not_ready", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus text exposition."""
+    await _refresh_database_gauges(services)
+    return Response(services.metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+
+async def _database_checks(services: Services) -> dict[str, str]:
+    try:
+        async with asyncio.timeout(READY_DB_TIMEOUT_SECONDS):
+            version = await services.store.schema_version()
+    except UNAVAILABLE as error:
+        return {"database": f"unavailable: {error!r}", "migrations": "unknown"}
+    head = head_version()
+    migrations = OK if version == head else f"at version {version}, head is {head}"
+    return {"database": OK, "migrations": migrations}
+
+
+def _scheduler_check(services: Services) -> str:
+    mirror = services.mirror
+    if mirror is None:
+        return "off"
+    if not mirror.synced:
+        return "first sync not finished"
+    return OK if mirror.healthy else "not listening for job changes"
+
+
+async def _refresh_database_gauges(services: Services) -> None:
+    gauges = services.metrics
+    if services.mirror is not None and services.mirror.last_sync is not None:
+        age = datetime.now(UTC) - services.mirror.last_sync
+        gauges.sync_age.set(age.total_seconds())
+    try:
+        for state, count in (await services.store.job_counts()).items():
+            gauges.jobs.labels(state.value).set(count)
+        gauges.jobs_overdue.set(len(await overdue_jobs(services.store)))
+    except UNAVAILABLE as error:
+        # Keep the last values; readiness reports the outage.
+        log.debug("job gauges not refreshed: %r", error)

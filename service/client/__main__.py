@@ -1,0 +1,5 @@
+"""`python -m service.client jobs ...`: the jobs CLI without the server's dependencies."""
+
+from service.client.commands import main
+
+main()

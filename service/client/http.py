@@ -1,0 +1,271 @@
+"""A thin typed client of the Tickgate v1 REST API over httpx.
+
+Pure HTTP: it knows the paths and the error shapes, nothing of the server's internals.
+JSON bodies are returned as they came (`JsonObject`), so callers can print them verbatim.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+from urllib.parse import quote
+
+import httpx
+
+JsonObject = dict[str, object]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+MAX_PAGE = 1000  # the API's largest `limit`
+
+
+class ClientError(Exception):
+    """Base of every error this client raises."""
+
+
+class Unreachable(ClientError):
+    """No HTTP answer from the server: refused, timed out, reset, bad address."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach the Tickgate server at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One entry of a 422 answer: where, what is wrong, and the value given."""
+
+    loc: tuple[str, ...]
+    msg: str
+    input: object
+    has_input: bool
+
+    @classmethod
+    def parse(cls, entry: object) -> "Problem":
+        if not isinstance(entry, dict):
+            return cls((), str(entry), None, has_input=False)
+        loc = entry.get("loc")
+        parts = tuple(str(part) for part in loc) if isinstance(loc, list) else ()
+        return cls(parts, str(entry.get("msg", "")), entry.get("input"), "input" in entry)
+
+
+class ApiError(ClientError):
+    """The server answered with a 4xx or 5xx status."""
+
+    def __init__(self, status: int, detail: object, method: str, url: str) -> None:
+        super().__init__(f"{method} {url}: HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.method = method
+        self.url = url
+
+    @property
+    def problems(self) -> list[Problem]:
+        """The field problems of a 422 (`{"detail": [...]}`); empty for other answers."""
+        if not isinstance(self.detail, list):
+            return []
+        return [Problem.parse(entry) for entry in self.detail]
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a listing: its items and the cursor of the next page (None at the end)."""
+
+    items: list[JsonObject]
+    next_cursor: str | None
+
+    def document(self) -> JsonObject:
+        """The page as the API shapes it."""
+        return {"items": list(self.items), "next_cursor": self.next_cursor}
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The answer to PUT /v1/jobs/{name}: 201 when it created the job, 200 otherwise."""
+
+    status: int
+    job: JsonObject
+
+    @property
+    def created(self) -> bool:
+        return self.status == 201
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str | None = None
+    task: str | None = None
+    prefix: str | None = None
+
+
+FetchPage = Callable[[int, str | None], Page]
+Params = dict[str, str | int | None]
+
+
+class TickgateClient:
+    """Synchronous client of one Tickgate server; use as a context manager or close()."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # Jobs
+
+    def list_jobs(
+        self, where: JobFilter | None = None, *, limit: int = 100, cursor: str | None = None
+    ) -> Page:
+        where = where or JobFilter()
+        params: Params = {"limit": limit, "cursor": cursor, "state": where.state}
+        params |= {"task": where.task, "prefix": where.prefix}
+        return _page(self._request("GET", "/v1/jobs", params=params))
+
+    def all_jobs(self, where: JobFilter | None = None, *, limit: int | None = None) -> Page:
+        """Follow `next_cursor` until the end, or until `limit` jobs are in hand."""
+        return collect(lambda size, cursor: self.list_jobs(where, limit=size, cursor=cursor), limit)
+
+    def get_job(self, name: str) -> JsonObject:
+        return _object(self._request("GET", _job_path(name)))
+
+    def create_job(self, job: Mapping[str, object]) -> JsonObject:
+        return _object(self._request("POST", "/v1/jobs", json=job))
+
+    def put_job(self, name: str, job: Mapping[str, object]) -> Applied:
+        response = self._request("PUT", _job_path(name), json=job)
+        return Applied(response.status_code, _object(response))
+
+    def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
+        return _object(self._request("PATCH", _job_path(name), json=patch))
+
+    def delete_job(self, name: str) -> None:
+        self._request("DELETE", _job_path(name))
+
+    def pause_job(self, name: str) -> JsonObject:
+        return _object(self._request("POST", f"{_job_path(name)}/pause"))
+
+    def resume_job(self, name: str) -> JsonObject:
+        return _object(self._request("POST", f"{_job_path(name)}/resume"))
+
+    # Runs
+
+    def trigger_job(self, name: str) -> JsonObject:
+        return _object(self._request("POST", f"{_job_path(name)}/trigger"))
+
+    def list_runs(
+        self, name: str, *, status: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> Page:
+        params: Params = {"limit": limit, "cursor": cursor, "status": status}
+        return _page(self._request("GET", f"{_job_path(name)}/runs", params=params))
+
+    def recent_runs(self, name: str, *, status: str | None = None, limit: int | None) -> Page:
+        """Newest first, following `next_cursor` until `limit` runs (or all of them)."""
+        return collect(
+            lambda size, cursor: self.list_runs(name, status=status, limit=size, cursor=cursor),
+            limit,
+        )
+
+    def get_run(self, run_id: str) -> JsonObject:
+        return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}"))
+
+    # Plumbing
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        json: Mapping[str, object] | None = None,
+    ) -> httpx.Response:
+        query = {key: value for key, value in (params or {}).items() if value is not None}
+        try:
+            response = self._http.request(method, path, params=query, json=json)
+        except httpx.TransportError as error:
+            raise Unreachable(self.base_url, _reason(error)) from error
+        if response.is_error:
+            raise ApiError(response.status_code, _detail(response), method, str(response.url))
+        return response
+
+
+def collect(fetch: FetchPage, limit: int | None) -> Page:
+    """Pages from `fetch(size, cursor)` joined, up to `limit` items (all when None)."""
+    items: list[JsonObject] = []
+    cursor: str | None = None
+    while True:
+        wanted = MAX_PAGE if limit is None else min(MAX_PAGE, limit - len(items))
+        page = fetch(wanted, cursor)
+        items.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None or (limit is not None and len(items) >= limit):
+            return Page(items, cursor)
+
+
+def _job_path(name: str) -> str:
+    # Dots survive quote(); "." or ".." as a path segment would be normalised away.
+    quoted = quote(name, safe="")
+    return f"/v1/jobs/{quoted.replace('.', '%2E') if set(name) == {'.'} else quoted}"
+
+
+def _reason(error: httpx.TransportError) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, httpx.ConnectError) and "refused" in text.lower():
+        return "connection refused"
+    if isinstance(error, httpx.TimeoutException):
+        return f"timed out ({type(error).__name__})"
+    return text
+
+
+def _detail(response: httpx.Response) -> object:
+    try:
+        body: object = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        detail: object = body["detail"]
+        return detail
+    return body
+
+
+def _object(response: httpx.Response) -> JsonObject:
+    try:
+        body: object = response.json()
+    except ValueError as error:
+        raise _unexpected(response, "not JSON") from error
+    if not isinstance(body, dict):
+        raise _unexpected(response, "not a JSON object")
+    return {str(key): value for key, value in body.items()}
+
+
+def _page(response: httpx.Response) -> Page:
+    body = _object(response)
+    items = body.get("items")
+    cursor = body.get("next_cursor")
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise _unexpected(response, "no list of objects in `items`")
+    if cursor is not None and not isinstance(cursor, str):
+        raise _unexpected(response, "`next_cursor` is not a string")
+    return Page([{str(k): v for k, v in item.items()} for item in items], cursor)
+
+
+def _unexpected(response: httpx.Response, what: str) -> ApiError:
+    method = response.request.method
+    return ApiError(response.status_code, f"unexpected answer: {what}", method, str(response.url))

@@ -1,0 +1,55 @@
+"""Logging: structured JSON in containers, plain text on a terminal, one format for all
+records, uvicorn's access log included."""
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Literal
+
+# Record attributes that carry run context; every record about a run has them.
+RUN_FIELDS = ("job", "run_id", "scheduled_for", "runner")
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any run context."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry |= {f: getattr(record, f) for f in RUN_FIELDS if hasattr(record, f)}
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple):
+            entry |= dict(zip(_ACCESS_FIELDS, record.args, strict=False))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines for a terminal, with a run's context appended when the record has it."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = " ".join(f"{f}={getattr(record, f)}" for f in RUN_FIELDS if hasattr(record, f))
+        return f"{line} [{context}]" if context else line
+
+
+def configure_logging(level: str, log_format: Literal["json", "text"] | None) -> None:
+    """Route every logger, uvicorn's too, through one root handler on stderr."""
+    chosen = log_format or ("text" if sys.stderr.isatty() else "json")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True

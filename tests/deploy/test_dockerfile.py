@@ -1,0 +1,130 @@
+"""The Dockerfile, read statically: no Docker engine is needed."""
+
+import fnmatch
+import importlib
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from tests.deploy import (
+    CHART_DIR,
+    DOCKERFILE,
+    DOCKERIGNORE,
+    ROOT,
+    exec_form,
+    exposed_ports,
+    final_stage,
+    stages,
+    user_ids,
+)
+
+BASE_IMAGE = re.compile(r"^python:3\.12-slim(@sha256:[0-9a-f]{64})?$")
+BUILD_TOOLS = re.compile(
+    r"\b(gcc|g\+\+|clang|cc|make|build-essential|python3?-dev|libpq-dev|cargo|rustc)\b"
+)
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_multi_stage_on_python_slim() -> None:
+    all_stages = stages(DOCKERFILE.read_text())
+    assert len(all_stages) >= 2, "expected a builder stage and a runtime stage"
+    for stage in all_stages:
+        assert BASE_IMAGE.match(stage.base), f"stage base {stage.base!r} is not python:3.12-slim"
+
+
+def test_builder_makes_wheels_and_runtime_installs_only_them() -> None:
+    builder, *_, runtime = stages(DOCKERFILE.read_text())
+    assert builder.name, "the builder stage needs a name to copy or mount from"
+    assert any("pip wheel" in run.args for run in builder.all("RUN"))
+    installs = [run.args for run in runtime.all("RUN") if "pip install" in run.args]
+    assert installs, "the runtime stage installs nothing"
+    for install in installs:
+        assert "--no-index" in install, "the runtime must install from the built wheels only"
+        assert f"from={builder.name}" in install or f"--from={builder.name}" in install
+
+
+def test_final_stage_has_no_build_tools() -> None:
+    runtime = final_stage()
+    for run in runtime.all("RUN"):
+        assert not BUILD_TOOLS.search(run.args), f"build tooling in the final stage: {run.args}"
+    for copy in runtime.all("COPY"):
+        assert "--from=" in copy.args, f"sources copied into the final stage: {copy.args}"
+
+
+def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
+    uid, gid = user_ids(final_stage())
+    assert uid != 0
+    assert gid != 0
+
+
+def test_exposes_the_charts_container_port() -> None:
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert exposed_ports(final_stage()) == {values["containerPort"]}
+
+
+def test_entrypoint_is_the_tickgate_console_script(pyproject: dict) -> None:
+    runtime = final_stage()
+    entrypoint = runtime.last("ENTRYPOINT")
+    assert entrypoint is not None
+    assert exec_form(entrypoint) == ["tickgate"]
+    target = pyproject["project"]["scripts"]["tickgate"]
+    module_name, _, attribute = target.partition(":")
+    function = getattr(importlib.import_module(module_name), attribute)
+    assert callable(function)
+
+
+def test_cmd_serves_on_all_interfaces_on_the_exposed_port() -> None:
+    runtime = final_stage()
+    cmd = runtime.last("CMD")
+    assert cmd is not None
+    words = exec_form(cmd)
+    assert words[0] == "serve"
+    assert words[words.index("--host") + 1] == "0.0.0.0"
+    assert {int(words[words.index("--port") + 1])} == exposed_ports(runtime)
+
+
+def test_image_requires_a_database_url_and_logs_json() -> None:
+    env = final_stage().env()
+    assert env.get("TICKGATE_REQUIRE_DATABASE_URL") == "1"
+    assert env.get("TICKGATE_LOG_FORMAT") == "json"
+    assert "DATABASE_URL" not in env
+
+
+def test_copied_sources_exist() -> None:
+    for stage in stages(DOCKERFILE.read_text()):
+        for copy in stage.all("COPY"):
+            words = [w for w in copy.args.split() if not w.startswith("--")]
+            if any(w.startswith("--from=") for w in copy.args.split()):
+                continue
+            for source in words[:-1]:
+                assert (ROOT / source).exists(), f"COPY {source}: no such path"
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last matching pattern wins; `!` re-includes."""
+    ignored = False
+    for line in patterns:
+        negated = line.startswith("!")
+        pattern = line.removeprefix("!").strip("/")
+        candidates = [pattern, pattern.removeprefix("**/")]
+        if any(fnmatch.fnmatch(path, p) or path.startswith(p + "/") for p in candidates):
+            ignored = not negated
+    return ignored
+
+
+def test_dockerignore_keeps_the_context_small_but_buildable() -> None:
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    for unwanted in (".venv", ".git", ".tickgate", "tests", ".mypy_cache", "service/__pycache__"):
+        assert _ignored(unwanted, patterns), f"{unwanted} is sent to the Docker daemon"
+    for needed in ("pyproject.toml", "README.md", "service", "service/cli.py"):
+        assert not _ignored(needed, patterns), f"{needed} is needed by the build"

@@ -1,0 +1,589 @@
+"""The Helm chart, rendered and linted by real Helm (helm_python, Helm v4 in a wheel), every
+manifest validated against Kubernetes' OpenAPI schemas with kubernetes-validate."""
+
+import base64
+import importlib
+import json
+import re
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate import utils as kubernetes_validate
+
+from tests.deploy import CHART_DIR, ROOT, exposed_ports, final_stage, user_ids
+
+RELEASE = "tickgate"
+NAMESPACE = "scheduling"
+DSN = "postgresql://tickgate:s3cret@postgres.db.svc:5432/tickgate"
+# A current Kubernetes release, and the newest one kubernetes-validate ships schemas for.
+KUBE_VERSIONS = ("1.33", kubernetes_validate.latest_version())
+
+JOBS: list[dict[str, Any]] = [
+    {
+        "name": "standup",
+        "schedule": {"kind": "cron", "expression": "30 9 * * MON-FRI"},
+        "timezone": "Europe/Kyiv",
+        "task": "log",
+        "args": {"message": "stand-up time", "level": "info"},
+    },
+    {
+        "name": "nightly-report",
+        "description": "wall times and look-alikes must stay strings",
+        "schedule": {"kind": "daily", "every_days": 1, "at": ["03:00", "15:30:15"]},
+        "timezone": "America/New_York",
+        "task": "http",
+        "args": {
+            "url": "http://reports.internal/run",
+            "headers": {"X-Flag": "on", "X-Answer": "yes"},
+            "body": {"since": "2026-01-01T00:00:00Z", "limit": 10, "ratio": 0.5, "none": None},
+            "success_status": [200, 204],
+        },
+        "overlap": "allow",
+        "timeout_seconds": 120,
+        "misfire_grace_seconds": 0,
+    },
+    {
+        "name": "every-5-min",
+        "schedule": {"kind": "interval", "every_seconds": 300, "anchor": "2026-01-01T00:00:00Z"},
+        "task": "log",
+        "args": {"message": "tick"},
+    },
+]
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": {"database": {"url": DSN}},
+    "existing-secret": {
+        "database": {"existingSecret": "pg-credentials", "existingSecretKey": "dsn"}
+    },
+    "monitoring-and-hpa": {
+        "database": {"url": DSN},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "autoscaling": {"enabled": True, "targetMemoryUtilizationPercentage": 90},
+    },
+    "jobs": {"database": {"url": DSN}, "jobs": JOBS},
+    "hook-job": {"database": {"url": DSN}, "migrations": {"hookJob": {"enabled": True}}},
+    "hook-job-existing-secret": {
+        "database": {"existingSecret": "pg-credentials"},
+        "migrations": {"hookJob": {"enabled": True}},
+    },
+}
+
+Manifests = dict[tuple[str, str], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """helm_python, loaded with every Helm/XDG directory pointing into a temporary home.
+
+    Offline render and lint write nothing, but Helm resolves its cache, config and data
+    directories from the environment, so nothing here may touch the real ones."""
+    home = tmp_path_factory.mktemp("helm-home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HOME", str(home))
+        for variable, directory in {
+            "XDG_CACHE_HOME": "cache",
+            "XDG_CONFIG_HOME": "config",
+            "XDG_DATA_HOME": "data",
+            "HELM_CACHE_HOME": "cache/helm",
+            "HELM_CONFIG_HOME": "config/helm",
+            "HELM_DATA_HOME": "data/helm",
+        }.items():
+            env.setenv(variable, str(home / directory))
+        yield importlib.import_module("helm_python")
+
+
+@pytest.fixture(scope="module")
+def chart(helm: ModuleType) -> Iterator[Any]:
+    with helm.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def render(chart: Any) -> Callable[[dict[str, Any]], Manifests]:
+    """Render values into {(kind, name): object}; NOTES.txt is left out."""
+
+    def rendered(values: dict[str, Any]) -> Manifests:
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        manifests: Manifests = {}
+        for path, text in files.items():
+            if not path.endswith((".yaml", ".yml")):
+                continue
+            for document in yaml.safe_load_all(text):
+                if document:
+                    key = (document["kind"], document["metadata"]["name"])
+                    assert key not in manifests, f"{key} rendered twice"
+                    manifests[key] = document
+        return manifests
+
+    return rendered
+
+
+@pytest.fixture(scope="module")
+def scenario(render: Callable[[dict[str, Any]], Manifests]) -> Callable[[str], Manifests]:
+    cache: dict[str, Manifests] = {}
+
+    def rendered(name: str) -> Manifests:
+        if name not in cache:
+            cache[name] = render(SCENARIOS[name])
+        return cache[name]
+
+    return rendered
+
+
+@pytest.fixture(scope="module")
+def values(chart: Any) -> dict[str, Any]:
+    """The chart's default values."""
+    return chart.values
+
+
+def only(manifests: Manifests, kind: str) -> dict[str, Any]:
+    found = [obj for (k, _), obj in manifests.items() if k == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container(manifests: Manifests) -> dict[str, Any]:
+    containers = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    entries = spec.get("env", [])
+    names = [entry["name"] for entry in entries]
+    assert len(names) == len(set(names)), f"duplicate env entries: {names}"
+    return {entry["name"]: entry for entry in entries}
+
+
+def named_port(spec: dict[str, Any], name: str) -> int:
+    ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
+    return ports[name]
+
+
+# --- Helm lint and Kubernetes schemas ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_helm_lint_passes(helm: ModuleType, name: str) -> None:
+    report = helm.lint(
+        CHART_DIR, SCENARIOS[name], strict=True, namespace=NAMESPACE, kube_version="v1.33.0"
+    )
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_manifest_is_valid_kubernetes(
+    scenario: Callable[[str], Manifests], name: str
+) -> None:
+    for (kind, object_name), obj in scenario(name).items():
+        if kind == "ServiceMonitor":
+            continue  # a CRD: its shape is checked in test_service_monitor
+        assert obj["metadata"].get("namespace") == NAMESPACE, (kind, object_name)
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+# --- what is rendered ----------------------------------------------------------------------
+
+
+def test_defaults_render_the_core_objects_only(scenario: Callable[[str], Manifests]) -> None:
+    kinds = sorted(kind for kind, _ in scenario("defaults"))
+    assert kinds == ["Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"]
+
+
+def test_chart_versions_follow_pyproject(chart: Any, values: dict[str, Any]) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart.metadata["apiVersion"] == "v2"
+    assert chart.metadata["appVersion"] == project["version"]
+    assert values["image"]["tag"] == ""
+
+
+def test_image_tag_defaults_to_app_version(
+    render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
+) -> None:
+    assert container(scenario("defaults"))["image"] == "tickgate:0.1.0"
+    pinned = render(
+        {
+            "database": {"url": DSN},
+            "image": {"repository": "registry.example/tickgate", "tag": "1.2.3"},
+        }
+    )
+    assert container(pinned)["image"] == "registry.example/tickgate:1.2.3"
+    digest = "sha256:" + "ab" * 32
+    by_digest = render({"database": {"url": DSN}, "image": {"repository": "r/t", "digest": digest}})
+    assert container(by_digest)["image"] == f"r/t@{digest}"
+
+
+# --- ports and probes ----------------------------------------------------------------------
+
+
+def test_ports_line_up_with_the_image(
+    scenario: Callable[[str], Manifests], values: dict[str, Any]
+) -> None:
+    manifests = scenario("defaults")
+    main = container(manifests)
+    http = named_port(main, "http")
+    assert {http} == exposed_ports(final_stage()) == {values["containerPort"]} == {8080}
+    assert main["args"] == ["serve", "--host", "0.0.0.0", "--port", str(http)]
+    service = only(manifests, "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    (port,) = service["spec"]["ports"]
+    assert port["name"] == "http"
+    assert port["port"] == 80
+    target = port["targetPort"]
+    assert (named_port(main, target) if isinstance(target, str) else target) == http
+    deployment = only(manifests, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+
+
+def test_probes(scenario: Callable[[str], Manifests]) -> None:
+    main = container(scenario("defaults"))
+    expected = {
+        "startupProbe": "/healthz",
+        "livenessProbe": "/healthz",
+        "readinessProbe": "/readyz",
+    }
+    for probe, path in expected.items():
+        get = main[probe]["httpGet"]
+        assert get["path"] == path, probe
+        port = get["port"]
+        assert (named_port(main, port) if isinstance(port, str) else port) == 8080, probe
+    startup = main["startupProbe"]
+    # Migrations (and waiting for another replica's migration lock) fit in the budget.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
+
+
+# --- pods ----------------------------------------------------------------------------------
+
+
+def test_replicas_default_to_three(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("defaults")
+    assert only(manifests, "Deployment")["spec"]["replicas"] == 3
+    budget = only(manifests, "PodDisruptionBudget")["spec"]
+    assert budget.get("maxUnavailable") == 1 or budget.get("minAvailable") == 1
+
+
+def test_hpa_owns_the_replica_count(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("monitoring-and-hpa")
+    deployment = only(manifests, "Deployment")
+    assert "replicas" not in deployment["spec"]
+    hpa = only(manifests, "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert hpa["spec"]["minReplicas"] == 3
+    assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
+
+
+def test_security_context(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("defaults")
+    uid, gid = user_ids(final_stage())
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    pod_context = pod["securityContext"]
+    assert pod_context["runAsNonRoot"] is True
+    assert pod_context["runAsUser"] == uid
+    assert pod_context["runAsGroup"] == gid
+    assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = container(manifests)["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] == uid
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    mounts = {m["mountPath"]: m["name"] for m in container(manifests)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_pod_hygiene(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("defaults")
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    # Service links would inject TICKGATE_PORT=tcp://... into the TICKGATE_ settings space.
+    assert pod["enableServiceLinks"] is False
+    assert pod["automountServiceAccountToken"] is False
+    account = only(manifests, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    resources = container(manifests)["resources"]
+    assert {"cpu", "memory"} <= resources["requests"].keys()
+    assert "memory" in resources["limits"]
+
+
+def test_termination_grace_outlasts_the_shutdown_grace(
+    render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
+) -> None:
+    for manifests, grace in (
+        (scenario("defaults"), 30),
+        (render(SCENARIOS["defaults"] | {"shutdownGraceSeconds": 300}), 300),
+    ):
+        pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+        env = env_of(container(manifests))
+        assert env["TICKGATE_SHUTDOWN_GRACE_SECONDS"]["value"] == str(grace)
+        pre_stop = container(manifests)["lifecycle"]["preStop"]["exec"]["command"]
+        assert pre_stop[0] == "sleep"
+        # SIGTERM arrives after the preStop sleep; runs then get their grace, plus headroom.
+        assert pod["terminationGracePeriodSeconds"] >= int(pre_stop[1]) + grace + 10
+
+
+def test_runner_id_comes_from_the_pod_name(scenario: Callable[[str], Manifests]) -> None:
+    runner = env_of(container(scenario("defaults")))["TICKGATE_RUNNER_ID"]
+    assert runner["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_settings_env(
+    render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
+) -> None:
+    env = env_of(container(scenario("defaults")))
+    assert env["TICKGATE_LOG_FORMAT"]["value"] == "json"
+    assert env["TICKGATE_REQUIRE_DATABASE_URL"]["value"] == "1"
+    assert env["TICKGATE_API_POOL_SIZE"]["value"] == "10"
+    assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "32"
+    assert "TICKGATE_APPLY_JOBS" not in env
+    changed = render(
+        SCENARIOS["defaults"]
+        | {
+            "maxConcurrentRuns": 16,
+            "logFormat": "text",
+            "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
+        }
+    )
+    env = env_of(container(changed))
+    assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "16"
+    assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
+    assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"
+
+
+# --- database ------------------------------------------------------------------------------
+
+
+def test_database_url_from_the_charts_secret(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("defaults")
+    reference = env_of(container(manifests))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    secret = manifests[("Secret", reference["name"])]
+    assert base64.b64decode(secret["data"][reference["key"]]).decode() == DSN
+    annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/database" in annotations  # a new DSN rolls the pods
+
+
+def test_database_url_from_an_existing_secret(
+    render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
+) -> None:
+    manifests = scenario("existing-secret")
+    assert [key for key in manifests if key[0] == "Secret"] == []
+    reference = env_of(container(manifests))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": "pg-credentials", "key": "dsn"}
+    default_key = render({"database": {"existingSecret": "pg-credentials"}})
+    reference = env_of(container(default_key))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": "pg-credentials", "key": "DATABASE_URL"}
+
+
+def test_rendering_fails_clearly_without_a_database(helm: ModuleType, chart: Any) -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"no database configured\. Set database\.url"):
+        chart.render({}, name=RELEASE, namespace=NAMESPACE)
+    with pytest.raises(
+        helm.HelmRenderError, match=r"only one of database\.url and database\.existingSecret"
+    ):
+        chart.render(
+            {"database": {"url": DSN, "existingSecret": "pg"}}, name=RELEASE, namespace=NAMESPACE
+        )
+
+
+# --- migrations ----------------------------------------------------------------------------
+
+
+def test_migrations_run_at_startup_by_default(scenario: Callable[[str], Manifests]) -> None:
+    assert [key for key in scenario("defaults") if key[0] == "Job"] == []
+
+
+@pytest.mark.parametrize("name", ["hook-job", "hook-job-existing-secret"])
+def test_optional_migration_hook_job(scenario: Callable[[str], Manifests], name: str) -> None:
+    manifests = scenario(name)
+    job = only(manifests, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    pod = job["spec"]["template"]["spec"]
+    (migrate,) = pod["containers"]
+    assert migrate["args"] == ["migrate"]
+    assert migrate["image"] == container(manifests)["image"]
+    assert migrate["securityContext"]["readOnlyRootFilesystem"] is True
+    # Hooks run before the release's ServiceAccount and Secret exist.
+    assert "serviceAccountName" not in pod
+    reference = env_of(migrate)["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    if name == "hook-job-existing-secret":
+        assert reference == {"name": "pg-credentials", "key": "DATABASE_URL"}
+        return
+    secret = manifests[("Secret", reference["name"])]
+    hook = secret["metadata"]["annotations"]
+    assert hook["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(hook["helm.sh/hook-weight"]) < int(
+        job["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    assert base64.b64decode(secret["data"][reference["key"]]).decode() == DSN
+
+
+# --- declarative jobs ----------------------------------------------------------------------
+
+
+def test_jobs_configmap_mount_and_env(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("jobs")
+    config_map = only(manifests, "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["jobs.yaml"]) == JOBS
+    main = container(manifests)
+    path = env_of(main)["TICKGATE_APPLY_JOBS"]["value"]
+    assert path == "/etc/tickgate/jobs.yaml"
+    directory, _, filename = path.rpartition("/")
+    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert volume["configMap"]["items"] == [{"key": "jobs.yaml", "path": filename}]
+
+
+def test_the_service_accepts_the_jobs_file(
+    scenario: Callable[[str], Manifests], tmp_path: Path
+) -> None:
+    """The rendered file goes through Tickgate's own loader for TICKGATE_APPLY_JOBS."""
+    declarative = pytest.importorskip("service.api.declarative")
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(only(scenario("jobs"), "ConfigMap")["data"]["jobs.yaml"])
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(JOBS))
+    loaded = declarative.load_job_file(rendered)
+    assert [job.name for job in loaded] == [job["name"] for job in JOBS]
+    assert loaded == declarative.load_job_file(reference)
+
+
+def test_changed_jobs_roll_the_pods(
+    render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
+) -> None:
+    def checksum(manifests: Manifests) -> str:
+        deployment = only(manifests, "Deployment")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/jobs"]
+
+    changed = [JOBS[0] | {"args": {"message": "stand-up time!"}}, *JOBS[1:]]
+    assert checksum(scenario("jobs")) != checksum(render(SCENARIOS["jobs"] | {"jobs": changed}))
+
+
+def test_no_jobs_no_configmap(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("defaults")
+    assert [key for key in manifests if key[0] == "ConfigMap"] == []
+    annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/jobs" not in annotations
+
+
+def test_duplicate_job_names_fail(helm: ModuleType, chart: Any) -> None:
+    with pytest.raises(helm.HelmRenderError, match='"standup" is declared twice'):
+        chart.render({"database": {"url": DSN}, "jobs": [JOBS[0], JOBS[0]]}, name=RELEASE)
+
+
+# --- values schema -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"replicaCount": "3"}, "/replicaCount"),
+        ({"logFormat": "pretty"}, "/logFormat"),
+        ({"replicacount": 3}, "replicacount"),
+        ({"database": {"uri": DSN}}, "uri"),
+        ({"shutdownGraceSeconds": 2.5}, "/shutdownGraceSeconds"),
+        (
+            {"jobs": [{"name": "x", "schedule": {"kind": "cron", "expression": "* * * * *"}}]},
+            "task",
+        ),
+        (
+            {"jobs": [{"name": "x", "schedule": {"kind": "daily", "at": [300]}, "task": "log"}]},
+            "/at/0",
+        ),
+        ({"jobs": [{"name": "x", "schedule": {"kind": "hourly"}, "task": "log"}]}, "/kind"),
+        (
+            {
+                "jobs": [
+                    {
+                        "name": "-x",
+                        "schedule": {"kind": "once", "at": "2030-01-01T00:00:00Z"},
+                        "task": "log",
+                    }
+                ]
+            },
+            "/name",
+        ),
+        ({"jobs": [JOBS[0] | {"state": "paused"}]}, "state"),
+    ],
+)
+def test_schema_rejects_bad_values(
+    helm: ModuleType, chart: Any, bad: dict[str, Any], message: str
+) -> None:
+    values = {"database": {"url": DSN}} | bad
+    with pytest.raises(helm.HelmValuesError, match=message):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    report = helm.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE)
+    assert report["errors"] or any(m["severity"] >= 3 for m in report["messages"])
+
+
+# --- monitoring ----------------------------------------------------------------------------
+
+
+def test_service_monitor(scenario: Callable[[str], Manifests]) -> None:
+    assert [key for key in scenario("defaults") if key[0] == "ServiceMonitor"] == []
+    manifests = scenario("monitoring-and-hpa")
+    monitor = only(manifests, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = only(manifests, "Service")
+    spec = monitor["spec"]
+    assert spec.keys() <= {"selector", "namespaceSelector", "endpoints"}
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"].endswith("s")
+
+
+# --- docs ----------------------------------------------------------------------------------
+
+
+def _leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _leaf_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def test_docs_values_table_matches_values_yaml(values: dict[str, Any]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Deploy on Kubernetes", 1)[1].split("\n## ", 1)[0]
+    text = section.split("#### Values", 1)[1]
+    documented: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            documented.update(re.findall(r"`([^`]+)`", first_cell))
+    leaves = set(_leaf_paths(values))
+    prefixes = {
+        leaf.rsplit(".", depth)[0] for leaf in leaves for depth in range(leaf.count(".") + 1)
+    }
+    assert documented <= leaves | prefixes, "documented keys that values.yaml lacks"
+    undocumented = {
+        leaf
+        for leaf in leaves
+        if not any(leaf == key or leaf.startswith(f"{key}.") for key in documented)
+    }
+    assert undocumented == set()
