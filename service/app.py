@@ -14,12 +14,15 @@ from fastapi.openapi.utils import get_openapi
 from service.api import install_routes
 from service.api.declarative import apply_job_file
 from service.api.deps import Services
-from service.config import Settings
+from service.config import Settings, split_names
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.store import Store
 from service.store.sessions import RunSessions
+from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
+from service.tasks.plugins import load_plugins
+from service.tasks.sql import sql_task
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings, registry: TaskRegistry | None = None) -> FastAPI:
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url (the CLI fills it in)")
-    tasks = registry or builtin_registry()
+    tasks = registry or build_registry(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -50,6 +53,24 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     install_routes(app)
     app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+def sql_target_dsns(settings: Settings) -> dict[str, str]:
+    """The operator's SQL targets, plus `self` (our own database) only if allowed."""
+    targets = dict(settings.sql_targets)
+    if settings.sql_allow_self and settings.database_url:
+        targets["self"] = settings.database_url
+    return targets
+
+
+def build_registry(settings: Settings) -> TaskRegistry:
+    """Built-in tasks, the sql task for the configured targets, then plugins."""
+    registry = builtin_registry()
+    registry.register(sql_task(frozenset(sql_target_dsns(settings))))
+    loaded = load_plugins(registry, split_names(settings.task_modules))
+    if loaded:
+        log.info("plugin tasks registered: %s", ", ".join(loaded))
+    return registry
 
 
 def _openapi_document(app: FastAPI) -> dict[str, Any]:
@@ -89,6 +110,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         store=store,
         tasks=tasks,
         http=http,
+        sql=SqlTargetConnections(sql_target_dsns(settings)),
         runner_id=settings.runner_id,
         metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),

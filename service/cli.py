@@ -14,12 +14,14 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from service.api.declarative import JobFileError
 from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
 from service.config import Settings
 from service.embedded import start_embedded
 from service.logs import configure_logging
 from service.store import Store
+from service.tasks.plugins import PluginError
 
 log = logging.getLogger("tickgate")
 
@@ -28,7 +30,12 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    args.command(settings, args)
+    try:
+        args.command(settings, args)
+    except (PluginError, JobFileError) as error:
+        # Misconfiguration an operator must fix: one clear line, no traceback.
+        log.error("%s", error)
+        raise SystemExit(2) from error
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,6 +9,10 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def split_names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
 def default_runner_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -49,6 +53,16 @@ class Settings(BaseSettings):
         30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
     )
     run_history: int = Field(1000, ge=1, le=1_000_000, description="Runs kept per job.")
+    task_modules: str = Field(
+        "", description="Comma-separated modules whose @task definitions are registered."
+    )
+    sql_targets: dict[str, str] = Field(
+        default_factory=dict,
+        description='JSON {"name": "dsn"}: databases the sql task may run on, by name.',
+    )
+    sql_allow_self: bool = Field(
+        False, description="Let the sql task target `self`, Tickgate's own database."
+    )
     test_fire_delay_ms: int = Field(
         0, ge=0, le=60_000, description="Test only: hold every fire back this long."
     )

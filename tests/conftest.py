@@ -1,7 +1,9 @@
 """Shared fixtures: a real PostgreSQL (embedded unless TICKGATE_TEST_DATABASE_URL is set)."""
 
 import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,12 +16,13 @@ from tests.support.db import TemplateDatabases, with_database
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> Iterator[str]:
     configured = os.environ.get("TICKGATE_TEST_DATABASE_URL")
     if configured:
         yield configured
         return
-    embedded = start_embedded(tmp_path_factory.mktemp("embedded-pg"), delete_on_stop=True)
+    # Not under pytest's numbered temp dirs: a concurrent pytest session prunes those.
+    embedded = start_embedded(Path(tempfile.mkdtemp(prefix="tickgate-pg-")), delete_on_stop=True)
     try:
         yield embedded.url
     finally:

@@ -15,6 +15,7 @@ from service.api.models import (
     JobPage,
     JobQuery,
     JobReplace,
+    PauseRequest,
     decode_cursor,
     encode_cursor,
 )
@@ -136,10 +137,11 @@ async def delete(name: NamePath, services: ServicesDep) -> None:
 
 
 @router.post("/{name}/pause", operation_id="pause_job", responses=NOT_FOUND | CONFLICT)
-async def pause(name: NamePath, services: ServicesDep) -> JobOut:
-    """Stop firing; `next_run_at` becomes null."""
+async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None = None) -> JobOut:
+    """Stop firing; `next_run_at` becomes null. An optional `note` is kept on the job."""
     now = services.now()
-    job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now)))
+    note = body.note if body else None
+    job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now, note)))
     return await _out(services, job, now)
 
 

@@ -5,14 +5,18 @@ from datetime import datetime
 from typing import Annotated, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
 from service.domain.errors import InvalidInput
-from service.domain.jobs import Job, JobName, JobSpec, JobState, Overlap
+from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, Overlap
 from service.domain.names import is_valid_job_name
+from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
 from service.store import RunPosition
+
+NEXT_RUNS = 5
+MAX_BACKFILL_TICKS = 1000
 
 
 class JobCreate(JobSpec):
@@ -67,8 +71,17 @@ class JobOut(BaseModel):
     overlap: Overlap
     timeout_seconds: int
     misfire_grace_seconds: int
+    retry: RetryPolicy
+    start_at: datetime | None
+    end_at: datetime | None
+    max_runs: int | None
+    jitter_seconds: int
+    catchup: Catchup
+    pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
+    runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
     next_run_at: datetime | None
+    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
     last_run: RunOut | None
     created_at: datetime
     updated_at: datetime
@@ -80,9 +93,33 @@ class JobOut(BaseModel):
             {
                 **job.model_dump(exclude={"fire_after"}),
                 "next_run_at": job.next_run_at(now),
+                "next_runs": job.upcoming(now, NEXT_RUNS),
                 "last_run": last_run.model_dump() if last_run else None,
             }
         )
+
+
+class PauseRequest(BaseModel):
+    """Why the job is paused; kept on the job until it resumes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    note: str | None = Field(None, max_length=1024)
+
+
+class BackfillRequest(BaseModel):
+    """Run every nominal tick in [from, to] that has no run yet, once each, in order."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: AwareDatetime = Field(alias="from")
+    end: AwareDatetime = Field(alias="to")
+
+
+class RunList(BaseModel):
+    """Runs, oldest first."""
+
+    items: list[RunOut]
 
 
 class JobQuery(BaseModel):

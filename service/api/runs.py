@@ -1,5 +1,6 @@
 """Runs: trigger one now, list a job's runs, read one."""
 
+from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
@@ -8,8 +9,18 @@ from fastapi import APIRouter, Query, status
 from service.api.deps import ServicesDep
 from service.api.errors import COMMON, CONFLICT, NOT_FOUND
 from service.api.jobs import NamePath, existing_job
-from service.api.models import RunOut, RunPage, RunQuery, decode_run_cursor, encode_run_cursor
-from service.domain.errors import NotFound
+from service.api.models import (
+    MAX_BACKFILL_TICKS,
+    BackfillRequest,
+    RunList,
+    RunOut,
+    RunPage,
+    RunQuery,
+    decode_run_cursor,
+    encode_run_cursor,
+)
+from service.domain.errors import InvalidInput, NotFound
+from service.domain.jobs import Job, ticks_between
 
 router = APIRouter(tags=["runs"], responses=COMMON | NOT_FOUND)
 
@@ -25,6 +36,32 @@ async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
     409 if an overlap "skip" job is running somewhere."""
     job = await existing_job(services, name)
     return RunOut.model_validate(await services.runner.trigger_now(job), from_attributes=True)
+
+
+@router.post("/v1/jobs/{name}/backfill", operation_id="backfill_job")
+async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep) -> RunList:
+    """Run every nominal tick in [from, to] that has no run yet, once each and in order
+    (trigger "backfill"), and return the runs this call made. At most 1000 ticks.
+    Called on two replicas at once, each tick still runs exactly once."""
+    job = await existing_job(services, name)
+    ticks = _backfill_ticks(job, body)
+    unrun = await services.store.ticks_without_runs([(name, tick) for tick in ticks])
+    todo = [tick for tick in ticks if (name, tick) in unrun]
+    runs = await services.runner.backfill(job, todo)
+    return RunList(items=[RunOut.model_validate(run, from_attributes=True) for run in runs])
+
+
+def _backfill_ticks(job: Job, body: BackfillRequest) -> list[datetime]:
+    if body.end < body.start:
+        raise InvalidInput.one(("body", "to"), "must not be before `from`", body.end.isoformat())
+    ticks = ticks_between(job, body.start, body.end, MAX_BACKFILL_TICKS + 1)
+    if len(ticks) > MAX_BACKFILL_TICKS:
+        raise InvalidInput.one(
+            ("body", "to"),
+            f"the range holds more than {MAX_BACKFILL_TICKS} ticks; backfill it in parts",
+            body.end.isoformat(),
+        )
+    return ticks
 
 
 @router.get("/v1/jobs/{name}/runs", operation_id="list_runs")

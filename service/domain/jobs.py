@@ -4,19 +4,31 @@ Each change is a pure function from the current job (or None) to the next one, s
 store can run it inside a row-locked transaction and the rules live in one place.
 """
 
+import hashlib
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from service.domain.errors import Conflict, InvalidInput
 from service.domain.names import JOB_NAME_PATTERN, lock_key
+from service.domain.retry import RetryPolicy
 from service.domain.schedules import (
     OnceSchedule,
     Schedule,
+    fire_times,
     latest_fire_at_or_before,
     next_fire_after,
     resolve_schedule,
@@ -37,10 +49,19 @@ class JobState(StrEnum):
 
 
 class Overlap(StrEnum):
-    """skip: never two runs at once across replicas; allow: runs may overlap."""
+    """skip: a tick that comes while a run is in progress anywhere is dropped;
+    queue_one: at most one such tick waits and runs right after; allow: runs overlap."""
 
     SKIP = "skip"
     ALLOW = "allow"
+    QUEUE_ONE = "queue_one"
+
+
+class Catchup(StrEnum):
+    """latest: at startup, run the latest tick missed within the grace; none: don't."""
+
+    LATEST = "latest"
+    NONE = "none"
 
 
 def zone(name: str) -> ZoneInfo:
@@ -64,6 +85,24 @@ class JobSpec(BaseModel):
     overlap: Overlap = Overlap.SKIP
     timeout_seconds: int = Field(600, gt=0, le=MAX_TIMEOUT_SECONDS)
     misfire_grace_seconds: int = Field(60, ge=0, le=MAX_TIMEOUT_SECONDS)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    start_at: AwareDatetime | None = Field(None, description="No tick before this fires.")
+    end_at: AwareDatetime | None = Field(
+        None, description="No tick after this fires; then the job becomes completed."
+    )
+    max_runs: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="After this many runs: completed."
+    )
+    jitter_seconds: int = Field(
+        0, ge=0, le=3600, description="Delay each fire by a fixed amount derived from the tick."
+    )
+    catchup: Catchup = Catchup.LATEST
+
+    @model_validator(mode="after")
+    def _ordered_window(self) -> "JobSpec":
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            raise ValueError("end_at must be after start_at")
+        return self
 
     @field_validator("timezone")
     @classmethod
@@ -95,17 +134,60 @@ class Job(JobSpec):
     updated_at: datetime
     fire_after: datetime
     version: int = Field(ge=1)
+    pause_note: str | None = None
+    runs_started: int = 0
 
     def spec(self) -> JobSpec:
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
 
-    def next_run_at(self, now: datetime) -> datetime | None:
-        """The next nominal tick, the same on every replica for the same `now`."""
-        if self.state is not JobState.ACTIVE:
+    def tick_after(self, after: datetime) -> datetime | None:
+        """The first nominal tick strictly after `after` that may fire: past the fence,
+        inside the [start_at, end_at] window."""
+        floor = max(after, self.fire_after)
+        if self.start_at and self.start_at > floor:
+            floor = self.start_at - _INSTANT
+        tick = next_fire_after(self.schedule, self.zone, floor)
+        return None if tick is None or (self.end_at and tick > self.end_at) else tick
+
+    def tick_at_or_before(self, at: datetime) -> datetime | None:
+        """The latest nominal tick at or before `at` that may fire."""
+        ceiling = min(at, self.end_at) if self.end_at else at
+        tick = latest_fire_at_or_before(self.schedule, self.zone, ceiling)
+        if tick is None or tick <= self.fire_after:
             return None
+        return None if self.start_at and tick < self.start_at else tick
+
+    def upcoming(self, now: datetime, count: int) -> list[datetime]:
+        """The next `count` nominal ticks, the same on every replica for the same `now`."""
+        if self.state is not JobState.ACTIVE:
+            return []
         if isinstance(self.schedule, OnceSchedule):
-            return self.schedule.at
-        return next_fire_after(self.schedule, self.zone, max(now, self.fire_after))
+            return [self.schedule.at]
+        ticks: list[datetime] = []
+        while len(ticks) < count and (tick := self.tick_after(ticks[-1] if ticks else now)):
+            ticks.append(tick)
+        return ticks
+
+    def next_run_at(self, now: datetime) -> datetime | None:
+        upcoming = self.upcoming(now, 1)
+        return upcoming[0] if upcoming else None
+
+    def jitter_seconds_for(self, tick: datetime) -> float:
+        """A delay in [0, jitter_seconds) that every replica derives alike from (job, tick)."""
+        if not self.jitter_seconds:
+            return 0.0
+        digest = hashlib.sha256(f"{self.name}|{tick.isoformat()}".encode()).digest()
+        return int.from_bytes(digest[:8]) / 2**64 * self.jitter_seconds
+
+
+_INSTANT = timedelta(microseconds=1)
+
+
+def ticks_between(job: Job, start: datetime, end: datetime, limit: int) -> list[datetime]:
+    """The schedule's nominal ticks in [start, end], at most `limit` of them. Backfill
+    asks for these: the fence and the window don't apply to ticks asked for by name."""
+    ticks = fire_times(job.schedule, job.zone, start - _INSTANT, limit)
+    return [tick for tick in ticks if tick <= end]
 
 
 def missed_tick(job: Job, now: datetime) -> datetime | None:
@@ -113,8 +195,8 @@ def missed_tick(job: Job, now: datetime) -> datetime | None:
     run, no replica will ever run it, and the job is overdue."""
     if job.state is not JobState.ACTIVE:
         return None
-    tick = latest_fire_at_or_before(job.schedule, job.zone, now)
-    if tick is None or tick <= job.fire_after:
+    tick = job.tick_at_or_before(now)
+    if tick is None:
         return None
     late = (now - tick).total_seconds() > job.misfire_grace_seconds
     return tick if late else None
@@ -171,12 +253,13 @@ def patch_job(current: Job, patch: dict[str, JsonValue], now: datetime) -> Job:
     return replace_job(current, spec, now)
 
 
-def pause_job(current: Job, now: datetime) -> Job:
+def pause_job(current: Job, now: datetime, note: str | None = None) -> Job:
+    """Pause; `note` (why, who) is kept on the job until it resumes."""
     if current.state is JobState.COMPLETED:
         raise Conflict(f"job {current.name!r} is completed and cannot be paused")
-    if current.state is JobState.PAUSED:
+    if current.state is JobState.PAUSED and note in {None, current.pause_note}:
         return current
-    return _changed(current, now, state=JobState.PAUSED)
+    return _changed(current, now, state=JobState.PAUSED, pause_note=note or current.pause_note)
 
 
 def resume_job(current: Job, now: datetime) -> Job:
@@ -185,7 +268,7 @@ def resume_job(current: Job, now: datetime) -> Job:
         raise Conflict(f"job {current.name!r} is completed and cannot be resumed")
     if current.state is JobState.ACTIVE:
         return current
-    return _changed(current, now, state=JobState.ACTIVE, fire_after=now)
+    return _changed(current, now, state=JobState.ACTIVE, fire_after=now, pause_note=None)
 
 
 def complete_job(current: Job, now: datetime) -> Job:
@@ -194,12 +277,31 @@ def complete_job(current: Job, now: datetime) -> Job:
     return _changed(current, now, state=JobState.COMPLETED)
 
 
-def finish_once(current: Job, tick: datetime, now: datetime) -> Job:
-    """A one-time job whose own tick has run is completed; anything else is unchanged
-    (a manual run of it, or a job re-scheduled while the run was in flight)."""
-    if isinstance(current.schedule, OnceSchedule) and current.schedule.at == tick:
+def finish_run(current: Job, tick: datetime, now: datetime) -> Job:
+    """After a scheduled run: a one-time job whose own tick ran, a job that reached
+    `max_runs`, or one whose window closed, is completed; anything else is unchanged."""
+    once_done = isinstance(current.schedule, OnceSchedule) and current.schedule.at == tick
+    capped = current.max_runs is not None and current.runs_started >= current.max_runs
+    if once_done or capped or ends_by(current, now):
         return complete_job(current, now)
     return current
+
+
+def close_window(current: Job, now: datetime) -> Job:
+    """An active job whose window closed with no tick left in it is completed."""
+    if current.state is JobState.ACTIVE and ends_by(current, now):
+        return complete_job(current, now)
+    return current
+
+
+def ends_by(job: Job, now: datetime) -> bool:
+    """The window closed and no tick is left in it."""
+    return job.end_at is not None and job.end_at <= now and job.tick_after(now) is None
+
+
+def policy_finishes(job: Job) -> bool:
+    """Whether a scheduled run may complete the job, so the runner must look after it."""
+    return isinstance(job.schedule, OnceSchedule) or job.max_runs is not None
 
 
 def merge_patch(target: JsonValue, patch: JsonValue) -> JsonValue:

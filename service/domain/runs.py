@@ -1,5 +1,6 @@
 """Runs: one row per executed tick, the ledger that makes each tick run once."""
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
@@ -8,11 +9,13 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 
 class RunTrigger(StrEnum):
-    """What started a run: its schedule, a manual trigger, or catch-up after downtime."""
+    """What started a run: its schedule, a manual trigger, catch-up after downtime, or
+    a backfill of past ticks."""
 
     SCHEDULE = "schedule"
     MANUAL = "manual"
     CATCHUP = "catchup"
+    BACKFILL = "backfill"
 
 
 class RunStatus(StrEnum):
@@ -43,3 +46,11 @@ class Run(BaseModel):
     runner: str
     error: str | None
     result: JsonValue
+
+
+@dataclass(frozen=True)
+class SqlOutcome:
+    """What an SQL task's statement did: its command tag and the rows it affected."""
+
+    command: str
+    rows_affected: int

@@ -6,14 +6,13 @@ versions, covers notifications lost while the listener was down.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from service.domain.jobs import Job, JobState
+from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.runs import RunTrigger
-from service.domain.schedules import latest_fire_at_or_before
 from service.scheduler.executor import TickExecutor
 from service.scheduler.runner import Runner
 from service.scheduler.trigger import NominalTicks
@@ -196,21 +195,31 @@ class Mirror:
         now = datetime.now(UTC)
         due = {}
         for job in jobs:
-            tick = latest_fire_at_or_before(job.schedule, job.zone, now)
+            tick = job.tick_at_or_before(now) if job.catchup is Catchup.LATEST else None
             grace = timedelta(seconds=job.misfire_grace_seconds)
-            if tick is not None and tick > job.fire_after and now - tick <= grace:
+            if tick is not None and now - tick <= grace:
                 due[(job.name, tick)] = job
         if due:
             for name, tick in await self._store.ticks_without_runs(list(due)):
                 self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
 
     async def _sweep(self) -> None:
-        """Orphaned runs become `abandoned`; history beyond the retention is deleted."""
+        """Orphaned runs become `abandoned`; jobs whose window closed become completed;
+        history beyond the retention is deleted."""
+        for job in await self._store.ended_jobs():
+            await self._store.mutate_job(job.name, _closing_window(datetime.now(UTC)))
         for run in await self._store.abandon_orphans():
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
         pruned = await self._store.prune_runs(self._run_history)
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
+
+
+def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:
+    def change(current: Job | None) -> Job | None:
+        return close_window(current, now) if current else None
+
+    return change
 
 
 def _never_called() -> None:

@@ -2,31 +2,33 @@
 
 import asyncio
 import logging
+import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
 import httpx
-from pydantic import JsonValue
 
 from service.domain.errors import Conflict, NotFound
-from service.domain.jobs import Job, Overlap, finish_once
+from service.domain.jobs import Job, Overlap, finish_run, policy_finishes
 from service.domain.runs import Run, RunStatus, RunTrigger
-from service.domain.schedules import OnceSchedule
 from service.metrics import Metrics
+from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
 from service.store.errors import is_unavailable
 from service.store.sessions import Claim, ClaimOutcome, RunSession, RunSessions, TickClaim
-from service.tasks import TaskContext, TaskRegistry
+from service.tasks import SqlTargets, TaskRegistry
 
 log = logging.getLogger(__name__)
 
 UNLOCK_TIMEOUT_SECONDS = 5.0
-Outcome = tuple[RunStatus, str | None, JsonValue]
+# How often a waiting tick (queue_one, backfill) retries the lock; it holds no
+# connection between tries.
+LOCK_POLL_SECONDS = 0.25
 ClaimCallback = Callable[[Claim], None]
 
 
@@ -34,9 +36,17 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class Gated:
+    """How one pass through the gates ended, and the finished run if it ran here."""
+
+    outcome: ClaimOutcome
+    run: Run | None = None
+
+
 class Runner:
-    """Runs ticks through both gates. One per replica; the API's manual trigger and the
-    scheduler mirror both come through here."""
+    """Runs ticks through both gates. One per replica; the API's manual trigger and
+    backfill, and the scheduler mirror, all come through here."""
 
     def __init__(
         self,
@@ -45,14 +55,14 @@ class Runner:
         store: Store,
         tasks: TaskRegistry,
         http: httpx.AsyncClient,
+        sql: SqlTargets,
         runner_id: str,
         metrics: Metrics,
         fire_delay: timedelta = timedelta(0),
     ) -> None:
         self._sessions = sessions
         self._store = store
-        self._tasks = tasks
-        self._http = http
+        self._attempts = Attempts(tasks, http, sql)
         self._runner_id = runner_id
         self._fire_delay = fire_delay
         self._metrics = metrics
@@ -73,13 +83,27 @@ class Runner:
         leaves the run going. Conflict if a "skip" job is running anywhere."""
         decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
         tick = self._tick(job, utc_now(), RunTrigger.MANUAL, any_version=True)
-        task = self._spawn(self._gated(tick, decided.set_result))
+        task = self._spawn(self._discard(self._gated(tick, decided.set_result)))
         either: set[asyncio.Future[Any]] = {decided, task}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not decided.done():
             task.result()  # the gate failed before deciding: raise its error
             raise Conflict(f"job {job.name!r} could not be started")
         return _claimed_run(job, decided.result())
+
+    async def backfill(self, job: Job, ticks: Sequence[datetime]) -> list[Run]:
+        """Run each tick that has no run yet, in order, one after another; return the
+        runs this call made. Another replica backfilling the same range at once takes
+        some ticks itself: the ledger lets each through exactly once."""
+        made = []
+        for tick in ticks:
+            claim = self._tick(job, tick, RunTrigger.BACKFILL, any_version=True)
+            gated = await self._gated_when_free(claim, deadline=float("inf"))
+            if gated.outcome is ClaimOutcome.JOB_GONE:
+                raise NotFound(f"no job named {job.name!r}")
+            if gated.run is not None:
+                made.append(gated.run)
+        return made
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Start nothing new; give runs in flight `grace_seconds`, then cancel them.
@@ -100,23 +124,38 @@ class Runner:
         task.add_done_callback(self._tasks_in_flight.discard)
         return task
 
+    async def _discard(self, work: Coroutine[Any, Any, Gated]) -> None:
+        await work
+
     async def _fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
         try:
-            if self._fire_delay:
-                await asyncio.sleep(self._fire_delay.total_seconds())
+            await self._hold_back(job, scheduled_for)
             if self._misfired(job, scheduled_for):
                 return
-            await self._gated(self._tick(job, scheduled_for, trigger), self._skip_counter(job))
+            tick = self._tick(job, scheduled_for, trigger)
+            gated = await self._gated(tick, self._skip_counter(job))
+            queued = job.overlap is Overlap.QUEUE_ONE and self.accepting
+            if gated.outcome is ClaimOutcome.LOCKED and queued:
+                await self._queue(job, tick)
         except Exception as error:
             # One broken tick must never take the scheduler down with it.
-            tick = f"{job.name} at {scheduled_for.isoformat()}"
+            where = f"{job.name} at {scheduled_for.isoformat()}"
             if is_unavailable(error):
-                log.warning("tick %s not run: database unavailable (%r)", tick, error)
+                log.warning("tick %s not run: database unavailable (%r)", where, error)
             else:
-                log.exception("tick %s failed", tick)
+                log.exception("tick %s failed", where)
+
+    async def _hold_back(self, job: Job, scheduled_for: datetime) -> None:
+        """Jitter spreads a job's fires the same way on every replica; the test-only
+        delay makes this replica late on purpose."""
+        due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
+        wait = max(0.0, (due - utc_now()).total_seconds()) + self._fire_delay.total_seconds()
+        if wait:
+            await asyncio.sleep(wait)
 
     def _misfired(self, job: Job, scheduled_for: datetime) -> bool:
-        lateness = utc_now() - scheduled_for
+        due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
+        lateness = utc_now() - due
         if lateness <= timedelta(seconds=job.misfire_grace_seconds):
             return False
         self._metrics.ticks_skipped.labels("misfire").inc()
@@ -129,26 +168,49 @@ class Runner:
         )
         return True
 
+    async def _queue(self, job: Job, tick: TickClaim) -> None:
+        """queue_one: this tick waits for the run in progress, unless another already
+        does (then it is dropped). The wait holds no connection: it polls the lock."""
+        longest = job.retry.worst_case_seconds(job.timeout_seconds) + job.misfire_grace_seconds
+        name, at = job.name, tick.scheduled_for
+        if not await self._store.reserve_pending(name, at, self._runner_id, longest):
+            self._metrics.ticks_skipped.labels("overlap").inc()
+            return
+        try:
+            await self._gated_when_free(tick, deadline=time.monotonic() + longest)
+        finally:
+            await run_to_completion(self._store.release_pending(name, at))
+
+    async def _gated_when_free(self, tick: TickClaim, deadline: float) -> Gated:
+        """Pass the gates, retrying while another session holds the job's lock."""
+        while True:
+            gated = await self._gated(tick, self._skip_counter(tick.job, quiet_lock=True))
+            given_up = time.monotonic() > deadline or not self.accepting
+            if gated.outcome is not ClaimOutcome.LOCKED or given_up:
+                return gated
+            await asyncio.sleep(LOCK_POLL_SECONDS)
+
     def _tick(
         self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, any_version: bool = False
     ) -> TickClaim:
         return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), False, any_version)
 
-    async def _gated(self, tick: TickClaim, on_claim: ClaimCallback) -> None:
+    async def _gated(self, tick: TickClaim, on_claim: ClaimCallback) -> Gated:
         """Lock gate, then ledger gate, then the run, all on one pinned connection."""
         if not self.accepting:
-            return
+            return Gated(ClaimOutcome.LOCKED)
         job = tick.job
         async with self._sessions.session() as session:
-            locking = job.overlap is Overlap.SKIP
+            locking = job.overlap is not Overlap.ALLOW
             if locking and not await session.try_lock(job.lock_key):
                 on_claim(Claim(ClaimOutcome.LOCKED))
-                return
+                return Gated(ClaimOutcome.LOCKED)
             try:
                 claim = await session.claim(replace(tick, locked=locking))
                 on_claim(claim)
-                if claim.run is not None:
-                    await self._run(session, job, claim.run)
+                if claim.run is None:
+                    return Gated(claim.outcome)
+                return Gated(claim.outcome, await self._run(session, job, claim.run))
             finally:
                 if locking:
                     await run_to_completion(self._unlock(session, job.lock_key))
@@ -165,57 +227,45 @@ class Runner:
             log.exception("unlock of advisory lock %d failed; closing the session", key)
         session.terminate()
 
-    async def _run(self, session: RunSession, job: Job, run: Run) -> None:
+    async def _run(self, session: RunSession, job: Job, run: Run) -> Run | None:
         if run.trigger is not RunTrigger.MANUAL:
             lag = run.started_at - run.scheduled_for
             self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
         self._runs_by_job[job.name] += 1
         self._metrics.runs_in_flight.inc()
+        progress = Progress()
         try:
-            outcome = await self._attempt(job, run)
+            outcome = await self._attempts.run(job, run, progress)
         except asyncio.CancelledError:
-            outcome = (RunStatus.CANCELLED, "cancelled: the replica shut down", None)
-            await run_to_completion(self._record(session, job, run, outcome))
+            cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
+            await run_to_completion(self._record(session, job, run, cancelled, progress))
             raise
         finally:
             self._runs_by_job -= Counter({job.name: 1})
             self._metrics.runs_in_flight.dec()
-        await run_to_completion(self._record(session, job, run, outcome))
+        return await run_to_completion(self._record(session, job, run, outcome, progress))
 
-    async def _attempt(self, job: Job, run: Run) -> Outcome:
-        definition = self._tasks.get(job.task)
-        if definition is None:
-            return RunStatus.FAILED, f"task {job.task!r} is not registered here", None
-        context = self._context(job, run)
-        try:
-            async with asyncio.timeout(job.timeout_seconds):
-                result = await definition.run(definition.parse_args(job.args), context)
-        except TimeoutError:
-            return RunStatus.TIMED_OUT, f"timed out after {job.timeout_seconds}s", None
-        except Exception as error:  # noqa: BLE001 - a task's failure is the run's result
-            # and is recorded on the run; it must never escape into the scheduler.
-            context.logger.warning("run failed: %s", error)
-            return RunStatus.FAILED, f"{type(error).__name__}: {error}", None
-        return RunStatus.SUCCEEDED, None, result
-
-    def _context(self, job: Job, run: Run) -> TaskContext:
-        logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run))
-        return TaskContext(job.name, run.id, run.scheduled_for, run.attempts, logger, self._http)
-
-    async def _record(self, session: RunSession, job: Job, run: Run, outcome: Outcome) -> None:
-        status, error, result = outcome
-        finished = await session.finish(run.id, status, error, result)
-        self._metrics.runs.labels(job.name, status.value).inc()
-        if status is RunStatus.SUCCEEDED and finished and finished.finished_at:
+    async def _record(
+        self, session: RunSession, job: Job, run: Run, outcome: Outcome, progress: Progress
+    ) -> Run | None:
+        attempts = max(1, progress.attempts)
+        finished = await session.finish(
+            run.id, outcome.status, outcome.error, outcome.result, attempts
+        )
+        self._metrics.runs.labels(job.name, outcome.status.value).inc()
+        if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
             self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
-        log.info("run %s: %s", status.value, error or "ok", extra=run_context(run))
-        if isinstance(job.schedule, OnceSchedule) and run.trigger is not RunTrigger.MANUAL:
-            await self._store.mutate_job(job.name, _completing(run.scheduled_for, utc_now()))
+        log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
+        if policy_finishes(job) and run.trigger is not RunTrigger.MANUAL:
+            await self._store.mutate_job(job.name, _finishing(run.scheduled_for, utc_now()))
+        return finished
 
-    def _skip_counter(self, job: Job) -> ClaimCallback:
+    def _skip_counter(self, job: Job, *, quiet_lock: bool = False) -> ClaimCallback:
         def count(claim: Claim) -> None:
             if claim.outcome is ClaimOutcome.CLAIMED:
                 return
+            if claim.outcome is ClaimOutcome.LOCKED and quiet_lock:
+                return  # a waiting tick polls the lock; each try is no skip
             reason = claim.outcome.value
             if claim.outcome is ClaimOutcome.LOCKED and self._runs_by_job[job.name]:
                 reason = "overlap"  # our own run of this job still holds the lock
@@ -226,27 +276,9 @@ class Runner:
         return count
 
 
-def run_context(run: Run) -> dict[str, str]:
-    """The fields every log record about a run carries."""
-    return {
-        "job": run.job,
-        "run_id": str(run.id),
-        "scheduled_for": run.scheduled_for.isoformat(),
-        "runner": run.runner,
-    }
-
-
-class RunLogger(logging.LoggerAdapter[logging.Logger]):
-    """Tags every record a task logs with its run's job, run id, tick and runner."""
-
-    def process(self, msg: object, kwargs: Any) -> tuple[object, Any]:
-        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
-        return msg, kwargs
-
-
-def _completing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:
+def _finishing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:
     def change(current: Job | None) -> Job | None:
-        return finish_once(current, tick, now) if current else None
+        return finish_run(current, tick, now) if current else None
 
     return change
 
@@ -256,4 +288,4 @@ def _claimed_run(job: Job, claim: Claim) -> Run:
         return claim.run
     if claim.outcome is ClaimOutcome.JOB_GONE:
         raise NotFound(f"no job named {job.name!r}")
-    raise Conflict(f"job {job.name!r} is running somewhere; overlap is 'skip'")
+    raise Conflict(f"job {job.name!r} is running somewhere; overlap is '{job.overlap.value}'")

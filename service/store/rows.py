@@ -8,7 +8,8 @@ from service.domain.runs import Run
 
 JOB_COLUMNS = (
     "name, lock_key, description, schedule, timezone, task, args, state, overlap,"
-    " timeout_seconds, misfire_grace_seconds, created_at, updated_at, fire_after, version"
+    " timeout_seconds, misfire_grace_seconds, created_at, updated_at, fire_after, version,"
+    " retry, start_at, end_at, max_runs, jitter_seconds, catchup, pause_note, runs_started"
 )
 RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"

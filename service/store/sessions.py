@@ -27,6 +27,7 @@ class ClaimOutcome(Enum):
     ALREADY_RAN = "already_ran"
     JOB_CHANGED = "job_changed"
     JOB_GONE = "job_gone"
+    CAPPED = "capped"
 
 
 @dataclass(frozen=True)
@@ -74,24 +75,14 @@ class RunSession:
         """Insert the ledger row for a tick, in one statement that re-reads the job.
 
         The row is written only if the job still exists at the version the replica
-        scheduled from (and is active, for scheduled ticks), and no row for the same
-        (job, scheduled_for) exists. The loser of that race gets ALREADY_RAN.
+        scheduled from (and is active, for scheduled ticks), no row for the same
+        (job, scheduled_for) exists, and a `max_runs` cap leaves room. The loser of the
+        race for a tick gets ALREADY_RAN. Jobs with a cap lock their row for the claim,
+        so concurrent claims count one at a time.
         """
+        counted = tick.job.max_runs is not None and tick.trigger is not RunTrigger.MANUAL
         row = await self._connection.fetchrow(
-            f"""WITH current AS (
-                    SELECT version, state FROM tickgate_jobs WHERE name = $1
-                ), claimed AS (
-                    INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
-                        started_at, runner, job_version, lock_key, locked, backend_pid)
-                    SELECT $2, $1, $3, $4, 'running', clock_timestamp(), $5, current.version,
-                        $6, $7, pg_backend_pid()
-                    FROM current
-                    WHERE $8 OR (current.version = $9 AND current.state = 'active')
-                    ON CONFLICT (job, scheduled_for) DO NOTHING
-                    RETURNING {RUN_COLUMNS}
-                )
-                SELECT (SELECT version FROM current) AS current_version, claimed.*
-                FROM (SELECT 1) AS one LEFT JOIN claimed ON true""",
+            _CLAIM_COUNTED if counted else _CLAIM,
             tick.job.name,
             tick.run_id,
             tick.scheduled_for,
@@ -103,13 +94,13 @@ class RunSession:
             tick.job.version,
         )
         assert row is not None
-        return _claim_of(row["current_version"], tick, row)
+        return _claim_of(row, tick)
 
     async def finish(
-        self, run_id: UUID, status: RunStatus, error: str | None, result: JsonValue
+        self, run_id: UUID, status: RunStatus, error: str | None, result: JsonValue, attempts: int
     ) -> Run | None:
         row = await self._connection.fetchrow(
-            f"""UPDATE tickgate_runs SET status = $2, error = $3, result = $4,
+            f"""UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
                     finished_at = clock_timestamp(),
                     duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
                 WHERE id = $1 AND status = 'running'
@@ -118,18 +109,55 @@ class RunSession:
             status.value,
             error,
             result,
+            attempts,
         )
         return run_from_row(row) if row else None
 
 
-def _claim_of(current_version: int | None, tick: TickClaim, row: Mapping[str, Any]) -> Claim:
-    if current_version is None:
+def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
+    if row["current_version"] is None:
         return Claim(ClaimOutcome.JOB_GONE)
     if row["id"] is not None:
         return Claim(ClaimOutcome.CLAIMED, run_from_row(row))
-    if not tick.any_version and current_version != tick.job.version:
+    if not tick.any_version and row["current_version"] != tick.job.version:
         return Claim(ClaimOutcome.JOB_CHANGED)
+    if row["capped"]:
+        return Claim(ClaimOutcome.CAPPED)
     return Claim(ClaimOutcome.ALREADY_RAN)
+
+
+def _claim_statement(*, counted: bool) -> str:
+    lock = "FOR UPDATE" if counted else ""
+    count = (
+        """, counted AS (
+            UPDATE tickgate_jobs SET runs_started = runs_started + 1
+            WHERE name = $1 AND EXISTS (SELECT 1 FROM claimed) RETURNING runs_started)"""
+        if counted
+        else ""
+    )
+    cap = "AND (current.max_runs IS NULL OR current.runs_started < current.max_runs)"
+    return f"""WITH current AS (
+            SELECT version, state, max_runs, runs_started FROM tickgate_jobs
+            WHERE name = $1 {lock}
+        ), claimed AS (
+            INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
+                started_at, runner, job_version, lock_key, locked, backend_pid)
+            SELECT $2, $1, $3, $4, 'running', clock_timestamp(), $5, current.version,
+                $6, $7, pg_backend_pid()
+            FROM current
+            WHERE ($8 OR (current.version = $9 AND current.state = 'active'))
+              {cap if counted else ""}
+            ON CONFLICT (job, scheduled_for) DO NOTHING
+            RETURNING {RUN_COLUMNS}
+        ){count}
+        SELECT (SELECT version FROM current) AS current_version,
+               COALESCE((SELECT runs_started >= max_runs FROM current), false) AS capped,
+               claimed.*
+        FROM (SELECT 1) AS one LEFT JOIN claimed ON true"""
+
+
+_CLAIM = _claim_statement(counted=False)
+_CLAIM_COUNTED = _claim_statement(counted=True)
 
 
 class RunSessions:

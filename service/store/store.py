@@ -17,6 +17,7 @@ from service.store.migrate import applied_versions, migrate
 from service.store.rows import JOB_COLUMNS, RUN_COLUMNS, job_from_row, run_from_row
 
 JOBS_CHANNEL = "tickgate_jobs"
+_JOB_PLACEHOLDERS = ", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))
 _INSERT_ATTEMPTS = 3
 
 JobChangeFn = Callable[[Job | None], Job | None]
@@ -239,6 +240,41 @@ class Store:
         )
         return int(status.split()[-1])
 
+    async def reserve_pending(
+        self, job: str, tick: datetime, runner: str, expires_in_seconds: float
+    ) -> bool:
+        """Become the one tick of a queue_one job that waits for the run in progress.
+
+        False when another tick already waits (its row not yet expired): the caller
+        drops its tick. A waiter that died leaves a row that simply expires.
+        """
+        row = await self._pool.fetchrow(
+            """INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at)
+               VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
+               ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
+                   runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at
+               WHERE tickgate_pending.expires_at < clock_timestamp()
+               RETURNING job""",
+            job,
+            tick,
+            runner,
+            expires_in_seconds,
+        )
+        return row is not None
+
+    async def release_pending(self, job: str, tick: datetime) -> None:
+        await self._pool.execute(
+            "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2", job, tick
+        )
+
+    async def ended_jobs(self) -> list[Job]:
+        """Active jobs whose window has closed (end_at passed), by the database clock."""
+        rows = await self._pool.fetch(
+            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
+                WHERE state = 'active' AND end_at <= clock_timestamp()"""
+        )
+        return [job_from_row(row) for row in rows]
+
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
 
@@ -274,14 +310,13 @@ async def _write_job(connection: Connection, name: str, job: Job | None, *, exis
     elif exists:
         await connection.execute(
             f"""UPDATE tickgate_jobs SET ({JOB_COLUMNS}) =
-                ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-                WHERE name = $1""",
+                ({_JOB_PLACEHOLDERS}) WHERE name = $1""",
             *_job_values(job),
         )
     else:
         await connection.execute(
             f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)""",
+                VALUES ({_JOB_PLACEHOLDERS})""",
             *_job_values(job),
         )
 
@@ -303,4 +338,12 @@ def _job_values(job: Job) -> tuple[object, ...]:
         job.updated_at,
         job.fire_after,
         job.version,
+        job.retry.model_dump(mode="json"),
+        job.start_at,
+        job.end_at,
+        job.max_runs,
+        job.jitter_seconds,
+        job.catchup.value,
+        job.pause_note,
+        job.runs_started,
     )

@@ -1,30 +1,55 @@
 """What a task is, what it receives when it runs, and the registry that names them."""
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 import httpx
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from service.domain.errors import InvalidInput
+from service.domain.runs import SqlOutcome
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
 
+class SqlTargets(Protocol):
+    """Databases an operator named for SQL tasks. Callers name a target, never a DSN."""
+
+    def names(self) -> frozenset[str]:
+        """The configured target names."""
+        ...
+
+    async def execute(self, target: str, statement: str, timeout_seconds: float) -> SqlOutcome:
+        """Run `statement` on `target` with `statement_timeout` set to the timeout.
+        KeyError for an unknown target; the database's error if the statement fails."""
+        ...
+
+
 @dataclass(frozen=True)
 class TaskContext:
-    """Everything a running task may know about the run it serves."""
+    """Everything a running task may know about the run it serves.
+
+    `deadline` is when this attempt is cancelled (the job's `timeout_seconds` from the
+    attempt's start, or the end of the retry budget if sooner): a task that can stop
+    early should check `remaining_seconds()`; one that can't is cancelled there anyway.
+    """
 
     job: str
     run_id: UUID
     scheduled_for: datetime
     attempt: int
     logger: logging.LoggerAdapter[logging.Logger]
+    deadline: datetime
     http: httpx.AsyncClient
+    sql: SqlTargets
+
+    def remaining_seconds(self) -> float:
+        return max(0.0, (self.deadline - datetime.now(UTC)).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,26 @@ class TaskDefinition(Generic[ArgsT]):
 
     def parse_args(self, args: Mapping[str, JsonValue]) -> ArgsT:
         return self.args_model.model_validate(args)
+
+
+RunFn = Callable[[ArgsT, TaskContext], Awaitable[JsonValue]]
+
+
+def task(
+    name: str, *, args: type[ArgsT], description: str | None = None
+) -> Callable[[RunFn[ArgsT]], TaskDefinition[ArgsT]]:
+    """Declare an async function as a task: `@task("reindex", args=ReindexArgs)`.
+
+    The decorated name becomes a TaskDefinition; nothing is registered globally. The
+    service finds definitions in the modules named by TICKGATE_TASK_MODULES and in the
+    `tickgate.tasks` entry-point group. The description defaults to the docstring.
+    """
+
+    def declare(run: RunFn[ArgsT]) -> TaskDefinition[ArgsT]:
+        text = description or inspect.getdoc(run) or name
+        return TaskDefinition(name=name, description=text, args_model=args, run=run)
+
+    return declare
 
 
 class TaskRegistry:

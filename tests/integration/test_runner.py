@@ -19,6 +19,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
 from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
+from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.support.receiver import receiving
 from tests.support.waiting import eventually
@@ -89,6 +90,7 @@ async def runner(
             http=http,
             runner_id="test-runner",
             metrics=metrics,
+            sql=SqlTargetConnections({}),
         )
         yield runner
         await runner.shutdown(grace_seconds=0)

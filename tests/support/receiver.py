@@ -62,8 +62,10 @@ class Receiver:
     url: str = ""
     _receipts: list[Receipt] = field(default_factory=list)
     _answers: dict[str, _Answer] = field(default_factory=dict)
+    _failures: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
+    _failure_status: int = 503
 
     def url_for(self, path: str, *, seconds: float | None = None, status: int | None = None) -> str:
         """The absolute URL of `path`, optionally answering after `seconds` with `status`."""
@@ -79,6 +81,13 @@ class Receiver:
         """From now on, answer requests to `path` after `delay` seconds with `status`."""
         with self._lock:
             self._answers[path] = _Answer(delay, status)
+
+    def fail_first(self, path: str, times: int, *, status: int = 503) -> None:
+        """Answer the next `times` requests to `path` with `status`, then as configured."""
+        with self._lock:
+            self._failures[path] = times
+            self._answers.setdefault(path, _Answer())
+            self._failure_status = status
 
     def receipts(self, job: str | None = None) -> list[Receipt]:
         """Every request so far (of `job` only, if given), in arrival order."""
@@ -114,7 +123,12 @@ class Receiver:
     def _answer_for(self, path: str, query: dict[str, str]) -> _Answer:
         with self._lock:
             configured = self._answers.get(path)
+            failing = self._failures.get(path, 0)
+            if failing:
+                self._failures[path] = failing - 1
         answer = _Answer(configured.delay, configured.status) if configured else _Answer()
+        if failing:
+            answer.status = self._failure_status
         if "seconds" in query:
             answer.delay = float(query["seconds"])
         if "status" in query:

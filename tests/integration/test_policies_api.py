@@ -1,0 +1,311 @@
+"""Retries, queue_one, the window, max_runs, jitter, catch-up, pause notes, backfill."""
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.config import Settings
+from service.domain.jobs import JobSpec, create_job
+from service.domain.schedules import IntervalSchedule
+from service.store import Store
+from tests.support.receiver import Receiver, receiving
+from tests.support.waiting import eventually
+
+NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
+EVERY_SECOND = {"kind": "cron", "expression": "* * * * * *"}
+
+
+@pytest.fixture
+def receiver() -> Any:
+    with receiving() as started:
+        yield started
+
+
+@asynccontextmanager
+async def scheduling(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its scheduler on, in-process."""
+    app = create_app(settings.model_copy(update={"scheduler": True, "reconcile_seconds": 1}))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+    ):
+        yield http
+
+
+def log_job(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "schedule": NEVER, "task": "log", "args": {"message": name}} | fields
+
+
+async def runs(client: httpx.AsyncClient, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await client.get(f"/v1/jobs/{job}/runs")).json()["items"]
+    return items
+
+
+async def finished_run(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    async def done() -> bool:
+        return bool((await client.get(f"/v1/runs/{run_id}")).json()["status"] != "running")
+
+    await eventually(done, 60, f"run {run_id} to finish")
+    run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
+    return run
+
+
+async def test_retries_back_off_and_keep_one_idempotency_key(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    receiver.fail_first("/flaky", 2)
+    retry = {
+        "max_attempts": 5,
+        "min_backoff_seconds": 0.2,
+        "max_backoff_seconds": 2,
+        "max_doublings": 3,
+    }
+    job = {
+        "name": "flaky",
+        "schedule": NEVER,
+        "task": "http",
+        "args": {"url": f"{receiver.url}/flaky"},
+        "retry": retry,
+    }
+    assert (await client.post("/v1/jobs", json=job)).status_code == 201
+    started = (await client.post("/v1/jobs/flaky/trigger")).json()
+    run = await finished_run(client, started["id"])
+    assert run["status"] == "succeeded"
+    assert run["attempts"] == 3
+    calls = receiver.receipts("flaky")
+    assert [c.idempotency_key for c in calls] == [started["id"]] * 3
+    gaps = [b.received_at - a.received_at for a, b in itertools.pairwise(calls)]
+    assert gaps[0] >= 0.2
+    assert gaps[1] >= 0.4  # the wait doubled
+
+
+async def test_retries_stop_at_max_attempts_and_at_the_budget(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    receiver.respond("/down", status=500)
+    base = {"schedule": NEVER, "task": "http", "args": {"url": f"{receiver.url}/down"}}
+    capped = base | {"name": "capped", "retry": {"max_attempts": 2, "min_backoff_seconds": 0.1}}
+    budget = base | {
+        "name": "budget",
+        "retry": {"max_attempts": 5, "min_backoff_seconds": 1, "max_retry_seconds": 0.5},
+    }
+    for job in (capped, budget):
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+    first = await finished_run(client, (await client.post("/v1/jobs/capped/trigger")).json()["id"])
+    second = await finished_run(client, (await client.post("/v1/jobs/budget/trigger")).json()["id"])
+    assert (first["status"], first["attempts"]) == ("failed", 2)
+    assert "500" in first["error"]
+    assert (second["status"], second["attempts"]) == ("failed", 1)
+
+
+async def test_max_runs_completes_the_job(settings: Settings) -> None:
+    async with scheduling(settings) as client:
+        job = log_job("thrice", schedule=EVERY_SECOND, max_runs=3)
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+
+        async def completed() -> bool:
+            state = (await client.get("/v1/jobs/thrice")).json()["state"]
+            return bool(state == "completed")
+
+        await eventually(completed, 60, "the job to complete after 3 runs")
+        done = await runs(client, "thrice")
+        assert len(done) == 3
+        assert (await client.get("/v1/jobs/thrice")).json()["runs_started"] == 3
+
+
+async def test_window_end_completes_the_job(settings: Settings) -> None:
+    end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    async with scheduling(settings) as client:
+        job = log_job("windowed", schedule=EVERY_SECOND, end_at=end.isoformat())
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+
+        async def completed() -> bool:
+            return bool((await client.get("/v1/jobs/windowed")).json()["state"] == "completed")
+
+        await eventually(completed, 60, "the job to complete after its window")
+        made = await runs(client, "windowed")
+        assert made
+        assert all(datetime.fromisoformat(r["scheduled_for"]) <= end for r in made)
+
+
+async def test_window_start_defers_the_first_tick(client: httpx.AsyncClient) -> None:
+    start = datetime(2099, 1, 1, tzinfo=UTC)
+    created = (
+        await client.post(
+            "/v1/jobs", json=log_job("later", schedule=EVERY_SECOND, start_at=start.isoformat())
+        )
+    ).json()
+    assert datetime.fromisoformat(created["next_run_at"]) == start
+    assert len(created["next_runs"]) == 5
+
+
+async def test_jitter_delays_the_start_not_the_tick(settings: Settings) -> None:
+    async with scheduling(settings) as client:
+        job = log_job(
+            "jittery", schedule={"kind": "cron", "expression": "*/2 * * * * *"}, jitter_seconds=1
+        )
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        await eventually(lambda: _has_runs(client, "jittery", 2), 60, "two jittered runs")
+        for run in (await runs(client, "jittery"))[:2]:
+            tick = datetime.fromisoformat(run["scheduled_for"])
+            assert tick.microsecond == 0
+            assert tick.second % 2 == 0  # nominal, never shifted
+
+
+async def _has_runs(client: httpx.AsyncClient, job: str, count: int) -> bool:
+    return len(await runs(client, job)) >= count
+
+
+async def plant(store: Store, name: str, catchup: str) -> None:
+    """A job whose hourly tick fell 5 s ago, while no scheduler was running."""
+    tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
+    spec = JobSpec(
+        schedule=IntervalSchedule(kind="interval", every_seconds=3600, anchor=tick),
+        task="log",
+        args={"message": name},
+        catchup=catchup,  # type: ignore[arg-type]
+    )
+    made = tick - timedelta(hours=2)
+    await store.mutate_job(name, lambda _: create_job(name, spec, made))
+
+
+async def test_catchup_none_skips_the_missed_tick(settings: Settings, store: Store) -> None:
+    await plant(store, "caught", "latest")
+    await plant(store, "skipped", "none")
+    async with scheduling(settings) as client:
+        await eventually(lambda: _has_runs(client, "caught", 1), 60, "the catch-up run")
+        assert (await runs(client, "caught"))[0]["trigger"] == "catchup"
+        assert await runs(client, "skipped") == []
+
+
+async def test_pause_note_is_kept_until_resume(client: httpx.AsyncClient) -> None:
+    await client.post("/v1/jobs", json=log_job("noted"))
+    paused = (await client.post("/v1/jobs/noted/pause", json={"note": "db upgrade"})).json()
+    assert (paused["state"], paused["pause_note"]) == ("paused", "db upgrade")
+    assert (await client.get("/v1/jobs/noted")).json()["pause_note"] == "db upgrade"
+    resumed = (await client.post("/v1/jobs/noted/resume")).json()
+    assert resumed["pause_note"] is None
+    bare = (await client.post("/v1/jobs/noted/pause")).json()
+    assert (bare["state"], bare["pause_note"]) == ("paused", None)
+    bad = await client.post("/v1/jobs/noted/pause", json={"note": "x" * 1025})
+    assert bad.status_code == 422
+
+
+async def test_backfill_runs_each_missing_tick_once_in_order(client: httpx.AsyncClient) -> None:
+    anchor = "2026-01-01T00:00:00Z"
+    job = log_job("filled", schedule={"kind": "interval", "every_seconds": 60, "anchor": anchor})
+    await client.post("/v1/jobs", json=job)
+    window = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:04:30Z"}
+    first = await client.post("/v1/jobs/filled/backfill", json=window)
+    assert first.status_code == 200, first.text
+    made = first.json()["items"]
+    assert [r["scheduled_for"] for r in made] == [f"2026-01-01T00:0{m}:00Z" for m in range(5)]
+    assert {r["trigger"] for r in made} == {"backfill"}
+    assert {r["status"] for r in made} == {"succeeded"}
+    again = await client.post("/v1/jobs/filled/backfill", json=window)
+    assert again.json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"},  # 1441 ticks
+        {"from": "2026-01-01T01:00:00Z", "to": "2026-01-01T00:00:00Z"},
+        {"from": "2026-01-01T00:00:00", "to": "2026-01-01T00:10:00Z"},
+        {"from": "2026-01-01T00:00:00Z"},
+        {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:10:00Z", "extra": 1},
+    ],
+)
+async def test_bad_backfills_are_422(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    job = log_job(
+        "filled",
+        schedule={"kind": "interval", "every_seconds": 60, "anchor": "2026-01-01T00:00:00Z"},
+    )
+    await client.post("/v1/jobs", json=job)
+    response = await client.post("/v1/jobs/filled/backfill", json=body)
+    assert response.status_code == 422, response.text
+    assert await runs(client, "filled") == []
+
+
+async def test_unknown_job_backfill_is_404(client: httpx.AsyncClient) -> None:
+    body = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:10:00Z"}
+    assert (await client.post("/v1/jobs/ghost/backfill", json=body)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("fields", "loc"),
+    [
+        ({"retry": {"max_attempts": 0}}, "max_attempts"),
+        ({"retry": {"max_attempts": 21}}, "max_attempts"),
+        ({"retry": {"min_backoff_seconds": 9, "max_backoff_seconds": 1}}, "retry"),
+        ({"retry": {"max_doublings": 17}}, "max_doublings"),
+        ({"retry": {"max_retry_seconds": -1}}, "max_retry_seconds"),
+        ({"retry": {"tries": 3}}, "tries"),
+        ({"start_at": "2026-12-01T10:00:00"}, "start_at"),
+        ({"start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00Z"}, "body"),
+        ({"max_runs": 0}, "max_runs"),
+        ({"jitter_seconds": -1}, "jitter_seconds"),
+        ({"jitter_seconds": 3601}, "jitter_seconds"),
+        ({"catchup": "all"}, "catchup"),
+        ({"overlap": "queue_two"}, "overlap"),
+    ],
+)
+async def test_bad_policy_values_are_422(
+    client: httpx.AsyncClient, fields: dict[str, Any], loc: str
+) -> None:
+    response = await client.post("/v1/jobs", json=log_job("policy") | fields)
+    assert response.status_code == 422, response.text
+    assert any(loc in problem["loc"] for problem in response.json()["detail"]), response.text
+    assert (await client.get("/v1/jobs/policy")).status_code == 404
+
+
+async def test_job_shows_next_runs(client: httpx.AsyncClient) -> None:
+    created = (await client.post("/v1/jobs", json=log_job("nexts", schedule=EVERY_SECOND))).json()
+    ticks = [datetime.fromisoformat(t) for t in created["next_runs"]]
+    assert len(ticks) == 5
+    assert all((b - a) == timedelta(seconds=1) for a, b in itertools.pairwise(ticks))
+    assert created["next_run_at"] == created["next_runs"][0]
+
+
+async def test_queue_one_runs_one_waiting_tick_after_the_run(
+    settings: Settings, receiver: Receiver
+) -> None:
+    receiver.respond("/slow", delay=2.5)
+    async with scheduling(settings) as client:
+        job = {
+            "name": "queued",
+            "schedule": EVERY_SECOND,
+            "task": "http",
+            "overlap": "queue_one",
+            "args": {"url": f"{receiver.url}/slow"},
+        }
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        await eventually(lambda: _has_runs(client, "queued", 2), 60, "a queued run")
+        await client.post("/v1/jobs/queued/pause")
+        await asyncio.sleep(0)  # let the pause reach the mirror before counting
+        made = sorted(await runs(client, "queued"), key=lambda r: r["started_at"])
+    # Runs never overlap, and each next one starts right after the previous ended
+    # (it waited), though ticks came every second.
+    for earlier, later in itertools.pairwise(made):
+        if earlier["finished_at"] is None:
+            continue
+        assert _when(later["started_at"]) >= _when(earlier["finished_at"])
+    ticks = [datetime.fromisoformat(r["scheduled_for"]) for r in made]
+    assert len(ticks) == len(set(ticks))
+    # The second run is the tick that queued: due while the first still ran, it
+    # started only once the first had finished.
+    first, second = made[0], made[1]
+    queued_tick, queued_start = _when(second["scheduled_for"]), _when(second["started_at"])
+    assert queued_tick < _when(first["finished_at"]) <= queued_start
+
+
+def _when(text: str | None) -> datetime:
+    assert text is not None
+    return datetime.fromisoformat(text)

@@ -1,0 +1,124 @@
+"""Pure policy math: retry backoff, the window, run caps, jitter, next runs."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from service.domain.jobs import (
+    Job,
+    JobSpec,
+    JobState,
+    close_window,
+    create_job,
+    finish_run,
+    missed_tick,
+    ticks_between,
+)
+from service.domain.retry import RetryPolicy
+from service.domain.schedules import CronSchedule
+
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+EVERY_MINUTE = CronSchedule(kind="cron", expression="* * * * *")
+
+
+def job(name: str = "j", **fields: Any) -> Job:
+    spec = JobSpec(schedule=EVERY_MINUTE, task="log", args={}, **fields)
+    return create_job(name, spec, T0 - timedelta(days=1))
+
+
+def test_backoff_doubles_then_grows_linearly_then_caps() -> None:
+    policy = RetryPolicy(
+        max_attempts=9, min_backoff_seconds=10, max_backoff_seconds=300, max_doublings=3
+    )
+    assert [policy.backoff_seconds(r) for r in range(8)] == [10, 20, 40, 80, 160, 240, 300, 300]
+
+
+def test_zero_doublings_is_linear() -> None:
+    policy = RetryPolicy(min_backoff_seconds=1, max_backoff_seconds=100, max_doublings=0)
+    assert [policy.backoff_seconds(r) for r in range(4)] == [1, 2, 3, 4]
+
+
+def test_worst_case_respects_the_retry_budget() -> None:
+    policy = RetryPolicy(max_attempts=3, min_backoff_seconds=1, max_doublings=1)
+    assert policy.worst_case_seconds(10) == 10 * 3 + 1 + 2
+    bounded = policy.model_copy(update={"max_retry_seconds": 5})
+    assert bounded.worst_case_seconds(10) == 5
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": 21},
+        {"min_backoff_seconds": 0},
+        {"min_backoff_seconds": 10, "max_backoff_seconds": 5},
+        {"max_doublings": -1},
+        {"max_retry_seconds": -1},
+        {"surprise": 1},
+    ],
+)
+def test_bad_retry_policies_are_rejected(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        RetryPolicy(**fields)
+
+
+def test_window_bounds_ticks() -> None:
+    windowed = job(start_at=T0, end_at=T0 + timedelta(minutes=3))
+    assert windowed.upcoming(T0 - timedelta(hours=1), 10) == [
+        T0,
+        T0 + timedelta(minutes=1),
+        T0 + timedelta(minutes=2),
+        T0 + timedelta(minutes=3),
+    ]
+    assert windowed.tick_at_or_before(T0 - timedelta(seconds=1)) is None
+    assert windowed.tick_at_or_before(T0 + timedelta(hours=1)) == T0 + timedelta(minutes=3)
+    assert windowed.next_run_at(T0 + timedelta(minutes=5)) is None
+
+
+def test_window_must_be_ordered_and_aware() -> None:
+    with pytest.raises(ValidationError, match="end_at must be after start_at"):
+        job(start_at=T0, end_at=T0)
+    with pytest.raises(ValidationError):
+        JobSpec(schedule=EVERY_MINUTE, task="log", start_at="2026-12-01T10:00:00")
+
+
+def test_closed_window_completes_the_job() -> None:
+    windowed = job(end_at=T0)
+    assert close_window(windowed, T0 - timedelta(minutes=1)).state is JobState.ACTIVE
+    assert close_window(windowed, T0 + timedelta(seconds=1)).state is JobState.COMPLETED
+
+
+def test_max_runs_completes_after_the_capped_run() -> None:
+    capped = job(max_runs=2).model_copy(update={"runs_started": 1})
+    assert finish_run(capped, T0, T0).state is JobState.ACTIVE
+    reached = capped.model_copy(update={"runs_started": 2})
+    done = finish_run(reached, T0, T0)
+    assert done.state is JobState.COMPLETED
+    assert done.version == reached.version + 1
+
+
+def test_jitter_is_a_pure_function_of_job_and_tick() -> None:
+    first, second = job("jittery", jitter_seconds=30), job("jittery", jitter_seconds=30)
+    ticks = [T0 + timedelta(minutes=m) for m in range(50)]
+    delays = [first.jitter_seconds_for(t) for t in ticks]
+    assert delays == [second.jitter_seconds_for(t) for t in ticks]  # any replica agrees
+    assert all(0 <= d < 30 for d in delays)
+    assert len(set(delays)) > 40  # spread, not one constant
+    assert job("other", jitter_seconds=30).jitter_seconds_for(T0) != delays[0]
+    assert job("still").jitter_seconds_for(T0) == 0
+
+
+def test_next_runs_and_backfill_ticks() -> None:
+    plain = job()
+    assert plain.upcoming(T0, 5) == [T0 + timedelta(minutes=m) for m in range(1, 6)]
+    ticks = ticks_between(plain, T0, T0 + timedelta(minutes=2), 1000)
+    assert ticks == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+    assert len(ticks_between(plain, T0, T0 + timedelta(days=1), 11)) == 11
+
+
+def test_missed_tick_respects_grace() -> None:
+    late = job(misfire_grace_seconds=30)
+    assert missed_tick(late, T0 + timedelta(seconds=10)) is None
+    assert missed_tick(late, T0 + timedelta(seconds=40)) == T0
