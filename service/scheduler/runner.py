@@ -20,7 +20,14 @@ from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
 from service.store.errors import is_unavailable
-from service.store.sessions import Claim, ClaimOutcome, RunSession, RunSessions, TickClaim
+from service.store.sessions import (
+    Claim,
+    ClaimOutcome,
+    RunEnd,
+    RunSession,
+    RunSessions,
+    TickClaim,
+)
 from service.tasks import SqlTargets, TaskRegistry
 
 log = logging.getLogger(__name__)
@@ -201,33 +208,32 @@ class Runner:
             return Gated(ClaimOutcome.LOCKED)
         job = tick.job
         async with self._sessions.session() as session:
-            locking = job.overlap is not Overlap.ALLOW
-            if locking and not await session.try_lock(job.lock_key):
-                on_claim(Claim(ClaimOutcome.LOCKED))
-                return Gated(ClaimOutcome.LOCKED)
+            pinned = Pinned(session, LockHold(job.lock_key))
             try:
-                claim = await session.claim(replace(tick, locked=locking))
+                claim = await session.claim(replace(tick, lock=job.overlap is not Overlap.ALLOW))
+                pinned.hold.held = claim.holds_lock
                 on_claim(claim)
                 if claim.run is None:
                     return Gated(claim.outcome)
-                return Gated(claim.outcome, await self._run(session, job, claim.run))
+                return Gated(claim.outcome, await self._run(pinned, job, claim.run))
             finally:
-                if locking:
-                    await run_to_completion(self._unlock(session, job.lock_key))
+                if pinned.hold.held:
+                    await run_to_completion(self._unlock(session, pinned.hold))
 
-    async def _unlock(self, session: RunSession, key: int) -> None:
+    async def _unlock(self, session: RunSession, hold: "LockHold") -> None:
         """Release the job's lock, or kill the session: a connection must never go
         back to the pool still holding an advisory lock."""
+        hold.held = False
         try:
             async with asyncio.timeout(UNLOCK_TIMEOUT_SECONDS):
-                if await session.unlock(key):
+                if await session.unlock(hold.key):
                     return
-            log.error("advisory lock %d was not held at unlock; closing the session", key)
+            log.error("advisory lock %d was not held at unlock; closing the session", hold.key)
         except Exception:
-            log.exception("unlock of advisory lock %d failed; closing the session", key)
+            log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
         session.terminate()
 
-    async def _run(self, session: RunSession, job: Job, run: Run) -> Run | None:
+    async def _run(self, pinned: "Pinned", job: Job, run: Run) -> Run | None:
         if run.trigger is not RunTrigger.MANUAL:
             lag = run.started_at - run.scheduled_for
             self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
@@ -238,20 +244,22 @@ class Runner:
             outcome = await self._attempts.run(job, run, progress)
         except asyncio.CancelledError:
             cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
-            await run_to_completion(self._record(session, job, run, cancelled, progress))
+            await run_to_completion(self._record(pinned, job, run, cancelled, progress))
             raise
         finally:
             self._runs_by_job -= Counter({job.name: 1})
             self._metrics.runs_in_flight.dec()
-        return await run_to_completion(self._record(session, job, run, outcome, progress))
+        return await run_to_completion(self._record(pinned, job, run, outcome, progress))
 
     async def _record(
-        self, session: RunSession, job: Job, run: Run, outcome: Outcome, progress: Progress
+        self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
     ) -> Run | None:
-        attempts = max(1, progress.attempts)
-        finished = await session.finish(
-            run.id, outcome.status, outcome.error, outcome.result, attempts
+        end = RunEnd(outcome.status, outcome.error, outcome.result, max(1, progress.attempts))
+        hold = pinned.hold
+        finished, released = await pinned.session.finish(
+            run.id, end, hold.key if hold.held else None
         )
+        hold.held = hold.held and not released
         self._metrics.runs.labels(job.name, outcome.status.value).inc()
         if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
             self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
@@ -274,6 +282,22 @@ class Runner:
             log.debug("tick of %s skipped: %s", job.name, reason)
 
         return count
+
+
+@dataclass
+class LockHold:
+    """Whether this session still holds the job's advisory lock."""
+
+    key: int
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The connection a run is pinned to, and the lock it holds there."""
+
+    session: RunSession
+    hold: LockHold
 
 
 def _finishing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:

@@ -4,6 +4,7 @@ An advisory lock belongs to the session that took it, so the lock, the ledger cl
 the result and the unlock all go over the same connection, held for the whole run.
 """
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from service.store.connection import Connection, Pool
 from service.store.rows import RUN_COLUMNS, run_from_row
 from service.store.store import create_pool
 
+log = logging.getLogger(__name__)
+
 
 class ClaimOutcome(Enum):
     LOCKED = "locked"
@@ -34,100 +37,139 @@ class ClaimOutcome(Enum):
 class Claim:
     outcome: ClaimOutcome
     run: Run | None = None
+    holds_lock: bool = False
 
 
 @dataclass(frozen=True)
 class TickClaim:
-    """What a replica asks the ledger for: this job, at this version, for this tick."""
+    """What a replica asks for: this job, at this version, for this tick; `lock` takes
+    the job's advisory lock first (every overlap mode but "allow")."""
 
     job: Job
     scheduled_for: datetime
     trigger: RunTrigger
     runner: str
     run_id: UUID
-    locked: bool
+    lock: bool
     any_version: bool = False
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: what is written to its ledger row."""
+
+    status: RunStatus
+    error: str | None
+    result: JsonValue
+    attempts: int
 
 
 class RunSession:
     """One pinned connection of the lock pool."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, locked_pids: set[int]) -> None:
         self._connection = connection
+        self._locked_pids = locked_pids
 
-    async def try_lock(self, key: int) -> bool:
-        """`pg_try_advisory_lock`, which never waits.
+    async def claim(self, tick: TickClaim) -> Claim:
+        """Take the job's lock, then insert the ledger row, in one statement (one round
+        trip) that also re-reads the job.
 
-        False means another session holds the job: another replica running it now, or
-        a Go replica using the same job name. The loser skips the tick; it never queues.
+        The lock is `pg_try_advisory_lock`, which never waits: if another session holds
+        the job (another replica running it, or a Go replica using the same name), the
+        loser gets LOCKED and skips the tick. The row is written only if the job still
+        exists at the version the replica scheduled from (and is active, for scheduled
+        ticks), no row for the same (job, scheduled_for) exists, and a `max_runs` cap
+        leaves room; the loser of the race for a tick gets ALREADY_RAN. A session lock
+        outlives a failed statement, so on any error the connection is closed.
         """
-        return bool(await self._connection.fetchval("SELECT pg_try_advisory_lock($1)", key))
+        counted = tick.job.max_runs is not None and tick.trigger is not RunTrigger.MANUAL
+        try:
+            row = await self._connection.fetchrow(
+                _CLAIMS[(tick.lock, counted)], *_claim_arguments(tick)
+            )
+        except BaseException:
+            if tick.lock:
+                self.terminate()
+            raise
+        assert row is not None
+        claim = _claim_of(row, tick)
+        if claim.holds_lock:
+            self._locked_pids.add(self._pid)
+        return claim
+
+    async def finish(
+        self, run_id: UUID, outcome: RunEnd, release_lock: int | None
+    ) -> tuple[Run | None, bool]:
+        """Record how the run ended and, in the same statement, release the job's lock
+        if `release_lock` names it. Returns the run and whether the lock was released.
+        The ledger row was committed when the run was claimed, so releasing the lock a
+        moment before this row commits lets no one run the tick again."""
+        releasing = release_lock is not None
+        row = await self._connection.fetchrow(
+            _FINISH_AND_UNLOCK if releasing else _FINISH,
+            run_id,
+            outcome.status.value,
+            outcome.error,
+            outcome.result,
+            outcome.attempts,
+            *((release_lock,) if releasing else ()),
+        )
+        assert row is not None
+        released = bool(releasing and row["released"])
+        if released:
+            self._locked_pids.discard(self._pid)
+        return (run_from_row(row) if row["id"] is not None else None), released
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
-        return bool(await self._connection.fetchval("SELECT pg_advisory_unlock($1)", key))
+        released = bool(await self._connection.fetchval("SELECT pg_advisory_unlock($1)", key))
+        if released:
+            self._locked_pids.discard(self._pid)
+        return released
 
     def terminate(self) -> None:
         """Close the connection hard: its session, and any lock it holds, dies with it."""
+        self._locked_pids.discard(self._pid)
         self._connection.terminate()
 
-    async def claim(self, tick: TickClaim) -> Claim:
-        """Insert the ledger row for a tick, in one statement that re-reads the job.
+    @property
+    def _pid(self) -> int:
+        return self._connection.get_server_pid()
 
-        The row is written only if the job still exists at the version the replica
-        scheduled from (and is active, for scheduled ticks), no row for the same
-        (job, scheduled_for) exists, and a `max_runs` cap leaves room. The loser of the
-        race for a tick gets ALREADY_RAN. Jobs with a cap lock their row for the claim,
-        so concurrent claims count one at a time.
-        """
-        counted = tick.job.max_runs is not None and tick.trigger is not RunTrigger.MANUAL
-        row = await self._connection.fetchrow(
-            _CLAIM_COUNTED if counted else _CLAIM,
-            tick.job.name,
-            tick.run_id,
-            tick.scheduled_for,
-            tick.trigger.value,
-            tick.runner,
-            tick.job.lock_key,
-            tick.locked,
-            tick.any_version,
-            tick.job.version,
-        )
-        assert row is not None
-        return _claim_of(row, tick)
 
-    async def finish(
-        self, run_id: UUID, status: RunStatus, error: str | None, result: JsonValue, attempts: int
-    ) -> Run | None:
-        row = await self._connection.fetchrow(
-            f"""UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
-                    finished_at = clock_timestamp(),
-                    duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
-                WHERE id = $1 AND status = 'running'
-                RETURNING {RUN_COLUMNS}""",
-            run_id,
-            status.value,
-            error,
-            result,
-            attempts,
-        )
-        return run_from_row(row) if row else None
+def _claim_arguments(tick: TickClaim) -> tuple[object, ...]:
+    return (
+        tick.job.name,
+        tick.run_id,
+        tick.scheduled_for,
+        tick.trigger.value,
+        tick.runner,
+        tick.job.lock_key,
+        tick.lock,
+        tick.any_version,
+        tick.job.version,
+    )
 
 
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
+    holds = bool(tick.lock and row["got_lock"])
+    if not row["got_lock"]:
+        return Claim(ClaimOutcome.LOCKED)
     if row["current_version"] is None:
-        return Claim(ClaimOutcome.JOB_GONE)
+        return Claim(ClaimOutcome.JOB_GONE, holds_lock=holds)
     if row["id"] is not None:
-        return Claim(ClaimOutcome.CLAIMED, run_from_row(row))
+        return Claim(ClaimOutcome.CLAIMED, run_from_row(row), holds_lock=holds)
     if not tick.any_version and row["current_version"] != tick.job.version:
-        return Claim(ClaimOutcome.JOB_CHANGED)
+        return Claim(ClaimOutcome.JOB_CHANGED, holds_lock=holds)
     if row["capped"]:
-        return Claim(ClaimOutcome.CAPPED)
-    return Claim(ClaimOutcome.ALREADY_RAN)
+        return Claim(ClaimOutcome.CAPPED, holds_lock=holds)
+    return Claim(ClaimOutcome.ALREADY_RAN, holds_lock=holds)
 
 
-def _claim_statement(*, counted: bool) -> str:
-    lock = "FOR UPDATE" if counted else ""
+def _claim_statement(*, locking: bool, counted: bool) -> str:
+    lock = "SELECT pg_try_advisory_lock($6) AS got" if locking else "SELECT true AS got"
+    row_lock = "FOR UPDATE" if counted else ""
     count = (
         """, counted AS (
             UPDATE tickgate_jobs SET runs_started = runs_started + 1
@@ -136,46 +178,75 @@ def _claim_statement(*, counted: bool) -> str:
         else ""
     )
     cap = "AND (current.max_runs IS NULL OR current.runs_started < current.max_runs)"
-    return f"""WITH current AS (
+    return f"""WITH lock AS ({lock}),
+        current AS (
             SELECT version, state, max_runs, runs_started FROM tickgate_jobs
-            WHERE name = $1 {lock}
+            WHERE name = $1 {row_lock}
         ), claimed AS (
             INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
                 started_at, runner, job_version, lock_key, locked, backend_pid)
             SELECT $2, $1, $3, $4, 'running', clock_timestamp(), $5, current.version,
                 $6, $7, pg_backend_pid()
-            FROM current
-            WHERE ($8 OR (current.version = $9 AND current.state = 'active'))
+            FROM current, lock
+            WHERE lock.got AND ($8 OR (current.version = $9 AND current.state = 'active'))
               {cap if counted else ""}
             ON CONFLICT (job, scheduled_for) DO NOTHING
             RETURNING {RUN_COLUMNS}
         ){count}
-        SELECT (SELECT version FROM current) AS current_version,
+        SELECT (SELECT got FROM lock) AS got_lock,
+               (SELECT version FROM current) AS current_version,
                COALESCE((SELECT runs_started >= max_runs FROM current), false) AS capped,
                claimed.*
         FROM (SELECT 1) AS one LEFT JOIN claimed ON true"""
 
 
-_CLAIM = _claim_statement(counted=False)
-_CLAIM_COUNTED = _claim_statement(counted=True)
+_CLAIMS = {
+    (locking, counted): _claim_statement(locking=locking, counted=counted)
+    for locking in (True, False)
+    for counted in (True, False)
+}
+
+_FINISHED = f"""WITH finished AS (
+        UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
+            finished_at = clock_timestamp(),
+            duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
+        WHERE id = $1 AND status = 'running'
+        RETURNING {RUN_COLUMNS})"""
+_FINISH = f"{_FINISHED} SELECT finished.* FROM (SELECT 1) AS one LEFT JOIN finished ON true"
+_FINISH_AND_UNLOCK = f"""{_FINISHED}
+    SELECT finished.*, pg_advisory_unlock($6) AS released
+    FROM (SELECT 1) AS one LEFT JOIN finished ON true"""
 
 
 class RunSessions:
     """The lock pool, sized to the runs a replica may have in flight."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, locked_pids: set[int]) -> None:
         self._pool = pool
+        self._locked_pids = locked_pids
 
     @classmethod
     async def open(cls, dsn: str, size: int) -> Self:
-        return cls(await create_pool(dsn, min_size=1, max_size=size))
+        locked_pids: set[int] = set()
+
+        async def reset(connection: Connection) -> None:
+            """asyncpg's safety net, paid only when needed: a session returned while
+            it may still hold a lock (a bug: the runner always unlocks, or closes the
+            session) drops every advisory lock it has."""
+            pid = connection.get_server_pid()
+            if pid in locked_pids:
+                locked_pids.discard(pid)
+                log.error("session %d went back to the pool holding a lock; releasing", pid)
+                await connection.execute("SELECT pg_advisory_unlock_all()")
+
+        pool = await create_pool(dsn, min_size=1, max_size=size, reset=reset)
+        return cls(pool, locked_pids)
 
     async def close(self) -> None:
         await self._pool.close()
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[RunSession]:
-        """A connection pinned for one run. asyncpg's reset on release also runs
-        pg_advisory_unlock_all(): a safety net only, the runner unlocks explicitly."""
+        """A connection pinned for one run: lock, claim, result and unlock all use it."""
         async with self._pool.acquire() as connection:
-            yield RunSession(connection)
+            yield RunSession(connection, self._locked_pids)

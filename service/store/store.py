@@ -1,7 +1,7 @@
 """The one class that issues SQL. Every method returns frozen domain objects."""
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Self
@@ -63,10 +63,18 @@ async def _init_connection(connection: Connection) -> None:
         )
 
 
-async def create_pool(dsn: str, min_size: int, max_size: int) -> Pool:
+async def create_pool(
+    dsn: str, min_size: int, max_size: int, reset: Callable[[Connection], Awaitable[None]]
+) -> Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=reset
     )
+
+
+async def _stateless_reset(_connection: Connection) -> None:
+    """The API pool keeps no session state (no SET, LISTEN or session lock; asyncpg
+    rolls back any open transaction itself), so it skips asyncpg's reset query: one
+    round trip fewer per request."""
 
 
 class Store:
@@ -77,7 +85,7 @@ class Store:
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Self:
-        return cls(await create_pool(dsn, min_size, max_size))
+        return cls(await create_pool(dsn, min_size, max_size, _stateless_reset))
 
     async def close(self) -> None:
         await self._pool.close()
