@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from service.domain.jobs import Job
+from service.domain.jobs import STORED, Job
 from service.domain.runs import Run
 
 JOB_COLUMNS = (
@@ -17,8 +17,16 @@ RUN_COLUMNS = (
 )
 
 
+# One empty set shared by every job read from the database, in place of pydantic's
+# per-instance set of field names (~2 KB of a ~4.5 KB job). Stored jobs are frozen, so
+# pydantic never adds to it, and model_copy copies it before changing the copy's.
+_NO_FIELDS_SET: set[str] = set()
+
+
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    return Job.model_validate(dict(row))
+    job = Job.model_validate(dict(row), context={STORED: True})
+    object.__setattr__(job, "__pydantic_fields_set__", _NO_FIELDS_SET)
+    return job
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
