@@ -63,6 +63,31 @@ class Settings(BaseSettings):
     sql_allow_self: bool = Field(
         False, description="Let the sql task target `self`, Tickgate's own database."
     )
+    api_tokens: dict[str, list[Literal["read", "write"]]] = Field(
+        default_factory=dict,
+        description='JSON {"token": ["read", "write"]}: bearer tokens and their scopes.',
+    )
+    api_tokens_file: Path | None = Field(
+        None, description="A mounted file holding the same JSON as TICKGATE_API_TOKENS."
+    )
+    allow_anonymous: bool = Field(
+        False, description="Serve without tokens on a non-loopback address (not advised)."
+    )
+    open_paths: str = Field(
+        "/healthz,/readyz,/metrics",
+        description="Comma-separated paths served without a token.",
+    )
+    http_allow: str = Field(
+        "",
+        description="Comma-separated CIDRs or host names the http task may reach although "
+        "they are loopback or private; link-local and metadata addresses stay denied.",
+    )
+    max_body_bytes: int = Field(
+        1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Larger request bodies get 413."
+    )
+    test_clock_offset_ms: int = Field(
+        0, ge=-60_000, le=60_000, description="Test only: this replica's clock runs off by this."
+    )
     test_fire_delay_ms: int = Field(
         0, ge=0, le=60_000, description="Test only: hold every fire back this long."
     )
