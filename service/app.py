@@ -14,7 +14,8 @@ from fastapi.openapi.utils import get_openapi
 from service.api import install_routes
 from service.api.declarative import apply_job_file
 from service.api.deps import Services
-from service.config import Settings, split_names
+from service.api.guards import BearerAuth, BodyLimits, Tokens
+from service.config import Settings, split_names, token_scopes
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.store import Store
@@ -51,8 +52,19 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
         lifespan=lifespan,
     )
     install_routes(app)
+    _install_guards(app, settings)
     app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+def _install_guards(app: FastAPI, settings: Settings) -> None:
+    """Body limits always; bearer auth when tokens are configured (the CLI refuses to
+    serve anonymously on a non-loopback address)."""
+    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes)
+    scopes = token_scopes(settings)
+    if scopes:
+        open_paths = frozenset(split_names(settings.open_paths))
+        app.add_middleware(BearerAuth, tokens=Tokens(scopes), open_paths=open_paths)
 
 
 def sql_target_dsns(settings: Settings) -> dict[str, str]:
@@ -80,8 +92,18 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
         document = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
-        for schema in document.get("components", {}).get("schemas", {}).values():
+        components = document.setdefault("components", {})
+        for schema in components.get("schemas", {}).values():
             schema.setdefault("description", f"{schema.get('title', 'Any JSON value')}.")
+        components["securitySchemes"] = {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "A token from TICKGATE_API_TOKENS; read scope for GET, "
+                "write for the rest. Servers without tokens need none.",
+            }
+        }
+        document["security"] = [{"bearer": []}, {}]
         app.openapi_schema = document
     return app.openapi_schema
 

@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import logging
 import signal
@@ -17,7 +18,7 @@ from fastapi import FastAPI
 from service.api.declarative import JobFileError
 from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
-from service.config import Settings
+from service.config import Settings, TokenFileError, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
 from service.store import Store
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level, settings.log_format)
     try:
         args.command(settings, args)
-    except (PluginError, JobFileError) as error:
+    except (PluginError, JobFileError, TokenFileError) as error:
         # Misconfiguration an operator must fix: one clear line, no traceback.
         log.error("%s", error)
         raise SystemExit(2) from error
@@ -65,6 +66,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _already_shut_down)
     if args.apply_jobs is not None:
         settings = settings.model_copy(update={"apply_jobs": args.apply_jobs})
+    _refuse_anonymous_exposure(settings, args.host)
     with _database(settings) as ready:
         app = create_app(ready)
         level = settings.log_level.lower()
@@ -84,6 +86,28 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         begin_shutdown(self._app)
         super().handle_exit(sig, frame)
+
+
+def _refuse_anonymous_exposure(settings: Settings, host: str) -> None:
+    """Without tokens anyone who reaches the port may create jobs; only loopback may
+    be served that way, unless the operator says so explicitly."""
+    if token_scopes(settings) or settings.allow_anonymous or _is_loopback(host):
+        return
+    log.error(
+        "refusing to serve on %s without API tokens: set TICKGATE_API_TOKENS (or "
+        "TICKGATE_API_TOKENS_FILE), or TICKGATE_ALLOW_ANONYMOUS=1",
+        host,
+    )
+    raise SystemExit(2)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _already_shut_down(signum: int, frame: FrameType | None) -> None:

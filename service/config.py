@@ -5,7 +5,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -91,3 +91,21 @@ class Settings(BaseSettings):
     test_fire_delay_ms: int = Field(
         0, ge=0, le=60_000, description="Test only: hold every fire back this long."
     )
+
+
+class TokenFileError(ValueError):
+    """TICKGATE_API_TOKENS_FILE cannot be read or does not hold {token: [scopes]}."""
+
+
+_SCOPES = TypeAdapter(dict[str, list[Literal["read", "write"]]])
+
+
+def token_scopes(settings: Settings) -> dict[str, frozenset[str]]:
+    """Every configured bearer token with its scopes: the env JSON, then the file's."""
+    tokens = dict(settings.api_tokens)
+    if settings.api_tokens_file is not None:
+        try:
+            tokens |= _SCOPES.validate_json(settings.api_tokens_file.read_bytes())
+        except (OSError, ValidationError) as error:
+            raise TokenFileError(f"cannot use {settings.api_tokens_file}: {error}") from error
+    return {token: frozenset(scopes) for token, scopes in tokens.items() if token}

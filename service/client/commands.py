@@ -34,6 +34,9 @@ from service.client.http import (
 from service.jobfile import parse_document
 
 URL_ENV: Final = "TICKGATE_URL"
+# The bearer token comes from the environment only: a --token flag would leak it into
+# shell history and `ps`.
+TOKEN_ENV: Final = "TICKGATE_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 EXIT_API: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
@@ -271,7 +274,8 @@ def _handler(action: Action) -> Handler:
 def _run(action: Action, args: argparse.Namespace) -> None:
     _quiet_request_logs()
     timeout = float(getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS))
-    with TickgateClient(server_url(args), timeout=timeout) as client:
+    token = os.environ.get(TOKEN_ENV) or None
+    with TickgateClient(server_url(args), timeout=timeout, token=token) as client:
         action(Context(client, Output(bool(getattr(args, "json", False))), args))
 
 

@@ -110,10 +110,14 @@ class TickgateClient:
         base_url: str = DEFAULT_URL,
         *,
         timeout: float = 10.0,
+        token: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        )
 
     def __enter__(self) -> Self:
         return self

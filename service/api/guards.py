@@ -1,0 +1,151 @@
+"""ASGI guards in front of every route: bearer-token auth with scopes, and request-body
+limits (size and JSON nesting). They answer with the same JSON error shapes as routes."""
+
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+MAX_JSON_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Bearer tokens and their scopes (`read`, `write`)."""
+
+    scopes_by_token: Mapping[str, frozenset[str]]
+
+    def scopes_of(self, presented: str) -> frozenset[str] | None:
+        """Compare against every token in constant time, so timing reveals nothing."""
+        found: frozenset[str] | None = None
+        for token, scopes in self.scopes_by_token.items():
+            if hmac.compare_digest(token.encode(), presented.encode()):
+                found = scopes
+        return found
+
+
+class BearerAuth:
+    """401 without a known token, 403 without the scope the method needs (GET/HEAD:
+    read, anything else: write). `open_paths` (probes, metrics) need no token."""
+
+    def __init__(self, app: ASGIApp, tokens: Tokens, open_paths: frozenset[str]) -> None:
+        self._app = app
+        self._tokens = tokens
+        self._open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self._open_paths:
+            await self._app(scope, receive, send)
+            return
+        scopes = self._tokens.scopes_of(_bearer(scope) or "")
+        needed = "read" if scope["method"] in READ_METHODS else "write"
+        if scopes is None:
+            await _answer(send, 401, "a bearer token is required", {"www-authenticate": "Bearer"})
+        elif needed not in scopes:
+            await _answer(send, 403, f"this token lacks the {needed!r} scope")
+        else:
+            await self._app(scope, receive, send)
+
+
+class BodyLimits:
+    """413 for bodies over `max_bytes` (declared or streamed); 422 for JSON nested
+    deeper than MAX_JSON_DEPTH, before any parser recurses into it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self._app = app
+        self._max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in READ_METHODS:
+            await self._app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
+            await _answer(send, 413, f"the body is larger than {self._max_bytes} bytes")
+            return
+        body = await _read_body(receive, self._max_bytes)
+        if body is None:
+            await _answer(send, 413, f"the body is larger than {self._max_bytes} bytes")
+        elif json_depth(body) > MAX_JSON_DEPTH:
+            await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        else:
+            await self._app(scope, _replay(body), send)
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of [ and { outside strings; cheap, and never recursive."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+        elif byte == 0x22:
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest
+
+
+async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = _header(scope, b"authorization")
+    if value is None or not value.lower().startswith("bearer "):
+        return None
+    return value[7:].strip()
+
+
+async def _answer(
+    send: Send, status: int, detail: str, headers: dict[str, str] | None = None
+) -> None:
+    await _send_json(send, status, {"detail": detail}, headers or {})
+
+
+async def _answer_invalid(send: Send, message: str) -> None:
+    problem = {"type": "value_error", "loc": ["body"], "msg": message, "input": None}
+    await _send_json(send, 422, {"detail": [problem]}, {})
+
+
+async def _send_json(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,121 @@
+"""Bearer tokens with scopes, and request-body limits."""
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.config import Settings, TokenFileError
+
+TOKENS = {"s3cret-w": ["read", "write"], "s3cret-r": ["read"]}
+JOB = {
+    "name": "guarded",
+    "schedule": {"kind": "cron", "expression": "0 0 1 1 *"},
+    "task": "log",
+    "args": {"message": "x"},
+}
+
+
+@pytest.fixture
+async def guarded(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings.model_copy(update={"api_tokens": TOKENS}))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+    ):
+        yield http
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+async def test_requests_without_a_known_token_are_401(guarded: httpx.AsyncClient) -> None:
+    for headers in ({}, bearer("wrong"), {"authorization": "Basic czNjcmV0LXc="}):
+        response = await guarded.get("/v1/jobs", headers=headers)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json() == {"detail": "a bearer token is required"}
+
+
+async def test_scopes_decide_what_a_token_may_do(guarded: httpx.AsyncClient) -> None:
+    assert (await guarded.get("/v1/jobs", headers=bearer("s3cret-r"))).status_code == 200
+    denied = await guarded.post("/v1/jobs", json=JOB, headers=bearer("s3cret-r"))
+    assert denied.status_code == 403
+    assert "write" in denied.json()["detail"]
+    assert (await guarded.get("/v1/jobs/guarded", headers=bearer("s3cret-r"))).status_code == 404
+    created = await guarded.post("/v1/jobs", json=JOB, headers=bearer("s3cret-w"))
+    assert created.status_code == 201
+    assert (await guarded.get("/v1/jobs/guarded", headers=bearer("s3cret-r"))).status_code == 200
+
+
+async def test_probes_and_metrics_stay_open(guarded: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert (await guarded.get(path)).status_code == 200, path
+
+
+async def test_tokens_come_from_a_mounted_file(settings: Settings, tmp_path: Path) -> None:
+    mounted = tmp_path / "tokens.json"
+    mounted.write_text(json.dumps({"from-file": ["read"]}))
+    app = create_app(settings.model_copy(update={"api_tokens_file": mounted}))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+    ):
+        assert (await http.get("/v1/jobs", headers=bearer("from-file"))).status_code == 200
+        assert (await http.get("/v1/jobs")).status_code == 401
+    mounted.write_text(json.dumps({"bad": ["admin"]}))
+    with pytest.raises(TokenFileError):
+        create_app(settings.model_copy(update={"api_tokens_file": mounted}))
+
+
+async def test_bodies_over_the_limit_are_413(client: httpx.AsyncClient) -> None:
+    big = JOB | {"description": "x" * (1024 * 1024)}
+    response = await client.post("/v1/jobs", json=big)
+    assert response.status_code == 413
+
+    async def streamed() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b" " * 65536  # no content-length: counted while it arrives
+
+    chunked = await client.post(
+        "/v1/jobs", content=streamed(), headers={"content-type": "application/json"}
+    )
+    assert chunked.status_code == 413
+    assert (await client.get("/v1/jobs")).json()["items"] == []
+
+
+async def test_deeply_nested_json_is_422_not_a_crash(client: httpx.AsyncClient) -> None:
+    deep = JOB | {"args": {"message": "x", "nest": json.loads("[" * 40 + "]" * 40)}}
+    response = await client.post("/v1/jobs", json=deep)
+    assert response.status_code == 422
+    assert "nested" in response.json()["detail"][0]["msg"]
+    hostile = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    crash = await client.post(
+        "/v1/jobs", content=hostile, headers={"content-type": "application/json"}
+    )
+    assert crash.status_code == 422
+
+
+def test_serve_refuses_a_public_address_without_tokens(tmp_path: Path) -> None:
+    tickgate = str(Path(sys.executable).with_name("tickgate"))
+    result = subprocess.run(
+        [tickgate, "serve", "--host", "0.0.0.0", "--port", "1"],
+        env={
+            "DATABASE_URL": "postgresql://unused@127.0.0.1:1/x",
+            "PATH": "/usr/bin:/bin",
+            "TICKGATE_LOG_FORMAT": "text",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "refusing to serve on 0.0.0.0 without API tokens" in result.stderr
