@@ -195,7 +195,15 @@ def test_every_manifest_is_valid_kubernetes(
 
 def test_defaults_render_the_core_objects_only(scenario: Callable[[str], Manifests]) -> None:
     kinds = sorted(kind for kind, _ in scenario("defaults"))
-    assert kinds == ["Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"]
+    # The two Secrets: the database URL and the API tokens.
+    assert kinds == [
+        "Deployment",
+        "PodDisruptionBudget",
+        "Secret",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ]
 
 
 def test_chart_versions_follow_pyproject(chart: Any, values: dict[str, Any]) -> None:
@@ -382,7 +390,7 @@ def test_database_url_from_an_existing_secret(
     render: Callable[[dict[str, Any]], Manifests], scenario: Callable[[str], Manifests]
 ) -> None:
     manifests = scenario("existing-secret")
-    assert [key for key in manifests if key[0] == "Secret"] == []
+    assert [key for key in manifests if key[0] == "Secret"] == [("Secret", f"{RELEASE}-auth")]
     reference = env_of(container(manifests))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     assert reference == {"name": "pg-credentials", "key": "dsn"}
     default_key = render({"database": {"existingSecret": "pg-credentials"}})
@@ -587,3 +595,32 @@ def test_docs_values_table_matches_values_yaml(values: dict[str, Any]) -> None:
         if not any(leaf == key or leaf.startswith(f"{key}.") for key in documented)
     }
     assert undocumented == set()
+
+
+# --- auth ----------------------------------------------------------------------------------
+
+
+def test_the_chart_always_provides_api_tokens(scenario: Callable[[str], Manifests]) -> None:
+    """Pods listen on 0.0.0.0 and Tickgate refuses that without tokens."""
+    manifests = scenario("defaults")
+    secret = manifests[("Secret", f"{RELEASE}-auth")]
+    tokens = json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"]))
+    assert len(tokens) == 1
+    [(token, scopes)] = tokens.items()
+    assert len(token) >= 32
+    assert scopes == ["read", "write"]
+    reference = env_of(container(manifests))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": f"{RELEASE}-auth", "key": "TICKGATE_API_TOKENS"}
+
+
+def test_given_tokens_or_an_existing_secret_are_used(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
+    given = {"ci": ["read", "write"], "dashboard": ["read"]}
+    manifests = render({"database": {"url": DSN}, "auth": {"tokens": given}})
+    secret = manifests[("Secret", f"{RELEASE}-auth")]
+    assert json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"])) == given
+    external = render({"database": {"url": DSN}, "auth": {"existingSecret": "api-tokens"}})
+    assert ("Secret", f"{RELEASE}-auth") not in external
+    reference = env_of(container(external))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": "api-tokens", "key": "TICKGATE_API_TOKENS"}

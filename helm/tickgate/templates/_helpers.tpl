@@ -120,3 +120,12 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
 {{- define "tickgate.terminationGracePeriodSeconds" -}}
 {{- add (int .Values.preStopSleepSeconds) (int .Values.shutdownGraceSeconds) (int .Values.terminationGraceHeadroomSeconds) }}
 {{- end }}
+
+{{/* The Secret holding TICKGATE_API_TOKENS. */}}
+{{- define "tickgate.authSecretName" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- .Values.auth.existingSecret -}}
+{{- else -}}
+{{- printf "%s-auth" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end }}
