@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi
+.PHONY: run test lint types test-only clean openapi bench bench-smoke
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # starts in ./.tickgate and stops when the last local replica exits.
@@ -20,8 +20,36 @@ lint: $(VENV)/.test
 types: $(VENV)/.test
 	$(BIN)/mypy
 
+# The fault and fuzz tests log their figures; RELIABILITY.md is written from that log.
 test-only: $(VENV)/.test
-	$(BIN)/python -m pytest
+	rm -f .reliability.jsonl
+	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
+	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+
+# `make bench`: the full benchmark (about 30 minutes on 2 cores): bench/results/<date>.json,
+# BENCHMARKS.md and PNG plots. `make bench-smoke`: Tickgate's scenarios at tiny sizes in
+# under 2 minutes (CI; the peers, whose installs alone take minutes, run in `make bench`);
+# fails only if the harness breaks or a tick is delivered twice, never on speed.
+# Both try to install wrk (Debian package) for the api scenario; without it the harness
+# uses its own httpx load generator. See bench/README.md.
+bench: $(VENV)/.bench
+	-@command -v wrk >/dev/null || $(APT_WRK) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
+		&& $(APT_WRK); } || echo "wrk unavailable: the api scenario uses the httpx generator"
+	$(BIN)/python -m bench
+
+bench-smoke: $(VENV)/.bench
+	-@command -v wrk >/dev/null || $(APT_WRK) \
+		|| echo "wrk unavailable: the api scenario uses the httpx generator"
+	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario burst \
+		--scenario api --scenario scale
+
+ROOT    = [ "$$(id -u)" = 0 ]
+APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }
+
+$(VENV)/.bench: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@ $(VENV)/.test $(VENV)/.runtime
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -18,6 +18,7 @@ from service.api.guards import BearerAuth, BodyLimits, Tokens
 from service.config import Settings, split_names, token_scopes
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
+from service.scheduler.clock import ReplicaClock
 from service.store import Store
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
@@ -77,7 +78,7 @@ def sql_target_dsns(settings: Settings) -> dict[str, str]:
 
 def build_registry(settings: Settings) -> TaskRegistry:
     """Built-in tasks, the sql task for the configured targets, then plugins."""
-    registry = builtin_registry()
+    registry = builtin_registry(settings.http_allow)
     registry.register(sql_task(frozenset(sql_target_dsns(settings))))
     loaded = load_plugins(registry, split_names(settings.task_modules))
     if loaded:
@@ -127,6 +128,9 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     metrics = Metrics()
+    clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
+    if clock.offset:
+        log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
     runner = Runner(
         sessions=sessions,
         store=store,
@@ -136,6 +140,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         runner_id=settings.runner_id,
         metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
+        clock=clock,
     )
     mirror = None
     if settings.scheduler:
@@ -145,6 +150,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
             dsn=dsn,
             reconcile_seconds=settings.reconcile_seconds,
             run_history=settings.run_history,
+            clock=clock,
         )
         stack.push_async_callback(mirror.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)

@@ -51,7 +51,13 @@ async def database_url(templates: TemplateDatabases) -> AsyncIterator[str]:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, scheduler=False, runner_id="test-runner")
+    # The http task reaches the loopback receiver (tests/support/receiver.py) only.
+    return Settings(
+        database_url=database_url,
+        scheduler=False,
+        runner_id="test-runner",
+        http_allow="127.0.0.1",
+    )
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from service.domain.jobs import (
 from service.scheduler.overdue import overdue_jobs
 from service.store import JobChange, JobFilter
 from service.store.store import JobChangeFn
+from service.tasks.http import merge_secret_headers
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON)
 
@@ -76,10 +77,10 @@ async def apply(
 
 async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
     """Declarative apply, shared by PUT and the jobs file applied at startup."""
-    checked = _checked(services, spec)
     now = services.now()
 
     def change(current: Job | None) -> Job:
+        checked = _checked(services, _with_kept_secrets(spec, current))
         return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
     return await services.store.mutate_job(name, change)
@@ -119,7 +120,11 @@ async def patch(
     now = services.now()
 
     def change(current: Job) -> Job:
-        return _checked_job(services, patch_job(current, body, now))
+        patched = patch_job(current, body, now)
+        kept = _with_kept_secrets(patched.spec(), current)
+        if kept.args != patched.args:
+            patched = replace_job(current, kept, now)
+        return _checked_job(services, patched)
 
     job = await _apply(services, name, _existing(name, change))
     return await _out(services, job, now)
@@ -155,6 +160,16 @@ async def resume(name: NamePath, services: ServicesDep) -> JobOut:
 
 def _page_of(jobs: list[Job], after: str | None) -> list[Job]:
     return [job for job in jobs if after is None or job.name > after]
+
+
+def _with_kept_secrets(spec: JobSpec, current: Job | None) -> JobSpec:
+    """Secret headers are answered as "***"; sent back so, they keep the stored value, so
+    a body copied from a GET changes nothing."""
+    if spec.task != "http":
+        return spec
+    stored = current.args if current is not None and current.task == "http" else None
+    kept = merge_secret_headers(spec.args, stored)
+    return spec if kept == spec.args else spec.model_copy(update={"args": kept})
 
 
 def _checked(services: Services, spec: JobSpec) -> JobSpec:

@@ -14,6 +14,7 @@ from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
 from service.store import RunPosition
+from service.tasks.http import redact_args
 
 NEXT_RUNS = 5
 MAX_BACKFILL_TICKS = 1000
@@ -92,6 +93,7 @@ class JobOut(BaseModel):
         return cls.model_validate(
             {
                 **job.model_dump(exclude={"fire_after"}),
+                "args": redact_args(job.args) if job.task == "http" else job.args,
                 "next_run_at": job.next_run_at(now),
                 "next_runs": job.upcoming(now, NEXT_RUNS),
                 "last_run": last_run.model_dump() if last_run else None,

@@ -14,6 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.runs import RunTrigger
+from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import TickExecutor
 from service.scheduler.runner import Runner
 from service.scheduler.trigger import NominalTicks
@@ -31,9 +32,17 @@ _MAX_BACKOFF_SECONDS = 5.0
 
 class Mirror:
     def __init__(
-        self, *, store: Store, runner: Runner, dsn: str, reconcile_seconds: float, run_history: int
+        self,
+        *,
+        store: Store,
+        runner: Runner,
+        dsn: str,
+        reconcile_seconds: float,
+        run_history: int,
+        clock: ReplicaClock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock or ReplicaClock()
         self._runner = runner
         self._dsn = dsn
         self._reconcile_seconds = reconcile_seconds
@@ -58,6 +67,10 @@ class Mirror:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    def mirrored(self) -> dict[str, int]:
+        """Name to version of every job this replica would fire."""
+        return {name: job.version for name, job in self._jobs.items()}
 
     @property
     def healthy(self) -> bool:
@@ -104,10 +117,11 @@ class Mirror:
             await self._load(stale)
         self.last_sync = datetime.now(UTC)
 
-    def _on_tick(self, name: str, scheduled_for: datetime) -> None:
+    def _on_tick(self, name: str, fire_time: datetime) -> None:
         job = self._jobs.get(name)
         if job is not None:
-            self._runner.fire(job, scheduled_for, RunTrigger.SCHEDULE)
+            # The nominal tick is what this replica's clock reads at the fire time.
+            self._runner.fire(job, self._clock.local(fire_time), RunTrigger.SCHEDULE)
 
     def _on_notify(self, name: str) -> None:
         self._changed.add(name)
@@ -182,7 +196,10 @@ class Mirror:
             return False
         self._jobs[job.name] = job
         self._scheduler.add_job(
-            _never_called, trigger=NominalTicks(job), id=job.name, replace_existing=True
+            _never_called,
+            trigger=NominalTicks(job, self._clock),
+            id=job.name,
+            replace_existing=True,
         )
         return True
 
@@ -194,11 +211,16 @@ class Mirror:
         """Fire, once, the latest tick of each job that nobody ran and is still in grace.
 
         Every replica may try this at once at startup; the ledger lets one through.
+        Which ticks are past is judged on the database's clock, so a replica whose own
+        clock runs ahead never "catches up" a tick that is not due yet.
         """
-        now = datetime.now(UTC)
+        jobs = [job for job in jobs if job.catchup is Catchup.LATEST]
+        if not jobs:
+            return
+        now = await self._store.clock()
         due = {}
         for job in jobs:
-            tick = job.tick_at_or_before(now) if job.catchup is Catchup.LATEST else None
+            tick = job.tick_at_or_before(now)
             grace = timedelta(seconds=job.misfire_grace_seconds)
             if tick is not None and now - tick <= grace:
                 due[(job.name, tick)] = job
@@ -208,9 +230,12 @@ class Mirror:
 
     async def _sweep(self) -> None:
         """Orphaned runs become `abandoned`; jobs whose window closed become completed;
-        history beyond the retention is deleted."""
-        for job in await self._store.ended_jobs():
-            await self._store.mutate_job(job.name, _closing_window(datetime.now(UTC)))
+        history beyond the retention is deleted. All judged on the database's clock."""
+        ended = await self._store.ended_jobs()
+        if ended:
+            now = await self._store.clock()
+            for job in ended:
+                await self._store.mutate_job(job.name, _closing_window(now))
         for run in await self._store.abandon_orphans():
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
         pruned = await self._store.prune_runs(self._run_history)

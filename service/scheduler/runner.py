@@ -5,8 +5,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -17,6 +18,7 @@ from service.domain.jobs import Job, Overlap, finish_run, policy_finishes
 from service.domain.runs import Run, RunStatus, RunTrigger
 from service.metrics import Metrics
 from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
+from service.scheduler.clock import ReplicaClock
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
 from service.store.errors import is_unavailable
@@ -36,11 +38,12 @@ UNLOCK_TIMEOUT_SECONDS = 5.0
 # How often a waiting tick (queue_one, backfill) retries the lock; it holds no
 # connection between tries.
 LOCK_POLL_SECONDS = 0.25
+# A run whose own connection died records its end through the API pool; while the
+# database is away it retries this long, then leaves the row to the orphan sweep.
+RECORD_ELSEWHERE_SECONDS = 20.0
+_RECORD_BACKOFF_SECONDS = (0.25, 2.0)
+LOCK_LOST = "lock lost: the connection holding the job's lock closed"
 ClaimCallback = Callable[[Claim], None]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,14 @@ class Runner:
         runner_id: str,
         metrics: Metrics,
         fire_delay: timedelta = timedelta(0),
+        clock: ReplicaClock | None = None,
     ) -> None:
         self._sessions = sessions
         self._store = store
         self._attempts = Attempts(tasks, http, sql)
         self._runner_id = runner_id
         self._fire_delay = fire_delay
+        self._clock = clock or ReplicaClock()
         self._metrics = metrics
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
         self._runs_by_job: Counter[str] = Counter()
@@ -89,7 +94,7 @@ class Runner:
         """A manual run through the same gates; returns once the ledger row exists and
         leaves the run going. Conflict if a "skip" job is running anywhere."""
         decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
-        tick = self._tick(job, utc_now(), RunTrigger.MANUAL, any_version=True)
+        tick = self._tick(job, self._clock.now(), RunTrigger.MANUAL, any_version=True)
         task = self._spawn(self._discard(self._gated(tick, decided.set_result)))
         either: set[asyncio.Future[Any]] = {decided, task}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -154,15 +159,16 @@ class Runner:
 
     async def _hold_back(self, job: Job, scheduled_for: datetime) -> None:
         """Jitter spreads a job's fires the same way on every replica; the test-only
-        delay makes this replica late on purpose."""
+        delay makes this replica late on purpose. Due is by this replica's clock."""
         due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
-        wait = max(0.0, (due - utc_now()).total_seconds()) + self._fire_delay.total_seconds()
+        wait = max(0.0, (due - self._clock.now()).total_seconds())
+        wait += self._fire_delay.total_seconds()
         if wait:
             await asyncio.sleep(wait)
 
     def _misfired(self, job: Job, scheduled_for: datetime) -> bool:
         due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
-        lateness = utc_now() - due
+        lateness = self._clock.now() - due
         if lateness <= timedelta(seconds=job.misfire_grace_seconds):
             return False
         self._metrics.ticks_skipped.labels("misfire").inc()
@@ -240,12 +246,21 @@ class Runner:
         self._runs_by_job[job.name] += 1
         self._metrics.runs_in_flight.inc()
         progress = Progress()
+        attempts = asyncio.create_task(self._attempts.run(job, run, progress))
+        fence = LockFence(run, attempts)
         try:
-            outcome = await self._attempts.run(job, run, progress)
+            # The lock-lost fence: if the session holding the job's lock dies mid-run,
+            # the lock is gone and another replica may start the next tick, so this
+            # run must stop at once rather than overlap it.
+            with pinned.session.fenced(fence.trip) if pinned.hold.held else nullcontext():
+                outcome = await attempts
         except asyncio.CancelledError:
-            cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
-            await run_to_completion(self._record(pinned, job, run, cancelled, progress))
-            raise
+            current = asyncio.current_task()
+            if not fence.tripped or (current is not None and current.cancelling()):
+                cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
+                await run_to_completion(self._record(pinned, job, run, cancelled, progress))
+                raise
+            outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
         finally:
             self._runs_by_job -= Counter({job.name: 1})
             self._metrics.runs_in_flight.dec()
@@ -255,18 +270,61 @@ class Runner:
         self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
     ) -> Run | None:
         end = RunEnd(outcome.status, outcome.error, outcome.result, max(1, progress.attempts))
-        hold = pinned.hold
-        finished, released = await pinned.session.finish(
-            run.id, end, hold.key if hold.held else None
-        )
-        hold.held = hold.held and not released
+        finished = await self._finish(pinned, run, end)
         self._metrics.runs.labels(job.name, outcome.status.value).inc()
         if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
             self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
         if policy_finishes(job) and run.trigger is not RunTrigger.MANUAL:
-            await self._store.mutate_job(job.name, _finishing(run.scheduled_for, utc_now()))
+            # Whether the job's window has closed is judged on the database's clock.
+            now = await self._store.clock()
+            await self._store.mutate_job(job.name, _finishing(run.scheduled_for, now))
         return finished
+
+    async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
+        """Record the run's end and release the lock in one statement on the pinned
+        connection; if that connection is gone, record through the API pool."""
+        session, hold = pinned.session, pinned.hold
+        if not session.closed:
+            try:
+                finished, released = await session.finish(
+                    run.id, end, hold.key if hold.held else None
+                )
+            except Exception as error:
+                if not (is_unavailable(error) and session.closed):
+                    raise
+            else:
+                hold.held = hold.held and not released
+                return finished
+        # The session died, and its lock with it: there is nothing to unlock, and a
+        # dead connection is never unlocked on. Terminating it only tidies up.
+        hold.held = False
+        session.terminate()
+        return await self._finish_elsewhere(run, end)
+
+    async def _finish_elsewhere(self, run: Run, end: RunEnd) -> Run | None:
+        """Record the end of a run whose own connection died, through the API pool,
+        retrying while the database is away (a restart). If it stays away longer than
+        RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it
+        `abandoned` once no session holds the job's lock and its backend is gone."""
+        deadline = time.monotonic() + RECORD_ELSEWHERE_SECONDS
+        backoff, most = _RECORD_BACKOFF_SECONDS
+        while True:
+            try:
+                return await self._store.finish_run(run.id, end)
+            except Exception as error:
+                if not is_unavailable(error):
+                    raise
+                if time.monotonic() + backoff > deadline:
+                    log.warning(
+                        "run %s not recorded (%r); the orphan sweep will mark it abandoned",
+                        end.status.value,
+                        error,
+                        extra=run_context(run),
+                    )
+                    return None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, most)
 
     def _skip_counter(self, job: Job, *, quiet_lock: bool = False) -> ClaimCallback:
         def count(claim: Claim) -> None:
@@ -282,6 +340,21 @@ class Runner:
             log.debug("tick of %s skipped: %s", job.name, reason)
 
         return count
+
+
+class LockFence:
+    """Trips when the run's session dies: the run's attempts are cancelled."""
+
+    def __init__(self, run: Run, attempts: "asyncio.Task[Outcome]") -> None:
+        self._run = run
+        self._attempts = attempts
+        self.tripped = False
+
+    def trip(self) -> None:
+        if not self._attempts.done():
+            self.tripped = True
+            log.warning("%s; cancelling the run", LOCK_LOST, extra=run_context(self._run))
+            self._attempts.cancel()
 
 
 @dataclass

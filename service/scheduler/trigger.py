@@ -5,22 +5,31 @@ from datetime import datetime, timedelta
 from apscheduler.triggers.base import BaseTrigger
 
 from service.domain.jobs import Job
+from service.scheduler.clock import ReplicaClock
 
 
 class NominalTicks(BaseTrigger):  # type: ignore[misc]
     """Every replica computes the same ticks: from the stored schedule and zone, never
     from when the process started. Ticks at or before the job's fence (`fire_after`),
     outside its window, or older than the misfire grace are never produced, so a long
-    stall does not queue a backlog of runs that would only be dropped."""
+    stall does not queue a backlog of runs that would only be dropped.
 
-    def __init__(self, job: Job) -> None:
+    APScheduler works in true time; a tick is due when this replica's clock reads it,
+    so the fire times given to APScheduler are the ticks moved by the clock's offset
+    (none in production). `ReplicaClock.local(fire_time)` gives the tick back."""
+
+    def __init__(self, job: Job, clock: ReplicaClock | None = None) -> None:
         self._job = job
         self._grace = timedelta(seconds=job.misfire_grace_seconds)
+        self._clock = clock or ReplicaClock()
 
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
-        return self._job.tick_after(max(previous_fire_time or now, now - self._grace))
+        local_now = self._clock.local(now)
+        previous = self._clock.local(previous_fire_time) if previous_fire_time else None
+        tick = self._job.tick_after(max(previous or local_now, local_now - self._grace))
+        return None if tick is None else self._clock.true(tick)
 
     def __str__(self) -> str:
         return f"nominal ticks of {self._job.schedule!r}"

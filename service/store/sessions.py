@@ -5,21 +5,30 @@ the result and the unlock all go over the same connection, held for the whole ru
 """
 
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
-from pydantic import JsonValue
+import asyncpg
 
 from service.domain.jobs import Job
-from service.domain.runs import Run, RunStatus, RunTrigger
+from service.domain.runs import Run, RunTrigger
 from service.store.connection import Connection, Pool
 from service.store.rows import RUN_COLUMNS, run_from_row
-from service.store.store import create_pool
+from service.store.store import FINISH_RUN, FINISHED_RUN, RunEnd, create_pool
+
+__all__ = [
+    "Claim",
+    "ClaimOutcome",
+    "RunEnd",
+    "RunSession",
+    "RunSessions",
+    "TickClaim",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +63,51 @@ class TickClaim:
     any_version: bool = False
 
 
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ended: what is written to its ledger row."""
-
-    status: RunStatus
-    error: str | None
-    result: JsonValue
-    attempts: int
-
-
 class RunSession:
     """One pinned connection of the lock pool."""
 
     def __init__(self, connection: Connection, locked_pids: set[int]) -> None:
         self._connection = connection
         self._locked_pids = locked_pids
+        # Read while the connection is surely open: a connection the server closed is
+        # detached from its pool proxy, which then answers nothing, not even its pid.
+        self._pid: int = connection.get_server_pid()
+        self._terminated = False
+
+    @property
+    def closed(self) -> bool:
+        """The session is gone: the server or the network closed it, or we did. An
+        advisory lock it held is gone with it."""
+        if self._terminated:
+            return True
+        try:
+            return self._connection.is_closed()
+        except asyncpg.InterfaceError:
+            return True  # asyncpg detached the dead connection from its pool proxy
+
+    @contextmanager
+    def fenced(self, on_lost: Callable[[], None]) -> Iterator[None]:
+        """Call `on_lost` if the connection closes while the block runs (a database
+        restart, a cut link): the session died, and the job's lock with it, so another
+        replica may now start the job's next tick.
+
+        asyncpg calls termination listeners soon after it sees the connection close,
+        idle or not; the pool then drops that connection and never hands it out again.
+        """
+
+        def lost(_connection: object) -> None:
+            self._locked_pids.discard(self._pid)
+            on_lost()
+
+        if self.closed:
+            lost(None)  # it died before the fence went up
+        else:
+            self._connection.add_termination_listener(lost)
+        try:
+            yield
+        finally:
+            if not self.closed:
+                self._connection.remove_termination_listener(lost)
 
     async def claim(self, tick: TickClaim) -> Claim:
         """Take the job's lock, then insert the ledger row, in one statement (one round
@@ -129,13 +167,13 @@ class RunSession:
         return released
 
     def terminate(self) -> None:
-        """Close the connection hard: its session, and any lock it holds, dies with it."""
+        """Close the connection hard: its session, and any lock it holds, dies with it.
+        Safe on a connection that is already gone."""
         self._locked_pids.discard(self._pid)
-        self._connection.terminate()
-
-    @property
-    def _pid(self) -> int:
-        return self._connection.get_server_pid()
+        self._terminated = True
+        # Already closed and detached from its pool proxy: nothing is left to close.
+        with suppress(asyncpg.InterfaceError):
+            self._connection.terminate()
 
 
 def _claim_arguments(tick: TickClaim) -> tuple[object, ...]:
@@ -206,14 +244,8 @@ _CLAIMS = {
     for counted in (True, False)
 }
 
-_FINISHED = f"""WITH finished AS (
-        UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
-            finished_at = clock_timestamp(),
-            duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
-        WHERE id = $1 AND status = 'running'
-        RETURNING {RUN_COLUMNS})"""
-_FINISH = f"{_FINISHED} SELECT finished.* FROM (SELECT 1) AS one LEFT JOIN finished ON true"
-_FINISH_AND_UNLOCK = f"""{_FINISHED}
+_FINISH = FINISH_RUN
+_FINISH_AND_UNLOCK = f"""{FINISHED_RUN}
     SELECT finished.*, pg_advisory_unlock($6) AS released
     FROM (SELECT 1) AS one LEFT JOIN finished ON true"""
 

@@ -8,6 +8,7 @@ from typing import Self
 from uuid import UUID
 
 import asyncpg
+from pydantic import JsonValue
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
@@ -21,6 +22,27 @@ _JOB_PLACEHOLDERS = ", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") +
 _INSERT_ATTEMPTS = 3
 
 JobChangeFn = Callable[[Job | None], Job | None]
+
+# Records a run's end, only while it is still `running`: a run is finished once. $1 is
+# the run id; $2..$5 its status, error, result and attempts. Times come from the
+# database's clock, like `started_at`.
+FINISHED_RUN = f"""WITH finished AS (
+        UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
+            finished_at = clock_timestamp(),
+            duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
+        WHERE id = $1 AND status = 'running'
+        RETURNING {RUN_COLUMNS})"""
+FINISH_RUN = f"{FINISHED_RUN} SELECT finished.* FROM (SELECT 1) AS one LEFT JOIN finished ON true"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: what is written to its ledger row."""
+
+    status: RunStatus
+    error: str | None
+    result: JsonValue
+    attempts: int
 
 
 @dataclass(frozen=True)
@@ -203,6 +225,16 @@ class Store:
             [tick for _, tick in ticks],
         )
         return {(row["job"], row["tick"]) for row in rows}
+
+    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
+        """Record a run's end through the API pool, for a run whose own connection is
+        gone (with it, the job's lock). None if the run is no longer `running`: it was
+        recorded already, or the orphan sweep marked it `abandoned` meanwhile."""
+        row = await self._pool.fetchrow(
+            FINISH_RUN, run_id, end.status.value, end.error, end.result, end.attempts
+        )
+        assert row is not None
+        return run_from_row(row) if row["id"] is not None else None
 
     async def abandon_orphans(self) -> list[Run]:
         """Mark `abandoned` the running runs whose runner's session is gone.

@@ -8,8 +8,9 @@ from service.tasks.base import (
     TaskRegistry,
     task,
 )
-from service.tasks.http import HTTP_TASK
+from service.tasks.http import http_task
 from service.tasks.log import LOG_TASK
+from service.tasks.netguard import Allowlist
 
 __all__ = [
     "SqlOutcome",
@@ -22,5 +23,7 @@ __all__ = [
 ]
 
 
-def builtin_registry() -> TaskRegistry:
-    return TaskRegistry([HTTP_TASK, LOG_TASK])
+def builtin_registry(http_allow: str = "") -> TaskRegistry:
+    """`http` and `log`. `http_allow` is TICKGATE_HTTP_ALLOW: the loopback/private
+    targets the http task may reach (none by default); ValueError if malformed."""
+    return TaskRegistry([http_task(Allowlist.from_setting(http_allow)), LOG_TASK])

@@ -79,7 +79,7 @@ def skipped(metrics: Metrics, reason: str) -> float:
 async def runner(
     store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
 ) -> AsyncIterator[Runner]:
-    registry = builtin_registry()
+    registry = builtin_registry(http_allow="127.0.0.1")
     registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
     registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
     async with httpx.AsyncClient() as http:

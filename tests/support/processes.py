@@ -83,6 +83,9 @@ def start_replica(workdir: Path, *, database_url: str | None, **env: str) -> Rep
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     environment |= {"TICKGATE_DATA_DIR": str(workdir / "data"), "TICKGATE_RUNNER_ID": f"r{port}"}
+    # The http task may reach the loopback receiver (and nothing else private); `env`
+    # can override it.
+    environment |= {"TICKGATE_HTTP_ALLOW": "127.0.0.1"}
     environment |= {"DATABASE_URL": database_url} if database_url else {}
     environment |= env
     log_path = workdir / f"replica-{port}.log"

@@ -5,7 +5,8 @@ delivered twice shows up here even if Tickgate's bookkeeping believes it ran onc
 
 Any path is accepted with any method. A path answers after a delay and with a status set
 either by `respond(path, delay=..., status=...)` or by query parameters on the URL the job
-calls: `/slow?seconds=3&status=503`.
+calls: `/slow?seconds=3&status=503`. `respond` can also add a `Location` header (to answer
+a redirect) and pad the body to a given size.
 """
 
 import threading
@@ -13,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +38,7 @@ class Receipt:
     received_at: float
     answered_at: float | None = None
     status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
 
     @property
     def tick(self) -> float | None:
@@ -53,6 +55,8 @@ class Receipt:
 class _Answer:
     delay: float = 0.0
     status: int = 200
+    location: str | None = None
+    body_size: int | None = None
 
 
 @dataclass
@@ -77,10 +81,19 @@ class Receiver:
         suffix = f"?{urlencode(query)}" if query else ""
         return f"{self.url}{path}{suffix}"
 
-    def respond(self, path: str, *, delay: float = 0.0, status: int = 200) -> None:
-        """From now on, answer requests to `path` after `delay` seconds with `status`."""
+    def respond(
+        self,
+        path: str,
+        *,
+        delay: float = 0.0,
+        status: int = 200,
+        location: str | None = None,
+        body_size: int | None = None,
+    ) -> None:
+        """From now on, answer requests to `path` after `delay` seconds with `status`,
+        a `Location` header if given, and a body of `body_size` bytes if given."""
         with self._lock:
-            self._answers[path] = _Answer(delay, status)
+            self._answers[path] = _Answer(delay, status, location, body_size)
 
     def fail_first(self, path: str, times: int, *, status: int = 503) -> None:
         """Answer the next `times` requests to `path` with `status`, then as configured."""
@@ -126,7 +139,7 @@ class Receiver:
             failing = self._failures.get(path, 0)
             if failing:
                 self._failures[path] = failing - 1
-        answer = _Answer(configured.delay, configured.status) if configured else _Answer()
+        answer = replace(configured) if configured else _Answer()
         if failing:
             answer.status = self._failure_status
         if "seconds" in query:
@@ -175,17 +188,23 @@ class _Handler(BaseHTTPRequestHandler):
             content_type=self.headers.get("Content-Type"),
             body=body,
             received_at=received_at,
+            headers={name.lower(): value for name, value in self.headers.items()},
         )
         receiver._record(receipt)
         answer = receiver._answer_for(parts.path, query)
         if answer.delay > 0 and receiver._closing.wait(answer.delay):
             return
-        payload = b'{"ok":true}'
+        payload = b'{"ok":true}' if answer.body_size is None else b"x" * answer.body_size
         self.send_response(answer.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
+        if answer.location is not None:
+            self.send_header("Location", answer.location)
         self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.wfile.write(payload)
+        except ConnectionError:  # a client that stops reading a large body hangs up
+            return
         self.wfile.flush()
         receipt.status = answer.status
         receipt.answered_at = time.time()

@@ -1,0 +1,288 @@
+"""What the fault tests share: jobs calling the receiver, a blocking SQL connection, and
+the count of ticks delivered once, twice or never."""
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import httpx
+
+from tests.support.processes import Replica
+from tests.support.receiver import Receiver
+
+EVERY_SECOND_CRON: dict[str, Any] = {"kind": "cron", "expression": "* * * * * *"}
+EVERY_SECOND_INTERVAL: dict[str, Any] = {
+    "kind": "interval",
+    "every_seconds": 1,
+    "anchor": "2026-01-01T00:00:00Z",
+}
+YEARLY_CRON: dict[str, Any] = {"kind": "cron", "expression": "0 0 1 1 *"}
+
+# Advisory locks held on any of the given bigint keys (classid = high 32 bits, objid = low
+# 32 bits, objsubid = 1), in the current database.
+ADVISORY_LOCKS_ON_KEYS = """
+    SELECT count(*) FROM pg_locks
+    WHERE locktype = 'advisory' AND objsubid = 1
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((classid::bigint << 32) | objid::bigint) = ANY($1::bigint[])
+"""
+
+
+class Sql:
+    """A blocking asyncpg connection for sync tests: a private event loop run per call."""
+
+    def __init__(self, dsn: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._connection: asyncpg.Connection = self._loop.run_until_complete(
+                asyncpg.connect(dsn)
+            )
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
+        return self._loop.run_until_complete(self._connection.fetch(query, *args))
+
+    def value(self, query: str, *args: object) -> Any:
+        return self._loop.run_until_complete(self._connection.fetchval(query, *args))
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._connection.close())
+        finally:
+            self._loop.close()
+
+
+def http_job(
+    name: str,
+    receiver: Receiver,
+    schedule: Mapping[str, Any],
+    *,
+    seconds: float | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A job calling the receiver at /tick/<name>, answered after `seconds` if given."""
+    call_timeout = max(10.0, (seconds or 0) + 10)
+    return {
+        "name": name,
+        "schedule": dict(schedule),
+        "task": "http",
+        "args": {
+            "url": receiver.url_for(f"/tick/{name}", seconds=seconds),
+            "timeout_seconds": call_timeout,
+        },
+        "timeout_seconds": int(call_timeout + 10),
+    } | fields
+
+
+def create(replica: Replica, job: Mapping[str, Any]) -> dict[str, Any]:
+    response = httpx.post(f"{replica.url}/v1/jobs", json=dict(job), timeout=10)
+    assert response.status_code == 201, f"{response.text}\n{replica.log_tail()}"
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def create_every_second_jobs(
+    replicas: Sequence[Replica], receiver: Receiver, crons: int, intervals: int
+) -> dict[str, int]:
+    """Every-second cron and interval jobs, created round-robin; each job's period."""
+    names = [f"cron-{i:02d}" for i in range(crons)]
+    names += [f"interval-{i:02d}" for i in range(intervals)]
+    for index, name in enumerate(names):
+        schedule = EVERY_SECOND_CRON if name.startswith("cron") else EVERY_SECOND_INTERVAL
+        create(replicas[index % len(replicas)], http_job(name, receiver, schedule))
+    return dict.fromkeys(names, 1)
+
+
+def status_of(replica: Replica, path: str) -> int:
+    """The HTTP status of GET `path`, or 0 if the replica does not answer."""
+    try:
+        return httpx.get(f"{replica.url}{path}", timeout=5).status_code
+    except httpx.TransportError:
+        return 0
+
+
+def run_by_id(replica: Replica, run_id: str) -> dict[str, Any]:
+    response = httpx.get(f"{replica.url}/v1/runs/{run_id}", timeout=10)
+    assert response.status_code == 200, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
+def job_lock_keys(replica: Replica) -> list[int]:
+    response = httpx.get(f"{replica.url}/v1/jobs", params={"limit": 1000}, timeout=10)
+    assert response.status_code == 200, response.text
+    return [job["lock_key"] for job in response.json()["items"]]
+
+
+def utc(moment: float) -> datetime:
+    return datetime.fromtimestamp(moment, UTC)
+
+
+def rfc3339(moment: float) -> str:
+    return utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def next_whole_second(after: float, margin: float = 0.0) -> int:
+    return math.ceil(after + margin)
+
+
+def sleep_until(moment: float) -> None:
+    """Let a window of time elapse: the window itself is what the test observes."""
+    time.sleep(max(0.0, moment - time.time()))
+
+
+def eventually(condition: Callable[[], bool], deadline_seconds: float) -> bool:
+    """Poll until `condition` holds or the deadline passes; report which."""
+    deadline = time.monotonic() + deadline_seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def logs(replicas: Sequence[Replica]) -> str:
+    return "\n".join(replica.log_tail() for replica in replicas)
+
+
+def wait_until(
+    condition: Callable[[], bool], deadline_seconds: float, what: str, replicas: Sequence[Replica]
+) -> None:
+    """Poll `condition`; at the deadline fail naming `what`, with the replicas' logs."""
+    if not eventually(condition, deadline_seconds):
+        raise AssertionError(
+            f"timed out after {deadline_seconds}s waiting for {what}\n{logs(replicas)}"
+        )
+
+
+def report(problems: Sequence[str], replicas: Sequence[Replica]) -> str:
+    shown = "\n".join(problems[:40])
+    more = f"\n... and {len(problems) - 40} more" if len(problems) > 40 else ""
+    return f"{len(problems)} problems:\n{shown}{more}\n{logs(replicas)}"
+
+
+Tick = tuple[str, float]
+
+
+@dataclass
+class Tally:
+    """Deliveries of the expected (job, tick) pairs in a window.
+
+    `overlap_skipped`: missing ticks that came while an earlier run of the same job was
+    still in progress, holding its lock: the `skip` overlap policy drops those by design
+    (on a loaded machine a 1 s job's run can stall past its next tick).
+    """
+
+    expected: int = 0
+    duplicated: list[str] = field(default_factory=list)
+    missing: list[Tick] = field(default_factory=list)
+    overlap_skipped: set[Tick] = field(default_factory=set)
+
+    def unexplained(self, may_miss: Callable[[Tick], bool]) -> list[str]:
+        """Every duplicate, and every missing tick neither the requirement (`may_miss`)
+        nor the overlap policy excuses."""
+        return self.duplicated + [
+            f"{job} tick {rfc3339(at)} never arrived"
+            for job, at in self.missing
+            if not may_miss((job, at)) and (job, at) not in self.overlap_skipped
+        ]
+
+
+def tally(
+    receiver: Receiver,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    skip: Callable[[int], bool] = lambda tick: False,
+) -> Tally:
+    """Each job's nominal ticks in [first, last] (whole seconds divisible by the job's
+    period), except those `skip` leaves out: how many, which arrived twice, which never."""
+    counts = receiver.tick_counts()
+    result = Tally()
+    for job, period in periods.items():
+        for tick in range(first, last + 1):
+            if tick % period or skip(tick):
+                continue
+            result.expected += 1
+            count = counts[(job, float(tick))]
+            if count > 1:
+                result.duplicated.append(f"{job} tick {rfc3339(tick)} arrived {count} times")
+            elif count == 0:
+                result.missing.append((job, float(tick)))
+    return result
+
+
+def extra_deliveries(receiver: Receiver, manual_jobs: Sequence[str] = ()) -> int:
+    """Deliveries beyond the first of any run id or idempotency key, or of any (job,
+    tick) of a job not in `manual_jobs` (manual runs carry the whole second they were
+    asked for, and two may share one)."""
+    receipts = receiver.receipts()
+    extra = 0
+    for key in (
+        Counter((r.job, r.scheduled_for) for r in receipts if r.job not in manual_jobs),
+        Counter(r.run_id for r in receipts if r.run_id),
+        Counter(r.idempotency_key for r in receipts if r.idempotency_key),
+    ):
+        extra = max(extra, sum(count - 1 for count in key.values() if count > 1))
+    return extra
+
+
+def await_ticks(
+    receiver: Receiver,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    may_miss: Callable[[Tick], bool],
+    sql: Sql,
+    skip: Callable[[int], bool] = lambda tick: False,
+) -> Tally:
+    """Wait (generously) until every expected tick in [first, last] arrived or may be
+    missing, then tally the window, noting which missing ticks the ledger shows were
+    dropped by the overlap policy."""
+
+    def counted() -> Tally:
+        result = tally(receiver, periods, first, last, skip)
+        result.overlap_skipped = overlap_skips(sql, result.missing)
+        return result
+
+    eventually(lambda: not counted().unexplained(may_miss), 15)
+    return counted()
+
+
+def overlap_skips(sql: Sql, missing: Sequence[Tick]) -> set[Tick]:
+    """The missing ticks that came while an earlier run of the same job was still in
+    progress by the ledger. Only runs that ended normally count: there the recorded end
+    is when the lock was released (one statement). An `abandoned` or lock-lost run's end
+    is recorded later than its lock died, so it excuses nothing."""
+    if not missing:
+        return set()
+    rows = sql.fetch(
+        """SELECT t.job, t.at FROM unnest($1::text[], $2::float8[]) AS t (job, at)
+           WHERE EXISTS (
+               SELECT 1 FROM tickgate_runs r
+               WHERE r.job = t.job AND r.scheduled_for < to_timestamp(t.at)
+                 AND r.status IN ('succeeded', 'failed', 'timed_out')
+                 AND r.started_at <= to_timestamp(t.at)
+                 AND r.finished_at > to_timestamp(t.at))""",
+        [job for job, _ in missing],
+        [at for _, at in missing],
+    )
+    return {(row["job"], float(row["at"])) for row in rows}
+
+
+def claimed_by(sql: Sql, runner: str) -> set[Tick]:
+    """Every (job, tick) whose ledger row names `runner`."""
+    rows = sql.fetch(
+        "SELECT job, extract(epoch FROM scheduled_for)::float8 AS at FROM tickgate_runs"
+        " WHERE runner = $1",
+        runner,
+    )
+    return {(row["job"], float(row["at"])) for row in rows}

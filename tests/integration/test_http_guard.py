@@ -1,0 +1,328 @@
+"""The http task's SSRF guard end to end: API, runner, task, the loopback receiver.
+
+Every connection here goes to 127.0.0.1. Targets that must be refused are either
+loopback too (refused until allowlisted) or refused before any connect; as a safety net,
+apps built here connect through `LoopbackOnly`, which refuses (and records) anything but
+a loopback address, so even a broken guard could not send traffic elsewhere.
+"""
+
+import ipaddress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpcore
+import httpx
+import pytest
+
+from service.app import create_app
+from service.config import Settings
+from service.tasks import TaskRegistry
+from service.tasks.http import MAX_RESPONSE_BYTES, http_task
+from service.tasks.netguard import Allowlist, IPAddress
+from tests.support.receiver import Receiver, receiving
+from tests.support.waiting import eventually
+
+NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
+
+
+class LoopbackOnly(httpcore.AsyncNetworkBackend):
+    """The real network, for loopback addresses only; anything else is refused."""
+
+    def __init__(self) -> None:
+        self.inner = httpcore.AnyIOBackend()
+        self.connects: list[str] = []
+        self.refused: list[str] = []
+
+    async def connect_tcp(
+        self, host: str, port: int, *args: Any, **kwargs: Any
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name: the guard must hand over vetted addresses only
+            loopback = False
+        if not loopback:
+            self.refused.append(host)
+            raise httpcore.ConnectError(f"test safety net: no connection to {host}")
+        self.connects.append(host)
+        return await self.inner.connect_tcp(host, port, *args, **kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class Names:
+    """A resolver from a table (names under .test, which DNS never answers), counting
+    lookups; `then` is what a name resolves to from its second lookup on (rebinding)."""
+
+    def __init__(self, first: dict[str, str], then: dict[str, str] | None = None) -> None:
+        self.first, self.then = first, then or {}
+        self.lookups: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[IPAddress]:
+        self.lookups.append(host)
+        table = self.then if self.lookups.count(host) > 1 and host in self.then else self.first
+        if host not in table:
+            raise OSError(f"{host}: no such name")
+        return [ipaddress.ip_address(table[host])]
+
+
+@pytest.fixture
+def receiver() -> Any:
+    with receiving() as started:
+        yield started
+
+
+@pytest.fixture
+def network() -> LoopbackOnly:
+    return LoopbackOnly()
+
+
+@asynccontextmanager
+async def tickgate(
+    settings: Settings, registry: TaskRegistry | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, registry)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+    ):
+        yield http
+
+
+def guarded(network: LoopbackOnly, allow: str = "127.0.0.1", **kwargs: Any) -> TaskRegistry:
+    return TaskRegistry([http_task(Allowlist.from_setting(allow), network=network, **kwargs)])
+
+
+async def run_job(client: httpx.AsyncClient, name: str, **args: Any) -> dict[str, Any]:
+    """Create an http job with `args`, trigger it once and return the finished run."""
+    job = {"name": name, "schedule": NEVER, "task": "http", "args": args}
+    created = await client.post("/v1/jobs", json=job)
+    assert created.status_code == 201, created.text
+    return await trigger(client, name)
+
+
+async def trigger(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    started = await client.post(f"/v1/jobs/{name}/trigger")
+    assert started.status_code == 202, started.text
+    run_url = f"/v1/runs/{started.json()['id']}"
+
+    async def done() -> bool:
+        return bool((await client.get(run_url)).json()["status"] != "running")
+
+    await eventually(done, 30, f"run of {name} to finish")
+    run: dict[str, Any] = (await client.get(run_url)).json()
+    return run
+
+
+async def test_loopback_is_denied_until_allowlisted(settings: Settings, receiver: Receiver) -> None:
+    """Through the real wiring: Settings.http_allow -> create_app -> the http task."""
+    denied_settings = settings.model_copy(update={"http_allow": ""})
+    async with tickgate(denied_settings) as client:
+        run = await run_job(client, "denied", url=f"{receiver.url}/hook")
+    assert run["status"] == "failed"
+    assert run["error"] == (
+        "TargetDenied: http target 127.0.0.1 is a loopback/private address; "
+        "allow it with TICKGATE_HTTP_ALLOW"
+    )
+    assert receiver.receipts() == []
+
+    async with tickgate(settings) as client:  # the fixture allowlists 127.0.0.1
+        run = await trigger(client, "denied")
+    assert run["status"] == "succeeded"
+    assert run["result"] == {"status": 200, "bytes": len(b'{"ok":true}')}
+    assert [r.path for r in receiver.receipts()] == ["/hook"]
+
+
+async def test_other_loopback_spellings_need_their_own_entry(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    async with tickgate(settings, guarded(network, allow="127.0.0.1")) as client:
+        v6 = await run_job(client, "v6", url=f"http://[::1]:{port}/v6")
+        mapped = await run_job(client, "mapped", url=f"http://[::ffff:127.0.0.2]:{port}/m")
+        decimal = await run_job(client, "decimal", url=f"http://2130706433:{port}/decimal")
+    assert (v6["status"], mapped["status"]) == ("failed", "failed")
+    assert "http target ::1 is a loopback/private address" in v6["error"]
+    assert "loopback/private address" in mapped["error"]
+    assert decimal["status"] == "succeeded"  # stored as 127.0.0.1, which is allowlisted
+    assert [r.path for r in receiver.receipts()] == ["/decimal"]
+    assert network.refused == []
+
+
+async def test_a_redirect_to_a_metadata_address_is_refused_before_connecting(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    metadata = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
+    receiver.respond("/hop", status=302, location=metadata)
+    receiver.respond("/decimal-hop", status=307, location="http://2852039166/")
+    receiver.respond("/name-hop", status=301, location="http://metadata.google.internal/")
+    async with tickgate(settings, guarded(network)) as client:
+        runs = [
+            await run_job(client, name, url=f"{receiver.url}/{name}")
+            for name in ("hop", "decimal-hop", "name-hop")
+        ]
+    assert [run["status"] for run in runs] == ["failed"] * 3
+    assert runs[0]["error"] == (
+        f"TargetDenied: redirect to {metadata} refused: http target 169.254.169.254 is a "
+        "link-local or cloud metadata address; never allowed"
+    )
+    assert "2852039166 (169.254.169.254) is a link-local or cloud metadata" in runs[1]["error"]
+    assert "metadata.google.internal is a cloud metadata host name" in runs[2]["error"]
+    assert [r.path for r in receiver.receipts()] == ["/hop", "/decimal-hop", "/name-hop"]
+    assert network.refused == []  # the guard refused; the safety net never had to
+    assert set(network.connects) == {"127.0.0.1"}
+
+
+async def test_a_redirect_to_a_loopback_target_not_allowlisted_is_refused(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    receiver.respond("/to-v6", status=302, location=f"http://[::1]:{port}/landed")
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "to-v6", url=f"{receiver.url}/to-v6")
+    assert run["status"] == "failed"
+    assert f"redirect to http://[::1]:{port}/landed refused: http target ::1" in run["error"]
+    assert [r.path for r in receiver.receipts()] == ["/to-v6"]
+
+
+async def test_allowed_redirects_are_followed_with_browser_method_rules(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    receiver.respond("/see-other", status=303, location="/landed")
+    receiver.respond("/temporary", status=307, location=f"http://0x7f000001:{port}/kept")
+    async with tickgate(settings, guarded(network)) as client:
+        see_other = await run_job(client, "see-other", url=f"{receiver.url}/see-other")
+        temporary = await run_job(
+            client, "temporary", url=f"{receiver.url}/temporary", body={"keep": "me"}
+        )
+    assert (see_other["status"], temporary["status"]) == ("succeeded", "succeeded")
+    first, landed, second, kept = receiver.receipts()
+    assert (first.method, first.path, landed.method, landed.path) == (
+        "POST",
+        "/see-other",
+        "GET",
+        "/landed",
+    )
+    assert landed.body == b""
+    assert landed.idempotency_key == first.idempotency_key == see_other["id"]
+    assert (second.path, kept.method, kept.path) == ("/temporary", "POST", "/kept")
+    assert kept.body == b'{"keep":"me"}'
+    assert kept.headers["host"] == f"0x7f000001:{port}"
+
+
+async def test_redirects_stop_after_five(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    receiver.respond("/loop", status=302, location="/loop")
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "loop", url=f"{receiver.url}/loop")
+        listed = await run_job(client, "listed", url=f"{receiver.url}/loop", success_status=[302])
+    assert run["status"] == "failed"
+    assert "more than 5 redirects" in run["error"]
+    assert listed["status"] == "succeeded"  # a status the job accepts is the answer
+    assert listed["result"]["status"] == 302
+    assert len(receiver.receipts()) == 6 + 1
+
+
+async def test_the_connection_goes_to_the_vetted_address_resolved_once(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    """`pinned.test` resolves to 127.0.0.1, then (rebinding) to the metadata address:
+    each run resolves once and connects where it vetted, keeping the Host header."""
+    port = receiver.url.rsplit(":", 1)[1]
+    names = Names({"pinned.test": "127.0.0.1"}, then={"pinned.test": "169.254.169.254"})
+    async with tickgate(settings, guarded(network, resolve=names)) as client:
+        first = await run_job(client, "pinned", url=f"http://pinned.test:{port}/pin")
+        assert names.lookups == ["pinned.test"]
+        second = await trigger(client, "pinned")
+    assert first["status"] == "succeeded"
+    [receipt] = receiver.receipts()
+    assert receipt.headers["host"] == f"pinned.test:{port}"
+    assert second["status"] == "failed"
+    assert "pinned.test (169.254.169.254) is a link-local or cloud metadata" in second["error"]
+    assert names.lookups == ["pinned.test", "pinned.test"]
+    assert network.connects == ["127.0.0.1"]
+    assert network.refused == []
+
+
+async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    names = Names({"other.test": "127.0.0.1"})
+    receiver.respond("/same", status=302, location="/same-landed")
+    receiver.respond("/away", status=302, location=f"http://other.test:{port}/away-landed")
+    headers = {"Authorization": "Bearer s3cret", "X-Api-Key": "k3y", "X-Plain": "p"}
+    args = {"headers": headers, "secret_headers": ["x-api-key"]}
+    async with tickgate(settings, guarded(network, resolve=names)) as client:
+        for path in ("same", "away"):
+            run = await run_job(client, path, url=f"{receiver.url}/{path}", **args)
+            assert run["status"] == "succeeded"
+    sent = {r.path: r.headers for r in receiver.receipts()}
+    for path in ("/same", "/same-landed", "/away"):
+        assert sent[path]["authorization"] == "Bearer s3cret"
+        assert sent[path]["x-api-key"] == "k3y"
+    assert "authorization" not in sent["/away-landed"]
+    assert "x-api-key" not in sent["/away-landed"]
+    assert sent["/away-landed"]["x-plain"] == "p"
+
+
+@pytest.mark.parametrize(
+    ("size", "result"),
+    [
+        (5, {"status": 200, "bytes": 5}),
+        (MAX_RESPONSE_BYTES, {"status": 200, "bytes": MAX_RESPONSE_BYTES}),
+        (
+            3 * MAX_RESPONSE_BYTES,
+            {"status": 200, "bytes": MAX_RESPONSE_BYTES, "truncated": True},
+        ),
+    ],
+)
+async def test_the_response_bytes_read_are_capped(
+    settings: Settings,
+    receiver: Receiver,
+    network: LoopbackOnly,
+    size: int,
+    result: dict[str, Any],
+) -> None:
+    receiver.respond("/big", body_size=size)
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "big", url=f"{receiver.url}/big")
+    assert run["status"] == "succeeded"
+    assert run["result"] == result
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://2852039166/",
+        "http://[fd00:ec2::254]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+    ],
+)
+async def test_always_denied_targets_are_refused_when_the_job_is_written(
+    client: httpx.AsyncClient, url: str
+) -> None:
+    job = {"name": "meta", "schedule": NEVER, "task": "http", "args": {"url": url}}
+    answer = await client.post("/v1/jobs", json=job)
+    assert answer.status_code == 422, answer.text
+    assert "the http task never calls it" in answer.text
+
+
+async def test_header_limits_are_checked_when_the_job_is_written(
+    client: httpx.AsyncClient,
+) -> None:
+    def job(**args: Any) -> dict[str, Any]:
+        return {"name": "h", "schedule": NEVER, "task": "http", "args": args}
+
+    url = "http://127.0.0.1:9/"
+    injected = await client.post("/v1/jobs", json=job(url=url, headers={"X-A": "1\r\nX-B: 2"}))
+    secret = await client.post(
+        "/v1/jobs", json=job(url=url, headers={"X-A": "1"}, secret_headers=["X-B"])
+    )
+    long_url = await client.post("/v1/jobs", json=job(url=url + "x" * 2048))
+    assert [injected.status_code, secret.status_code, long_url.status_code] == [422] * 3
