@@ -5,7 +5,6 @@ job is an `http` task calling a loopback receiver that counts deliveries on its 
 tick run twice shows up even if Tickgate's own ledger hides it.
 """
 
-import asyncio
 import json
 import math
 import re
@@ -23,6 +22,7 @@ import pytest
 
 from tests.support.processes import Replica, serve_many, stop_all, wait_for
 from tests.support.receiver import Receiver, receiving
+from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -58,33 +58,6 @@ ADVISORY_LOCKS_ON_KEYS = """
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND ((classid::bigint << 32) | objid::bigint) = ANY($1::bigint[])
 """
-
-
-class Sql:
-    """A blocking asyncpg connection for sync tests: a private event loop run per call,
-    so the connection (and any advisory lock it holds) stays open between calls."""
-
-    def __init__(self, dsn: str) -> None:
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._connection: asyncpg.Connection = self._loop.run_until_complete(
-                asyncpg.connect(dsn)
-            )
-        except BaseException:
-            self._loop.close()
-            raise
-
-    def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
-        return self._loop.run_until_complete(self._connection.fetch(query, *args))
-
-    def value(self, query: str, *args: object) -> Any:
-        return self._loop.run_until_complete(self._connection.fetchval(query, *args))
-
-    def close(self) -> None:
-        try:
-            self._loop.run_until_complete(self._connection.close())
-        finally:
-            self._loop.close()
 
 
 @pytest.fixture

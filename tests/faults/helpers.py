@@ -1,7 +1,6 @@
 """What the fault tests share: jobs calling the receiver, a blocking SQL connection, and
 the count of ticks delivered once, twice or never."""
 
-import asyncio
 import math
 import time
 from collections import Counter
@@ -10,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 import httpx
 
 from tests.support.processes import Replica
 from tests.support.receiver import Receiver
+from tests.support.sql import Sql
 
 EVERY_SECOND_CRON: dict[str, Any] = {"kind": "cron", "expression": "* * * * * *"}
 EVERY_SECOND_INTERVAL: dict[str, Any] = {
@@ -32,32 +31,6 @@ ADVISORY_LOCKS_ON_KEYS = """
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND ((classid::bigint << 32) | objid::bigint) = ANY($1::bigint[])
 """
-
-
-class Sql:
-    """A blocking asyncpg connection for sync tests: a private event loop run per call."""
-
-    def __init__(self, dsn: str) -> None:
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._connection: asyncpg.Connection = self._loop.run_until_complete(
-                asyncpg.connect(dsn)
-            )
-        except BaseException:
-            self._loop.close()
-            raise
-
-    def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
-        return self._loop.run_until_complete(self._connection.fetch(query, *args))
-
-    def value(self, query: str, *args: object) -> Any:
-        return self._loop.run_until_complete(self._connection.fetchval(query, *args))
-
-    def close(self) -> None:
-        try:
-            self._loop.run_until_complete(self._connection.close())
-        finally:
-            self._loop.close()
 
 
 def http_job(
