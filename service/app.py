@@ -127,6 +127,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     sessions = await RunSessions.open(dsn, settings.max_concurrent_runs)
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+    stack.push_async_callback(tasks.aclose)
     metrics = Metrics()
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:
@@ -141,6 +142,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
         clock=clock,
+        max_in_flight=settings.max_concurrent_runs,
     )
     mirror = None
     if settings.scheduler:

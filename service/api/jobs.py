@@ -45,15 +45,11 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     """Create a job. 409 if the name (or its lock_key) is taken."""
     spec = _checked(services, body.spec())
     now = services.now()
-
-    def change(current: Job | None) -> Job:
-        if current is not None:
-            raise Conflict(f"job {body.name!r} already exists")
-        return create_job(body.name, spec, now)
-
-    job = await _apply(services, body.name, change)
+    job = create_job(body.name, spec, now)
+    if not await services.store.insert_job(job):
+        raise Conflict(f"job {body.name!r} already exists")
     response.headers["Location"] = f"/v1/jobs/{body.name}"
-    return await _out(services, job, now)
+    return JobOut.of(job, now)  # a job just made has no runs yet
 
 
 @router.put(

@@ -124,6 +124,11 @@ class RunList(BaseModel):
     items: list[RunOut]
 
 
+# PostgreSQL text cannot hold a NUL character: a filter carrying one is refused (422)
+# rather than sent to the database.
+NO_NUL = r"^[^\x00]*$"
+
+
 class JobQuery(BaseModel):
     """Filters and paging of GET /v1/jobs."""
 
@@ -132,8 +137,10 @@ class JobQuery(BaseModel):
     limit: int = Field(100, ge=1, le=1000)
     cursor: str | None = Field(None, max_length=400, description="`next_cursor` of a page.")
     state: JobState | None = None
-    task: str | None = Field(None, max_length=128)
-    prefix: str | None = Field(None, max_length=128, description="Only names starting so.")
+    task: str | None = Field(None, max_length=128, pattern=NO_NUL)
+    prefix: str | None = Field(
+        None, max_length=128, pattern=NO_NUL, description="Only names starting so."
+    )
     overdue: bool = Field(
         False,
         description="Only active jobs whose latest tick is past its misfire grace and never ran.",

@@ -2,11 +2,12 @@
 
 import asyncio
 import logging
+import random
 import time
-from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -43,6 +44,10 @@ LOCK_POLL_SECONDS = 0.25
 RECORD_ELSEWHERE_SECONDS = 20.0
 _RECORD_BACKOFF_SECONDS = (0.25, 2.0)
 LOCK_LOST = "lock lost: the connection holding the job's lock closed"
+# Most ticks claimed in one statement. Their runs share its connection until the
+# last one ends, so a batch also bounds what one slow run keeps pinned.
+CLAIM_BATCH = 200
+ROOM_GATHER_SECONDS = 0.005
 ClaimCallback = Callable[[Claim], None]
 
 
@@ -70,6 +75,7 @@ class Runner:
         metrics: Metrics,
         fire_delay: timedelta = timedelta(0),
         clock: ReplicaClock | None = None,
+        max_in_flight: int = 32,
     ) -> None:
         self._sessions = sessions
         self._store = store
@@ -80,6 +86,12 @@ class Runner:
         self._metrics = metrics
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
         self._runs_by_job: Counter[str] = Counter()
+        # Scheduled ticks due now: `_arrived` since the last dispatch, in the order
+        # APScheduler produced them; `_waiting` for room under `max_in_flight`.
+        self._arrived: list[TickClaim] = []
+        self._waiting: deque[TickClaim] = deque()
+        self._room = max_in_flight
+        self._dispatch_planned = False
         self.accepting = True
 
     @property
@@ -87,8 +99,16 @@ class Runner:
         return self._runs_by_job.total()
 
     def fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        """Start the scheduled fire of one tick in the background. Never raises."""
-        self._spawn(self._fire(job, scheduled_for, trigger))
+        """Start the scheduled fire of one tick in the background. Never raises.
+
+        Ticks that fall due at the same moment (one wake-up of APScheduler) are claimed
+        together, in batches: one statement and one connection per batch instead of
+        per tick. Each replica claims them in its own random order, so when the
+        replicas race for a crowd of ticks, each wins a share of them."""
+        if self._hold_back_seconds(job, scheduled_for) > 0:
+            self._spawn(self._fire_later(job, scheduled_for, trigger))
+        else:
+            self._arrive(job, scheduled_for, trigger)
 
     async def trigger_now(self, job: Job) -> Run:
         """A manual run through the same gates; returns once the ledger row exists and
@@ -139,32 +159,106 @@ class Runner:
     async def _discard(self, work: Coroutine[Any, Any, Gated]) -> None:
         await work
 
-    async def _fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        try:
-            await self._hold_back(job, scheduled_for)
-            if self._misfired(job, scheduled_for):
-                return
-            tick = self._tick(job, scheduled_for, trigger)
-            gated = await self._gated(tick, self._skip_counter(job))
-            queued = job.overlap is Overlap.QUEUE_ONE and self.accepting
-            if gated.outcome is ClaimOutcome.LOCKED and queued:
-                await self._queue(job, tick)
-        except Exception as error:
-            # One broken tick must never take the scheduler down with it.
-            where = f"{job.name} at {scheduled_for.isoformat()}"
-            if is_unavailable(error):
-                log.warning("tick %s not run: database unavailable (%r)", where, error)
-            else:
-                log.exception("tick %s failed", where)
+    async def _fire_later(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
+        await asyncio.sleep(self._hold_back_seconds(job, scheduled_for))
+        self._arrive(job, scheduled_for, trigger)
 
-    async def _hold_back(self, job: Job, scheduled_for: datetime) -> None:
+    def _hold_back_seconds(self, job: Job, scheduled_for: datetime) -> float:
         """Jitter spreads a job's fires the same way on every replica; the test-only
         delay makes this replica late on purpose. Due is by this replica's clock."""
         due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
         wait = max(0.0, (due - self._clock.now()).total_seconds())
-        wait += self._fire_delay.total_seconds()
-        if wait:
-            await asyncio.sleep(wait)
+        return wait + self._fire_delay.total_seconds()
+
+    def _arrive(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
+        if self.accepting and not self._misfired(job, scheduled_for):
+            self._arrived.append(self._tick(job, scheduled_for, trigger))
+            self._plan_dispatch()
+
+    def _plan_dispatch(self, after: float = 0.0) -> None:
+        # Dispatch once the current wake-up has handed over every tick due in it.
+        if not self._dispatch_planned:
+            self._dispatch_planned = True
+            asyncio.get_running_loop().call_later(after, self._dispatch)
+
+    def _dispatch(self) -> None:
+        """Claim waiting ticks while this replica has room for their runs; the rest
+        wait for room (other replicas, with room, take them meanwhile)."""
+        self._dispatch_planned = False
+        random.shuffle(self._arrived)
+        self._waiting.extend(self._arrived)
+        self._arrived = []
+        while self._waiting and self._room > 0 and self.accepting:
+            batch = self._next_batch(min(self._room, CLAIM_BATCH))
+            self._room -= len(batch)
+            if len(batch) == 1 and batch[0].job.max_runs is not None:
+                self._spawn(self._fire_alone(batch[0]))
+            elif batch:
+                self._spawn(self._fire_together(batch))
+
+    def _next_batch(self, size: int) -> list[TickClaim]:
+        """Up to `size` waiting ticks still in grace, one per job. A job with a run cap
+        goes alone: its claim counts the run against the cap."""
+        batch: list[TickClaim] = []
+        names: set[str] = set()
+        while self._waiting and len(batch) < size:
+            tick = self._waiting[0]
+            counted = tick.job.max_runs is not None
+            if tick.job.name in names or (counted and batch):
+                break
+            self._waiting.popleft()
+            if not self._misfired(tick.job, tick.scheduled_for):
+                batch.append(tick)
+                names.add(tick.job.name)
+                if counted:
+                    break
+        return batch
+
+    def _room_freed(self) -> None:
+        self._room += 1
+        if self._waiting:
+            # Runs end one by one; a moment's wait lets the room of several gather,
+            # so waiting ticks are claimed in batches rather than one at a time.
+            self._plan_dispatch(after=ROOM_GATHER_SECONDS)
+
+    async def _fire_alone(self, tick: TickClaim) -> None:
+        try:
+            with _failures_logged(tick):
+                self._queue_if_locked(tick, await self._gated(tick, self._skip_counter(tick.job)))
+        finally:
+            self._room_freed()
+
+    async def _fire_together(self, ticks: list[TickClaim]) -> None:
+        claims: list[Claim] = []
+        try:
+            async with self._sessions.session() as session:
+                claims = await session.claim_together(ticks)
+                pairs = zip(ticks, claims, strict=True)
+                await asyncio.gather(*(self._settle_together(session, *pair) for pair in pairs))
+        except Exception as error:  # noqa: BLE001 - logged with its traceback
+            # One broken claim must never take the scheduler down with it.
+            _log_failure(f"{len(ticks)} ticks due together", error)
+        finally:
+            if not claims:  # once claimed, each tick's settling frees its own room
+                for _ in ticks:
+                    self._room_freed()
+
+    async def _settle_together(self, session: RunSession, tick: TickClaim, claim: Claim) -> None:
+        try:
+            with _failures_logged(tick):
+                gated = await self._settle(session, tick, claim, self._skip_counter(tick.job))
+                self._queue_if_locked(tick, gated)
+        finally:
+            self._room_freed()
+
+    def _queue_if_locked(self, tick: TickClaim, gated: Gated) -> None:
+        queued = tick.job.overlap is Overlap.QUEUE_ONE and self.accepting
+        if gated.outcome is ClaimOutcome.LOCKED and queued:
+            self._spawn(self._queued(tick))
+
+    async def _queued(self, tick: TickClaim) -> None:
+        with _failures_logged(tick):
+            await self._queue(tick.job, tick)
 
     def _misfired(self, job: Job, scheduled_for: datetime) -> bool:
         due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
@@ -206,25 +300,29 @@ class Runner:
     def _tick(
         self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, any_version: bool = False
     ) -> TickClaim:
-        return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), False, any_version)
+        lock = job.overlap is not Overlap.ALLOW
+        return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), lock, any_version)
 
     async def _gated(self, tick: TickClaim, on_claim: ClaimCallback) -> Gated:
         """Lock gate, then ledger gate, then the run, all on one pinned connection."""
         if not self.accepting:
             return Gated(ClaimOutcome.LOCKED)
-        job = tick.job
         async with self._sessions.session() as session:
-            pinned = Pinned(session, LockHold(job.lock_key))
-            try:
-                claim = await session.claim(replace(tick, lock=job.overlap is not Overlap.ALLOW))
-                pinned.hold.held = claim.holds_lock
-                on_claim(claim)
-                if claim.run is None:
-                    return Gated(claim.outcome)
-                return Gated(claim.outcome, await self._run(pinned, job, claim.run))
-            finally:
-                if pinned.hold.held:
-                    await run_to_completion(self._unlock(session, pinned.hold))
+            return await self._settle(session, tick, await session.claim(tick), on_claim)
+
+    async def _settle(
+        self, session: RunSession, tick: TickClaim, claim: Claim, on_claim: ClaimCallback
+    ) -> Gated:
+        """Run a claimed tick; whatever happens, release the job's lock if still held."""
+        pinned = Pinned(session, LockHold(tick.job.lock_key, claim.holds_lock))
+        try:
+            on_claim(claim)
+            if claim.run is None:
+                return Gated(claim.outcome)
+            return Gated(claim.outcome, await self._run(pinned, tick.job, claim.run))
+        finally:
+            if pinned.hold.held:
+                await run_to_completion(self._unlock(session, pinned.hold))
 
     async def _unlock(self, session: RunSession, hold: "LockHold") -> None:
         """Release the job's lock, or kill the session: a connection must never go
@@ -371,6 +469,22 @@ class Pinned:
 
     session: RunSession
     hold: LockHold
+
+
+@contextmanager
+def _failures_logged(tick: TickClaim) -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - logged with its traceback
+        # One broken tick must never take the scheduler down with it.
+        _log_failure(f"tick {tick.job.name} at {tick.scheduled_for.isoformat()}", error)
+
+
+def _log_failure(what: str, error: Exception) -> None:
+    if is_unavailable(error):
+        log.warning("%s not run: database unavailable (%r)", what, error)
+    else:
+        log.exception("%s failed", what, exc_info=error)
 
 
 def _finishing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:

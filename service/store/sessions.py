@@ -1,11 +1,15 @@
-"""The lock pool: one pinned connection per run in flight, and the statements run on it.
+"""The lock pool: pinned connections, and the statements run on them.
 
 An advisory lock belongs to the session that took it, so the lock, the ledger claim,
 the result and the unlock all go over the same connection, held for the whole run.
+Ticks due at the same moment are claimed together in one statement and their runs
+share that connection; their ends are recorded, and their locks released, in batches.
 """
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +23,7 @@ from service.domain.jobs import Job
 from service.domain.runs import Run, RunTrigger
 from service.store.connection import Connection, Pool
 from service.store.rows import RUN_COLUMNS, run_from_row
-from service.store.store import FINISH_RUN, FINISHED_RUN, RunEnd, create_pool
+from service.store.store import FINISHED_RUNS, RunEnd, create_pool
 
 __all__ = [
     "Claim",
@@ -29,6 +33,13 @@ __all__ = [
     "RunSessions",
     "TickClaim",
 ]
+
+# How long the first of several runs sharing a session waits for others to end, so
+# that their ends (and unlocks) go in one statement.
+FINISH_LINGER_SECONDS = 0.01
+
+# Sessions that may hold advisory locks, by backend pid, and how many each holds.
+LockCounts = Counter[int]
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +74,28 @@ class TickClaim:
     any_version: bool = False
 
 
-class RunSession:
-    """One pinned connection of the lock pool."""
+@dataclass(frozen=True)
+class _Ending:
+    run_id: UUID
+    end: RunEnd
+    release_lock: int | None
 
-    def __init__(self, connection: Connection, locked_pids: set[int]) -> None:
+
+class RunSession:
+    """One pinned connection of the lock pool; the runs of one claim share it."""
+
+    def __init__(self, connection: Connection, lock_counts: LockCounts) -> None:
         self._connection = connection
-        self._locked_pids = locked_pids
+        self._lock_counts = lock_counts
         # Read while the connection is surely open: a connection the server closed is
         # detached from its pool proxy, which then answers nothing, not even its pid.
         self._pid: int = connection.get_server_pid()
         self._terminated = False
+        # A connection runs one statement at a time; runs sharing it take turns, and
+        # ends that queue up meanwhile are recorded together by whoever goes next.
+        self._turn = asyncio.Lock()
+        self._endings: list[tuple[_Ending, asyncio.Future[tuple[Run | None, bool]]]] = []
+        self._open_runs = 0  # claimed here and not yet recorded
 
     @property
     def closed(self) -> bool:
@@ -96,7 +119,7 @@ class RunSession:
         """
 
         def lost(_connection: object) -> None:
-            self._locked_pids.discard(self._pid)
+            self._lock_counts.pop(self._pid, None)
             on_lost()
 
         if self.closed:
@@ -122,54 +145,113 @@ class RunSession:
         outlives a failed statement, so on any error the connection is closed.
         """
         counted = tick.job.max_runs is not None and tick.trigger is not RunTrigger.MANUAL
+        statement = _CLAIMS[(tick.lock, counted)]
+        [row] = await self._claiming(tick.lock, statement, *_claim_arguments(tick))
+        return self._took(_claim_of(row, tick))
+
+    async def claim_together(self, ticks: Sequence[TickClaim]) -> list[Claim]:
+        """Claim many scheduled ticks, each of a different job, in one statement.
+
+        Per tick it does what `claim` does: `pg_try_advisory_lock` on the job's key
+        (the loser, whose key another session holds, gets LOCKED), then the ledger row
+        if the job is still active at the scheduled version and no row for the tick
+        exists (the loser of that race gets ALREADY_RAN). A lock taken for a tick that
+        was not claimed is released by the same statement, so only claimed ticks leave
+        it held. Rows are inserted in (job, tick) order: two replicas inserting the
+        same ticks of "allow" jobs (no lock) wait on each other in one order, never
+        in a cycle. Jobs with `max_runs` must go through `claim`, which counts them.
+        """
+        if len({tick.job.name for tick in ticks}) != len(ticks):
+            raise ValueError("claim_together takes at most one tick per job")
+        locking = any(tick.lock for tick in ticks)
+        rows = await self._claiming(locking, _CLAIM_TOGETHER, *_together_arguments(ticks))
+        claims = []
+        for row, tick in zip(rows, ticks, strict=True):
+            claim = _claim_of(row, tick)
+            if row["released"]:
+                claim = Claim(claim.outcome, claim.run, holds_lock=False)
+            claims.append(self._took(claim))
+        return claims
+
+    async def _claiming(self, locking: bool, statement: str, *arguments: object) -> list[Any]:
+        """A session lock outlives a failed statement, so on any error a statement that
+        may have taken locks closes the connection."""
         try:
-            row = await self._connection.fetchrow(
-                _CLAIMS[(tick.lock, counted)], *_claim_arguments(tick)
-            )
+            async with self._turn:
+                return list(await self._connection.fetch(statement, *arguments))
         except BaseException:
-            if tick.lock:
+            if locking:
                 self.terminate()
             raise
-        assert row is not None
-        claim = _claim_of(row, tick)
+
+    def _took(self, claim: Claim) -> Claim:
+        if claim.run is not None:
+            self._open_runs += 1
         if claim.holds_lock:
-            self._locked_pids.add(self._pid)
+            self._lock_counts[self._pid] += 1
         return claim
+
+    def _released(self, count: int = 1) -> None:
+        self._lock_counts[self._pid] -= count
+        if self._lock_counts[self._pid] <= 0:
+            del self._lock_counts[self._pid]
 
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
         """Record how the run ended and, in the same statement, release the job's lock
         if `release_lock` names it. Returns the run and whether the lock was released.
-        The ledger row was committed when the run was claimed, so releasing the lock a
-        moment before this row commits lets no one run the tick again."""
-        releasing = release_lock is not None
-        row = await self._connection.fetchrow(
-            _FINISH_AND_UNLOCK if releasing else _FINISH,
-            run_id,
-            outcome.status.value,
-            outcome.error,
-            outcome.result,
-            outcome.attempts,
-            *((release_lock,) if releasing else ()),
-        )
-        assert row is not None
-        released = bool(releasing and row["released"])
-        if released:
-            self._locked_pids.discard(self._pid)
-        return (run_from_row(row) if row["id"] is not None else None), released
+        Ends that runs sharing this session queue meanwhile go in the same statement."""
+        done: asyncio.Future[tuple[Run | None, bool]] = asyncio.get_running_loop().create_future()
+        first = not self._endings
+        self._endings.append((_Ending(run_id, outcome, release_lock), done))
+        if not first:
+            return await done  # the first end queued records this one with it
+        try:
+            if self._open_runs > 1:
+                # Others sharing the session are likely to end within moments: one
+                # statement for all of them costs the database and us far less.
+                await asyncio.sleep(FINISH_LINGER_SECONDS)
+        finally:
+            async with self._turn:
+                await self._record_endings()
+        return done.result()
+
+    async def _record_endings(self) -> None:
+        """Record every end queued so far in one statement; each waiter gets its own
+        row, or the statement's error."""
+        endings, self._endings = self._endings, []
+        self._open_runs -= len(endings)
+        try:
+            rows = await self._connection.fetch(
+                _FINISH_TOGETHER, *_ending_arguments([ending for ending, _ in endings])
+            )
+        except Exception as error:  # noqa: BLE001 - every waiter gets it
+            for _, done in endings:
+                done.set_exception(error)
+            return
+        except BaseException:
+            for _, done in endings:
+                done.cancel()
+            raise
+        for row, (ending, done) in zip(rows, endings, strict=True):
+            released = bool(ending.release_lock is not None and row["released"])
+            if released:
+                self._released()
+            done.set_result((run_from_row(row) if row["id"] is not None else None, released))
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
-        released = bool(await self._connection.fetchval("SELECT pg_advisory_unlock($1)", key))
+        async with self._turn:
+            released = await self._connection.fetchval("SELECT pg_advisory_unlock($1)", key)
         if released:
-            self._locked_pids.discard(self._pid)
-        return released
+            self._released()
+        return bool(released)
 
     def terminate(self) -> None:
         """Close the connection hard: its session, and any lock it holds, dies with it.
         Safe on a connection that is already gone."""
-        self._locked_pids.discard(self._pid)
+        self._lock_counts.pop(self._pid, None)
         self._terminated = True
         # Already closed and detached from its pool proxy: nothing is left to close.
         with suppress(asyncpg.InterfaceError):
@@ -244,35 +326,92 @@ _CLAIMS = {
     for counted in (True, False)
 }
 
-_FINISH = FINISH_RUN
-_FINISH_AND_UNLOCK = f"""{FINISHED_RUN}
-    SELECT finished.*, pg_advisory_unlock($6) AS released
-    FROM (SELECT 1) AS one LEFT JOIN finished ON true"""
+
+def _together_arguments(ticks: Sequence[TickClaim]) -> tuple[object, ...]:
+    return (
+        [tick.job.name for tick in ticks],
+        [tick.run_id for tick in ticks],
+        [tick.scheduled_for for tick in ticks],
+        [tick.trigger.value for tick in ticks],
+        [tick.job.lock_key for tick in ticks],
+        [tick.lock for tick in ticks],
+        [tick.job.version for tick in ticks],
+        ticks[0].runner,
+    )
+
+
+_CLAIM_TOGETHER = f"""WITH ticks AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
+                             $5::bigint[], $6::boolean[], $7::bigint[])
+            WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
+                                 version, n)
+    ), gated AS MATERIALIZED (
+        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got FROM ticks
+    ), current AS (
+        SELECT name, version, state FROM tickgate_jobs WHERE name = ANY($1::text[])
+    ), claimed AS (
+        INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
+            runner, job_version, lock_key, locked, backend_pid)
+        SELECT g.id, g.job, g.scheduled_for, g.trigger, 'running', clock_timestamp(), $8,
+            c.version, g.lock_key, g.locking, pg_backend_pid()
+        FROM gated g JOIN current c ON c.name = g.job
+        WHERE g.got AND c.version = g.version AND c.state = 'active'
+        ORDER BY g.job, g.scheduled_for
+        ON CONFLICT (job, scheduled_for) DO NOTHING
+        RETURNING {RUN_COLUMNS}
+    )
+    SELECT g.got AS got_lock, c.version AS current_version, false AS capped,
+           CASE WHEN g.got AND g.locking AND claimed.id IS NULL
+                THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
+           claimed.*
+    FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    ORDER BY g.n"""
+
+
+def _ending_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
+    return (
+        [ending.run_id for ending in endings],
+        [ending.end.status.value for ending in endings],
+        [ending.end.error for ending in endings],
+        [ending.end.result for ending in endings],
+        [ending.end.attempts for ending in endings],
+        [ending.release_lock for ending in endings],
+    )
+
+
+# The ledger rows were committed when the runs were claimed, so releasing a lock a
+# moment before its run's end commits lets no one run the tick again.
+_FINISH_TOGETHER = f"""{FINISHED_RUNS}
+    SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
+                     THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
+           finished.*
+    FROM ends e LEFT JOIN finished ON finished.id = e.run_id
+    ORDER BY e.n"""
 
 
 class RunSessions:
-    """The lock pool, sized to the runs a replica may have in flight."""
+    """The lock pool: one connection per claim in flight (a lone tick, or the ticks
+    due together)."""
 
-    def __init__(self, pool: Pool, locked_pids: set[int]) -> None:
+    def __init__(self, pool: Pool, lock_counts: LockCounts) -> None:
         self._pool = pool
-        self._locked_pids = locked_pids
+        self._lock_counts = lock_counts
 
     @classmethod
     async def open(cls, dsn: str, size: int) -> Self:
-        locked_pids: set[int] = set()
+        lock_counts: LockCounts = Counter()
 
         async def reset(connection: Connection) -> None:
             """asyncpg's safety net, paid only when needed: a session returned while
             it may still hold a lock (a bug: the runner always unlocks, or closes the
             session) drops every advisory lock it has."""
             pid = connection.get_server_pid()
-            if pid in locked_pids:
-                locked_pids.discard(pid)
+            if lock_counts.pop(pid, 0) > 0:
                 log.error("session %d went back to the pool holding a lock; releasing", pid)
                 await connection.execute("SELECT pg_advisory_unlock_all()")
 
         pool = await create_pool(dsn, min_size=1, max_size=size, reset=reset)
-        return cls(pool, locked_pids)
+        return cls(pool, lock_counts)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -281,4 +420,4 @@ class RunSessions:
     async def session(self) -> AsyncIterator[RunSession]:
         """A connection pinned for one run: lock, claim, result and unlock all use it."""
         async with self._pool.acquire() as connection:
-            yield RunSession(connection, self._locked_pids)
+            yield RunSession(connection, self._lock_counts)

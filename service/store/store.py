@@ -33,6 +33,20 @@ FINISHED_RUN = f"""WITH finished AS (
         WHERE id = $1 AND status = 'running'
         RETURNING {RUN_COLUMNS})"""
 FINISH_RUN = f"{FINISHED_RUN} SELECT finished.* FROM (SELECT 1) AS one LEFT JOIN finished ON true"
+# The same for many runs at once; `ends` also carries each run's lock key, if any.
+FINISHED_RUNS = f"""WITH ends AS (
+        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
+                             $6::bigint[])
+            WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
+                                 unlock_key, n)
+    ), finished AS (
+        UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
+            result = e.new_result, attempts = e.new_attempts,
+            finished_at = clock_timestamp(),
+            duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
+        FROM ends e
+        WHERE r.id = e.run_id AND r.status = 'running'
+        RETURNING {", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))})"""
 
 
 @dataclass(frozen=True)
@@ -315,6 +329,17 @@ class Store:
         )
         return [job_from_row(row) for row in rows]
 
+    async def insert_job(self, job: Job) -> bool:
+        """Create `job` and notify the schedulers, in one statement; False if a job of
+        that name exists (nothing is written). Conflict if its lock_key is taken."""
+        try:
+            rows = await self._pool.fetch(_INSERT_JOB, *_job_values(job), JOBS_CHANNEL)
+        except asyncpg.UniqueViolationError as error:
+            if error.constraint_name == _LOCK_KEY_UNIQUE:
+                raise _lock_key_conflict(job.name) from error
+            raise
+        return bool(rows)
+
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
 
@@ -325,9 +350,8 @@ class Store:
             try:
                 return await self._mutate_once(name, change)
             except asyncpg.UniqueViolationError as error:
-                if error.constraint_name == "tickgate_jobs_lock_key_unique":
-                    msg = f"job {name!r} has the lock_key of an existing job; choose another name"
-                    raise Conflict(msg) from error
+                if error.constraint_name == _LOCK_KEY_UNIQUE:
+                    raise _lock_key_conflict(name) from error
                 # A concurrent create of the same name won; run again on its row.
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
@@ -342,6 +366,20 @@ class Store:
                 await _write_job(connection, name, after, exists=before is not None)
                 await connection.execute("SELECT pg_notify($1, $2)", JOBS_CHANNEL, name)
             return JobChange(before, after)
+
+
+_LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+# A create that needs no row lock and no transaction: the name's own uniqueness makes
+# the loser of a race see "exists"; the notification goes out only if the row went in.
+_INSERT_JOB = f"""WITH inserted AS (
+        INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({_JOB_PLACEHOLDERS})
+        ON CONFLICT (name) DO NOTHING
+        RETURNING name)
+    SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
+
+
+def _lock_key_conflict(name: str) -> Conflict:
+    return Conflict(f"job {name!r} has the lock_key of an existing job; choose another name")
 
 
 async def _write_job(connection: Connection, name: str, job: Job | None, *, exists: bool) -> None:

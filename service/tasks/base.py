@@ -63,6 +63,8 @@ class TaskDefinition(Generic[ArgsT]):
     description: str
     args_model: type[ArgsT]
     run: Callable[[ArgsT, TaskContext], Awaitable[JsonValue]]
+    # Releases what `run` keeps between runs (kept-alive connections, say).
+    close: Callable[[], Awaitable[None]] | None = None
 
     def parse_args(self, args: Mapping[str, JsonValue]) -> ArgsT:
         return self.args_model.model_validate(args)
@@ -106,6 +108,12 @@ class TaskRegistry:
 
     def get(self, name: str) -> TaskDefinition[Any] | None:
         return self._tasks.get(name)
+
+    async def aclose(self) -> None:
+        """Release what the tasks keep between runs; they reopen it if run again."""
+        for definition in self._tasks.values():
+            if definition.close is not None:
+                await definition.close()
 
     def check_args(self, task: str, args: Mapping[str, JsonValue]) -> None:
         """Raise InvalidInput (a 422) unless `task` exists and `args` fit its model."""

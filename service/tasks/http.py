@@ -4,12 +4,16 @@ Every target passes the SSRF guard (`netguard`) first: the host is resolved once
 address is judged, and the TCP connection goes to a vetted address while the request
 keeps its Host header and (for https) SNI and certificate checks against the host name.
 Redirects are followed by hand, each Location vetted before anything connects to it.
+Connections are kept alive and reused per origin: a reused connection goes to an
+address that was vetted when it opened, and every request is vetted again anyway.
 """
 
 import asyncio
 import re
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -49,6 +53,12 @@ MAX_HEADER_NAME_LENGTH = 256
 MAX_HEADER_VALUE_LENGTH = 8 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REDIRECTS = 5
+# httpcore's pool walks all its connections on every request and every answer, so
+# many runs in flight share several small pools (shards) rather than one big one. A
+# job always uses the same shard: its next run finds its kept-alive connection.
+POOL_SHARDS = 16
+KEEPALIVE_CONNECTIONS = 4  # per shard
+KEEPALIVE_SECONDS = 15.0
 SECRET_MASK = "***"  # noqa: S105 - the mask shown instead of a secret
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Framing and routing are the client's business: a header could smuggle a second
@@ -305,18 +315,30 @@ async def read_capped(response: httpx.Response, limit: int) -> tuple[int, bool]:
     return size, False
 
 
+# The hosts the current exchange vetted, and where each may be reached. httpcore opens
+# a connection in the task whose request needs it, so a connect sees its own vetting.
+_PINS: ContextVar[dict[str, VettedTarget]] = ContextVar("tickgate_http_pins")
+
+
+@contextmanager
+def pinning() -> Iterator[dict[str, VettedTarget]]:
+    """Within the block, connects go only to the targets put in the dict it yields."""
+    token = _PINS.set({})
+    try:
+        yield _PINS.get()
+    finally:
+        _PINS.reset(token)
+
+
 class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Connects a host only to the addresses its vetting chose; refuses any other host.
+    """Connects a host only to the addresses the current exchange's vetting chose;
+    refuses any other host.
 
     httpcore still sees the host name, so TLS sends it as SNI and checks the certificate
     against it, and pooled connections stay keyed by it."""
 
     def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
         self._inner = inner
-        self._pins: dict[str, VettedTarget] = {}
-
-    def pin(self, target: VettedTarget) -> None:
-        self._pins[target.host] = target
 
     async def connect_tcp(
         self,
@@ -326,7 +348,7 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        target = self._pins.get(host)
+        target = _PINS.get({}).get(host)
         if target is None or port != target.port:
             raise httpcore.ConnectError(f"{host}:{port} was not vetted; refusing to connect")
         failure: Exception | None = None
@@ -354,12 +376,17 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 
 class PinnedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport with a connection pool whose connects go through `backend`.
-    No proxies: a proxy would resolve the host itself, after our check."""
+    No proxies: a proxy would resolve the host itself, after our check. No cap on
+    connections (each run may need one at once); idle ones are kept a short while."""
 
     def __init__(self, backend: PinnedBackend, ssl_context: ssl.SSLContext) -> None:
         super().__init__(verify=ssl_context, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context, network_backend=backend, max_connections=10
+            ssl_context=ssl_context,
+            network_backend=backend,
+            max_connections=None,
+            max_keepalive_connections=KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_SECONDS,
         )
 
 
@@ -373,11 +400,31 @@ class HttpSender:
     network: httpcore.AsyncNetworkBackend | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
+    _clients: list[httpx.AsyncClient] = field(default_factory=list, init=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = httpx.create_ssl_context()
         return self._ssl
+
+    def _pooled(self, job: str) -> httpx.AsyncClient:
+        """The client whose pool `job`'s runs use; opened on first use, so a registry
+        that never sends holds no sockets."""
+        if not self._clients:
+            backend = PinnedBackend(self.network or httpcore.AnyIOBackend())
+            self._clients = [
+                httpx.AsyncClient(
+                    transport=PinnedTransport(backend, self.ssl_context()), trust_env=False
+                )
+                for _ in range(POOL_SHARDS)
+            ]
+        return self._clients[hash(job) % len(self._clients)]
+
+    async def aclose(self) -> None:
+        """Close the kept-alive connections; the next run opens a fresh pool."""
+        clients, self._clients = self._clients, []
+        for client in clients:
+            await client.aclose()
 
     async def run(self, args: HttpArgs, context: TaskContext) -> JsonValue:
         url = httpx.URL(str(args.url))
@@ -390,46 +437,57 @@ class HttpSender:
             ) from None
 
     async def _exchange(self, args: HttpArgs, context: TaskContext, url: httpx.URL) -> JsonValue:
-        backend = PinnedBackend(self.network or httpcore.AnyIOBackend())
-        transport = PinnedTransport(backend, self.ssl_context())
+        with pinning() as pins:
+            return await self._follow(args, context, url, pins)
+
+    async def _follow(
+        self,
+        args: HttpArgs,
+        context: TaskContext,
+        url: httpx.URL,
+        pins: dict[str, VettedTarget],
+    ) -> JsonValue:
+        client = self._pooled(context.job)
         method: str = args.method
         body = request_body(args, context)
         dropped: set[str] = set()
-        async with httpx.AsyncClient(
-            transport=transport, trust_env=False, timeout=args.timeout_seconds
-        ) as client:
-            for hop in range(MAX_REDIRECTS + 1):
-                backend.pin(await self._vet(url, hop))
-                request = client.build_request(
-                    method, url, headers=request_headers(args, context, dropped), json=body
-                )
+        for hop in range(MAX_REDIRECTS + 1):
+            target = await self._vet(url, hop)
+            pins[target.host] = target
+            request = client.build_request(
+                method,
+                url,
+                headers=request_headers(args, context, dropped),
+                json=body,
+                timeout=args.timeout_seconds,
+            )
+            try:
+                response = await client.send(request, stream=True)
                 try:
-                    response = await client.send(request, stream=True)
-                    try:
-                        location = self._location(args, response)
-                        if location is None:
-                            size, truncated = await read_capped(response, self.max_response_bytes)
-                            return self._outcome(
-                                args, f"{method} {shown(url)}", response, size, truncated
-                            )
-                    finally:
-                        await response.aclose()
-                except httpx.HTTPError as error:
-                    raise HttpTaskError(f"{method} {shown(url)} failed: {error!r}") from error
-                following = self._next_url(url, location)
-                if origin(following) != origin(url):
-                    dropped |= args.secret_names() | CREDENTIAL_HEADERS
-                next_method = redirect_method(method, response.status_code)
-                if next_method != method and next_method == "GET":
-                    body = None
-                context.logger.info(
-                    "%s %s answered %d; following to %s",
-                    method,
-                    shown(url),
-                    response.status_code,
-                    shown(following),
-                )
-                method, url = next_method, following
+                    location = self._location(args, response)
+                    if location is None:
+                        size, truncated = await read_capped(response, self.max_response_bytes)
+                        return self._outcome(
+                            args, f"{method} {shown(url)}", response, size, truncated
+                        )
+                finally:
+                    await response.aclose()
+            except httpx.HTTPError as error:
+                raise HttpTaskError(f"{method} {shown(url)} failed: {error!r}") from error
+            following = self._next_url(url, location)
+            if origin(following) != origin(url):
+                dropped |= args.secret_names() | CREDENTIAL_HEADERS
+            next_method = redirect_method(method, response.status_code)
+            if next_method != method and next_method == "GET":
+                body = None
+            context.logger.info(
+                "%s %s answered %d; following to %s",
+                method,
+                shown(url),
+                response.status_code,
+                shown(following),
+            )
+            method, url = next_method, following
         raise HttpTaskError(
             f"{args.method} {shown(httpx.URL(str(args.url)))}: more than {MAX_REDIRECTS} redirects"
         )
@@ -489,4 +547,5 @@ def http_task(
         "(unless allowlisted) loopback/private targets are refused.",
         args_model=HttpArgs,
         run=sender.run,
+        close=sender.aclose,
     )

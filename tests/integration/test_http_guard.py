@@ -247,6 +247,18 @@ async def test_the_connection_goes_to_the_vetted_address_resolved_once(
     assert network.refused == []
 
 
+async def test_runs_to_one_origin_reuse_a_kept_alive_connection(
+    settings: Settings, network: LoopbackOnly
+) -> None:
+    with receiving(keep_alive=True) as target:
+        async with tickgate(settings, guarded(network)) as client:
+            runs = [await run_job(client, "again", url=f"{target.url}/again")]
+            runs += [await trigger(client, "again") for _ in range(2)]
+        assert [run["status"] for run in runs] == ["succeeded"] * 3
+        assert len(target.receipts()) == 3
+    assert network.connects == ["127.0.0.1"]  # one connection carried all three
+
+
 async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     settings: Settings, receiver: Receiver, network: LoopbackOnly
 ) -> None:

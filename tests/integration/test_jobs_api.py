@@ -333,6 +333,8 @@ async def test_list_pages_by_name_with_filters(client: httpx.AsyncClient) -> Non
         {"limit": 1001},
         {"state": "sleeping"},
         {"colour": "red"},
+        {"prefix": "a\x00"},  # PostgreSQL text holds no NUL: refused, not a 500
+        {"task": "http\x00"},
     ],
 )
 async def test_bad_list_parameters_are_422(

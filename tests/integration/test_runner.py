@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from service.domain.schedules import CronSchedule, OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
-from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
+from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.support.receiver import receiving
@@ -79,6 +80,14 @@ def skipped(metrics: Metrics, reason: str) -> float:
 async def runner(
     store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
 ) -> AsyncIterator[Runner]:
+    async with running(store, sessions, gates, metrics) as runner:
+        yield runner
+
+
+@asynccontextmanager
+async def running(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics, max_in_flight: int = 32
+) -> AsyncIterator[Runner]:
     registry = builtin_registry(http_allow="127.0.0.1")
     registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
     registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
@@ -91,9 +100,11 @@ async def runner(
             runner_id="test-runner",
             metrics=metrics,
             sql=SqlTargetConnections({}),
+            max_in_flight=max_in_flight,
         )
         yield runner
         await runner.shutdown(grace_seconds=0)
+        await registry.aclose()
 
 
 async def add_job(store: Store, name: str, **spec: Any) -> Job:
@@ -169,6 +180,99 @@ async def test_ledger_refuses_a_changed_or_deleted_job(store: Store, sessions: R
         )
     assert stale.outcome is ClaimOutcome.JOB_CHANGED
     assert gone.outcome is ClaimOutcome.JOB_GONE
+
+
+def scheduled(jobs: list[Job], tick: datetime) -> list[TickClaim]:
+    return [TickClaim(job, tick, RunTrigger.SCHEDULE, "r", uuid4(), True) for job in jobs]
+
+
+async def test_ticks_due_together_are_claimed_once_and_leave_no_stray_lock(
+    store: Store, sessions: RunSessions, database_url: str
+) -> None:
+    jobs = [await add_job(store, f"together-{index}") for index in range(5)]
+    tick = tick_now()
+    succeeded = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
+    async with sessions.session() as first, sessions.session() as second:
+        won = await first.claim_together(scheduled(jobs, tick))
+        lost = await second.claim_together(scheduled(jobs, tick))
+        assert [c.outcome for c in won] == [ClaimOutcome.CLAIMED] * 5
+        assert all(c.holds_lock for c in won)
+        assert [c.outcome for c in lost] == [ClaimOutcome.LOCKED] * 5
+        # Runs sharing a connection end at once: their ends go in one statement.
+        ended = await asyncio.gather(
+            *(
+                first.finish(c.run.id, succeeded, j.lock_key)
+                for c, j in zip(won, jobs, strict=True)
+                if c.run
+            )
+        )
+        assert [(run.status if run else None, released) for run, released in ended] == [
+            (RunStatus.SUCCEEDED, True)
+        ] * 5
+        late = await second.claim_together(scheduled(jobs, tick))
+    assert [c.outcome for c in late] == [ClaimOutcome.ALREADY_RAN] * 5
+    assert not any(c.holds_lock for c in late)
+    for job in jobs:
+        assert await advisory_locks_on(database_url, job.lock_key) == 0
+        [run] = await runs_of(store, job.name)
+        assert (run.status, run.result) == (RunStatus.SUCCEEDED, {"ok": True})
+
+
+async def test_ticks_due_together_refuse_changed_and_deleted_jobs(
+    store: Store, sessions: RunSessions, database_url: str
+) -> None:
+    changed, gone, kept = [await add_job(store, name) for name in ("chg", "gone", "kept")]
+    spec = changed.spec().model_copy(update={"description": "edited"})
+    await store.mutate_job(
+        "chg", lambda cur: replace_job(cur, spec, datetime.now(UTC)) if cur else None
+    )
+    await store.mutate_job("gone", lambda _: None)
+    async with sessions.session() as session:
+        claims = await session.claim_together(scheduled([changed, gone, kept], tick_now()))
+        outcomes = [(c.outcome, c.holds_lock) for c in claims]
+        assert outcomes == [
+            (ClaimOutcome.JOB_CHANGED, False),
+            (ClaimOutcome.JOB_GONE, False),
+            (ClaimOutcome.CLAIMED, True),
+        ]
+        assert await advisory_locks_on(database_url, changed.lock_key) == 0
+        assert await session.unlock(kept.lock_key)
+
+
+async def test_a_crowd_of_due_ticks_shares_one_connection(
+    runner: Runner, store: Store, gates: Gates, database_url: str
+) -> None:
+    jobs = [await add_job(store, f"crowd-{index:02d}") for index in range(20)]
+    gates["default"].set()
+    tick = tick_now()
+    for job in jobs:
+        runner.fire(job, tick, RunTrigger.SCHEDULE)
+    for job in jobs:
+        assert len(await finished_runs(store, job.name, 1)) == 1
+    connection = await asyncpg.connect(database_url)
+    try:
+        sessions_used = await connection.fetchval(
+            "SELECT count(DISTINCT backend_pid) FROM tickgate_runs WHERE job LIKE 'crowd-%'"
+        )
+    finally:
+        await connection.close()
+    assert sessions_used == 1
+
+
+async def test_due_ticks_wait_for_room_under_the_in_flight_cap(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+) -> None:
+    jobs = [await add_job(store, f"capped-{index}") for index in range(5)]
+    async with running(store, sessions, gates, metrics, max_in_flight=2) as runner:
+        tick = tick_now()
+        for job in jobs:
+            runner.fire(job, tick, RunTrigger.SCHEDULE)
+        await eventually(lambda: len(gates.started) == 2, 30, "two runs to start")
+        claimed = [run for job in jobs for run in await runs_of(store, job.name)]
+        assert len(claimed) == 2  # the other three wait unclaimed, free for other replicas
+        gates["default"].set()
+        for job in jobs:
+            assert len(await finished_runs(store, job.name, 1)) == 1
 
 
 async def test_a_run_holds_the_lock_until_it_ends(

@@ -215,11 +215,16 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
+class _KeepAliveHandler(_Handler):
+    protocol_version = "HTTP/1.1"
+
+
 @contextmanager
-def receiving() -> Iterator[Receiver]:
-    """A receiver on 127.0.0.1 at a free port, serving from a background thread."""
+def receiving(*, keep_alive: bool = False) -> Iterator[Receiver]:
+    """A receiver on 127.0.0.1 at a free port, serving from a background thread; it
+    closes each connection after one answer (HTTP/1.0) unless `keep_alive`."""
     receiver = Receiver()
-    server = _Server(("127.0.0.1", 0), _Handler)
+    server = _Server(("127.0.0.1", 0), _KeepAliveHandler if keep_alive else _Handler)
     server.receiver = receiver
     host, port = server.server_address[:2]
     receiver.url = f"http://{host!s}:{port}"

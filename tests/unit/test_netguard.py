@@ -14,6 +14,7 @@ from service.tasks.http import (
     HttpArgs,
     PinnedBackend,
     merge_secret_headers,
+    pinning,
     redact_args,
 )
 from service.tasks.netguard import (
@@ -375,11 +376,14 @@ async def test_the_pinned_backend_connects_only_to_vetted_addresses() -> None:
     pinned = VettedTarget(
         "hooks.test", 80, (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
     )
-    backend.pin(pinned)
+    with pinning() as pins:
+        pins["hooks.test"] = pinned
+        with pytest.raises(httpcore.ConnectError, match="not vetted"):
+            await backend.connect_tcp("hooks.test", 81)
+        with pytest.raises(httpcore.ConnectError, match="recorded"):
+            await backend.connect_tcp("hooks.test", 80)
     with pytest.raises(httpcore.ConnectError, match="not vetted"):
-        await backend.connect_tcp("hooks.test", 81)
-    with pytest.raises(httpcore.ConnectError, match="recorded"):
-        await backend.connect_tcp("hooks.test", 80)
+        await backend.connect_tcp("hooks.test", 80)  # outside the exchange that vetted it
     assert inner.connects == [("127.0.0.1", 80), ("::1", 80)]  # each address in turn
 
 
