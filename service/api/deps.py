@@ -43,7 +43,9 @@ class Services:
             self.mirror.pause()
 
 
-def _services(request: Request) -> Services:
+async def _services(request: Request) -> Services:
+    # async on purpose: FastAPI runs a plain-def dependency in a worker thread, a
+    # thread hop per request that cost a busy replica a sixth of its CPU.
     services: Services = request.app.state.services
     return services
 

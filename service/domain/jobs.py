@@ -164,6 +164,16 @@ class Job(JobSpec):
             return None
         return None if self.start_at and tick < self.start_at else tick
 
+    def tick_in_grace(self, now: datetime) -> datetime | None:
+        """The latest nominal tick that may fire and is at most the misfire grace
+        before `now`, or None. Most jobs have none: a forward search from the grace's
+        start says so several times faster than searching back from `now`."""
+        start = now - timedelta(seconds=self.misfire_grace_seconds) - _INSTANT
+        first = self.tick_after(start)
+        if first is None or first > now:
+            return None
+        return self.tick_at_or_before(now)
+
     def upcoming(self, now: datetime, count: int) -> list[datetime]:
         """The next `count` nominal ticks, the same on every replica for the same `now`."""
         if self.state is not JobState.ACTIVE:

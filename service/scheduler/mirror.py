@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -220,9 +220,7 @@ class Mirror:
         now = await self._store.clock()
         due = {}
         for job in jobs:
-            tick = job.tick_at_or_before(now)
-            grace = timedelta(seconds=job.misfire_grace_seconds)
-            if tick is not None and now - tick <= grace:
+            if (tick := job.tick_in_grace(now)) is not None:
                 due[(job.name, tick)] = job
         if due:
             for name, tick in await self._store.ticks_without_runs(list(due)):

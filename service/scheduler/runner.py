@@ -22,6 +22,7 @@ from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
+from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.sessions import (
     Claim,
@@ -48,6 +49,7 @@ LOCK_LOST = "lock lost: the connection holding the job's lock closed"
 # last one ends, so a batch also bounds what one slow run keeps pinned.
 CLAIM_BATCH = 200
 ROOM_GATHER_SECONDS = 0.005
+JOB_END_LINGER_SECONDS = 0.02
 ClaimCallback = Callable[[Claim], None]
 
 
@@ -92,6 +94,8 @@ class Runner:
         self._waiting: deque[TickClaim] = deque()
         self._room = max_in_flight
         self._dispatch_planned = False
+        # Runs that may complete their job (once, max_runs, end_at) record it together.
+        self._job_ends = Coalescer(self._finish_jobs, lambda: JOB_END_LINGER_SECONDS)
         self.accepting = True
 
     @property
@@ -374,10 +378,18 @@ class Runner:
             self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
         if policy_finishes(job) and run.trigger is not RunTrigger.MANUAL:
-            # Whether the job's window has closed is judged on the database's clock.
-            now = await self._store.clock()
-            await self._store.mutate_job(job.name, _finishing(run.scheduled_for, now))
+            await self._job_ends.submit((job.name, run.scheduled_for))
         return finished
+
+    async def _finish_jobs(self, ends: Sequence[tuple[str, datetime]]) -> list[None]:
+        """Complete the jobs these runs finished (a one-time job's tick, the last run
+        a cap allows, the window's end), all in one transaction. Whether a window has
+        closed is judged on the database's clock."""
+        ticks: dict[str, list[datetime]] = {}
+        for name, tick in ends:
+            ticks.setdefault(name, []).append(tick)
+        await self._store.update_jobs({name: _finishing(ts) for name, ts in ticks.items()})
+        return [None] * len(ends)
 
     async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
         """Record the run's end and release the lock in one statement on the pinned
@@ -487,9 +499,11 @@ def _log_failure(what: str, error: Exception) -> None:
         log.exception("%s failed", what, exc_info=error)
 
 
-def _finishing(tick: datetime, now: datetime) -> Callable[[Job | None], Job | None]:
-    def change(current: Job | None) -> Job | None:
-        return finish_run(current, tick, now) if current else None
+def _finishing(ticks: list[datetime]) -> Callable[[Job, datetime], Job]:
+    def change(current: Job, now: datetime) -> Job:
+        for tick in ticks:
+            current = finish_run(current, tick, now)
+        return current
 
     return change
 

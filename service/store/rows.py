@@ -1,7 +1,8 @@
 """Rows become frozen domain objects the moment they leave the database."""
 
-from collections.abc import Mapping
-from typing import Any
+import json
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeVar
 
 from service.domain.jobs import STORED, Job
 from service.domain.runs import Run
@@ -17,6 +18,8 @@ RUN_COLUMNS = (
 )
 
 
+T = TypeVar("T")
+
 # One empty set shared by every job read from the database, in place of pydantic's
 # per-instance set of field names (~2 KB of a ~4.5 KB job). Stored jobs are frozen, so
 # pydantic never adds to it, and model_copy copies it before changing the copy's.
@@ -27,6 +30,33 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
     job = Job.model_validate(dict(row), context={STORED: True})
     object.__setattr__(job, "__pydantic_fields_set__", _NO_FIELDS_SET)
     return job
+
+
+class SharedParts:
+    """One copy of the equal, immutable parts of many jobs: schedule, retry policy,
+    timezone, task and args. A replica mirroring 100k jobs then holds each distinct
+    value once instead of once per job (about a third of each job's memory). Bounded:
+    past LIMIT distinct values it forgets them all and starts over."""
+
+    LIMIT = 50_000
+
+    def __init__(self) -> None:
+        self._seen: dict[Hashable, Any] = {}
+
+    def job_from_row(self, row: Mapping[str, Any]) -> Job:
+        job = job_from_row(row)
+        for name in ("schedule", "retry", "timezone", "task"):
+            object.__setattr__(job, name, self._one(getattr(job, name), getattr(job, name)))
+        # Never mutated: every change of a job's args builds a new dict.
+        args_key = ("args", json.dumps(job.args, sort_keys=True))
+        object.__setattr__(job, "args", self._one(args_key, job.args))
+        return job
+
+    def _one(self, key: Hashable, value: T) -> T:
+        if len(self._seen) >= self.LIMIT:
+            self._seen.clear()
+        kept: T = self._seen.setdefault(key, value)
+        return kept
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:

@@ -21,6 +21,7 @@ import asyncpg
 
 from service.domain.jobs import Job
 from service.domain.runs import Run, RunTrigger
+from service.store.coalesce import Coalescer
 from service.store.connection import Connection, Pool
 from service.store.rows import RUN_COLUMNS, run_from_row
 from service.store.store import FINISHED_RUNS, RunEnd, create_pool
@@ -94,7 +95,7 @@ class RunSession:
         # A connection runs one statement at a time; runs sharing it take turns, and
         # ends that queue up meanwhile are recorded together by whoever goes next.
         self._turn = asyncio.Lock()
-        self._endings: list[tuple[_Ending, asyncio.Future[tuple[Run | None, bool]]]] = []
+        self._endings = Coalescer(self._record_endings, self._finish_linger)
         self._open_runs = 0  # claimed here and not yet recorded
 
     @property
@@ -202,43 +203,26 @@ class RunSession:
         """Record how the run ended and, in the same statement, release the job's lock
         if `release_lock` names it. Returns the run and whether the lock was released.
         Ends that runs sharing this session queue meanwhile go in the same statement."""
-        done: asyncio.Future[tuple[Run | None, bool]] = asyncio.get_running_loop().create_future()
-        first = not self._endings
-        self._endings.append((_Ending(run_id, outcome, release_lock), done))
-        if not first:
-            return await done  # the first end queued records this one with it
-        try:
-            if self._open_runs > 1:
-                # Others sharing the session are likely to end within moments: one
-                # statement for all of them costs the database and us far less.
-                await asyncio.sleep(FINISH_LINGER_SECONDS)
-        finally:
-            async with self._turn:
-                await self._record_endings()
-        return done.result()
+        return await self._endings.submit(_Ending(run_id, outcome, release_lock))
 
-    async def _record_endings(self) -> None:
-        """Record every end queued so far in one statement; each waiter gets its own
-        row, or the statement's error."""
-        endings, self._endings = self._endings, []
+    def _finish_linger(self) -> float:
+        # Others sharing the session are likely to end within moments: one statement
+        # for all of them costs the database and us far less.
+        return FINISH_LINGER_SECONDS if self._open_runs > 1 else 0.0
+
+    async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
+        """Record the ends in one statement; per end, the run and whether its lock
+        was released."""
         self._open_runs -= len(endings)
-        try:
-            rows = await self._connection.fetch(
-                _FINISH_TOGETHER, *_ending_arguments([ending for ending, _ in endings])
-            )
-        except Exception as error:  # noqa: BLE001 - every waiter gets it
-            for _, done in endings:
-                done.set_exception(error)
-            return
-        except BaseException:
-            for _, done in endings:
-                done.cancel()
-            raise
-        for row, (ending, done) in zip(rows, endings, strict=True):
+        async with self._turn:
+            rows = await self._connection.fetch(_FINISH_TOGETHER, *_ending_arguments(endings))
+        results = []
+        for row, ending in zip(rows, endings, strict=True):
             released = bool(ending.release_lock is not None and row["released"])
             if released:
                 self._released()
-            done.set_result((run_from_row(row) if row["id"] is not None else None, released))
+            results.append((run_from_row(row) if row["id"] is not None else None, released))
+        return results
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""

@@ -1,7 +1,7 @@
 """The one class that issues SQL. Every method returns frozen domain objects."""
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Self
@@ -15,13 +15,21 @@ from service.domain.jobs import Job, JobState
 from service.domain.runs import Run, RunStatus
 from service.store.connection import Connection, Pool
 from service.store.migrate import applied_versions, migrate
-from service.store.rows import JOB_COLUMNS, RUN_COLUMNS, job_from_row, run_from_row
+from service.store.rows import (
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    SharedParts,
+    job_from_row,
+    run_from_row,
+)
 
 JOBS_CHANNEL = "tickgate_jobs"
 _JOB_PLACEHOLDERS = ", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))
 _INSERT_ATTEMPTS = 3
 
 JobChangeFn = Callable[[Job | None], Job | None]
+# An update of an existing job, given the database's clock.
+JobUpdateFn = Callable[[Job, datetime], Job]
 
 # Records a run's end, only while it is still `running`: a run is finished once. $1 is
 # the run id; $2..$5 its status, error, result and attempts. Times come from the
@@ -118,6 +126,7 @@ class Store:
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self._shared = SharedParts()
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Self:
@@ -190,10 +199,12 @@ class Store:
         return {row["name"]: row["version"] for row in rows}
 
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        """The jobs of these names that exist. What they have in common is held once
+        (the scheduler's mirror keeps them all)."""
         rows = await self._pool.fetch(
             f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])", list(names)
         )
-        return [job_from_row(row) for row in rows]
+        return [self._shared.job_from_row(row) for row in rows]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(
@@ -340,6 +351,22 @@ class Store:
             raise
         return bool(rows)
 
+    async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
+        """Apply each update to its job, if the job still exists, in one transaction.
+
+        Rows are locked in name order, so two replicas updating overlapping sets never
+        deadlock; `now` given to each update is the database's clock; the schedulers
+        are notified of every job that changed. For updates only: nothing is created
+        or deleted here (`mutate_job` does that)."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            rows = await connection.fetch(_LOCK_JOBS, sorted(updates))
+            now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+            before = [job_from_row(row) for row in rows]
+            changed = [a for b in before if (a := updates[b.name](b, now)) != b]
+            if changed:
+                await connection.executemany(_UPDATE_JOB, [_job_values(job) for job in changed])
+                await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, [j.name for j in changed])
+
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
 
@@ -369,6 +396,10 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+_UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
+_LOCK_JOBS = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])
+    ORDER BY name FOR UPDATE"""
+_NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 # A create that needs no row lock and no transaction: the name's own uniqueness makes
 # the loser of a race see "exists"; the notification goes out only if the row went in.
 _INSERT_JOB = f"""WITH inserted AS (
@@ -386,11 +417,7 @@ async def _write_job(connection: Connection, name: str, job: Job | None, *, exis
     if job is None:
         await connection.execute("DELETE FROM tickgate_jobs WHERE name = $1", name)
     elif exists:
-        await connection.execute(
-            f"""UPDATE tickgate_jobs SET ({JOB_COLUMNS}) =
-                ({_JOB_PLACEHOLDERS}) WHERE name = $1""",
-            *_job_values(job),
-        )
+        await connection.execute(_UPDATE_JOB, *_job_values(job))
     else:
         await connection.execute(
             f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})

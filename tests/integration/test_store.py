@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from service.domain.jobs import Job, JobSpec, create_job, replace_job
+from service.domain.jobs import Job, JobSpec, complete_job, create_job, replace_job
 from service.domain.schedules import CronSchedule
 from service.store import Store
 from service.store.migrate import head_version, migrate
@@ -63,3 +63,53 @@ async def test_concurrent_applies_of_one_job_end_consistent(store: Store) -> Non
     stored = await store.get_job("c")
     assert stored is not None
     assert stored.version == len(writes)
+
+
+async def test_update_jobs_changes_many_in_one_go_and_notifies_each(
+    store: Store, database_url: str
+) -> None:
+    now = datetime.now(UTC)
+    spec = JobSpec(schedule=CronSchedule(kind="cron", expression="* * * * *"), task="log")
+    for name in ("u1", "u2", "u3"):
+        await store.mutate_job(name, lambda _, name=name: create_job(name, spec, now))
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener("tickgate_jobs", lambda *args: heard.put_nowait(args[3]))
+        clocks: list[datetime] = []
+
+        def completed(current: Job, db_now: datetime) -> Job:
+            clocks.append(db_now)
+            return complete_job(current, db_now)
+
+        # u2 is left as it is; "gone" does not exist and is skipped.
+        await store.update_jobs(
+            {"u1": completed, "u2": lambda job, _: job, "u3": completed, "gone": completed}
+        )
+        names = {await asyncio.wait_for(heard.get(), 30) for _ in range(2)}
+    finally:
+        await listener.close()
+    assert names == {"u1", "u3"}
+    states = {name: (await store.get_job(name)) for name in ("u1", "u2", "u3")}
+    assert {n: j.state.value for n, j in states.items() if j} == {
+        "u1": "completed",
+        "u2": "active",
+        "u3": "completed",
+    }
+    assert len(set(clocks)) == 1  # one database clock reading for the whole batch
+
+
+async def test_mirrored_jobs_hold_their_common_parts_once(store: Store) -> None:
+    now = datetime.now(UTC)
+    spec = JobSpec(
+        schedule=CronSchedule(kind="cron", expression="0 3 * * *"),
+        task="log",
+        args={"message": "same"},
+        timezone="Europe/Berlin",
+    )
+    for name in ("s1", "s2"):
+        await store.mutate_job(name, lambda _, name=name: create_job(name, spec, now))
+    first, second = sorted(await store.get_jobs(["s1", "s2"]), key=lambda job: job.name)
+    assert [first, second] == [await store.get_job("s1"), await store.get_job("s2")]
+    for part in ("schedule", "retry", "timezone", "task", "args"):
+        assert getattr(first, part) is getattr(second, part), part

@@ -77,6 +77,21 @@ def test_window_bounds_ticks() -> None:
     assert windowed.next_run_at(T0 + timedelta(minutes=5)) is None
 
 
+def test_the_tick_in_grace_is_the_latest_within_the_misfire_grace() -> None:
+    minutely = job(misfire_grace_seconds=90)
+    assert minutely.tick_in_grace(T0 + timedelta(seconds=30)) == T0
+    assert minutely.tick_in_grace(T0 + timedelta(seconds=90)) == T0 + timedelta(minutes=1)
+    assert minutely.tick_in_grace(T0) == T0  # a tick exactly now is in grace
+    yearly_spec = JobSpec(
+        schedule=CronSchedule(kind="cron", expression="0 10 1 12 *"), task="log", args={}
+    )
+    yearly = create_job("y", yearly_spec, T0 - timedelta(days=1))
+    assert yearly.tick_in_grace(T0 + timedelta(seconds=60)) == T0  # grace is inclusive
+    assert yearly.tick_in_grace(T0 + timedelta(seconds=61)) is None
+    windowed = job(end_at=T0 - timedelta(minutes=5))
+    assert windowed.tick_in_grace(T0) is None  # the window closed before the grace
+
+
 def test_window_must_be_ordered_and_aware() -> None:
     with pytest.raises(ValidationError, match="end_at must be after start_at"):
         job(start_at=T0, end_at=T0)
