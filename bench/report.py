@@ -501,10 +501,17 @@ def _problems_section(document: dict[str, Any]) -> list[str]:
     return ["## Not measured", "", *lines, ""] if lines else []
 
 
+def _profiling_section() -> list[str]:
+    """bench/PROFILING.md, kept by hand: what was profiled and fixed, before and after."""
+    notes = Path(__file__).with_name("PROFILING.md")
+    return [notes.read_text().rstrip(), ""] if notes.exists() else []
+
+
 def render(document: dict[str, Any], plots: Sequence[str]) -> str:
     sections = [
         _header(document),
         _targets_section(document),
+        _profiling_section(),
         _limit_section(document),
         _steady_section(document),
         _burst_section(document),
@@ -593,11 +600,13 @@ def draw_plots(document: dict[str, Any], out: Path, stem: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m bench.report RESULTS.json`: redraw the report and plots beside it."""
+    """`python -m bench.report RESULTS.json [BENCHMARKS.md]`: redraw the report and plots
+    beside the results (after editing PROFILING.md, say), and the given Markdown file."""
     arguments = argv if argv is not None else sys.argv[1:]
     path = Path(arguments[0])
+    markdown = Path(arguments[1]) if len(arguments) > 1 else None
     document = json.loads(path.read_text())
-    for written in write_all(document, path.parent, path.stem):
+    for written in write_all(document, path.parent, path.stem, markdown):
         print(written)
 
 

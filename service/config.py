@@ -47,7 +47,7 @@ class Settings(BaseSettings):
         30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
     )
     max_concurrent_runs: int = Field(
-        32, ge=1, le=1000, description="Size of the lock pool: runs in flight per replica."
+        32, ge=1, le=1000, description="Runs in flight per replica, and the size of its lock pool."
     )
     shutdown_grace_seconds: float = Field(
         30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
