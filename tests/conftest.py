@@ -13,6 +13,8 @@ from service.config import Settings
 from service.embedded import start_embedded
 from service.store import Store
 from tests.support.db import TemplateDatabases, with_database
+from tests.support.receiver import Receiver, receiving
+from tests.support.sql import Sql
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +80,21 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as http,
     ):
         yield http
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A loopback HTTP receiver that records every request: jobs' deliveries are counted
+    by it, independently of Tickgate's own ledger."""
+    with receiving() as started:
+        yield started
+
+
+@pytest.fixture
+def sql(database_url: str) -> Iterator[Sql]:
+    """A blocking connection to the test's database, for checks from synchronous tests."""
+    connection = Sql(database_url)
+    try:
+        yield connection
+    finally:
+        connection.close()

@@ -11,8 +11,8 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +20,32 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.support.cluster import (
+    ADVISORY_LOCKS_ON_KEYS,
+    EVERY_SECOND_CRON,
+    EVERY_SECOND_INTERVAL,
+    YEARLY_CRON,
+    create,
+    create_every_second_jobs,
+    eventually,
+    http_job,
+    job_lock_keys,
+    logs,
+    report,
+    rfc3339,
+    run_by_id,
+    sleep_until,
+    utc,
+    wait_until,
+)
 from tests.support.processes import Replica, serve_many, stop_all, wait_for
-from tests.support.receiver import Receiver, receiving
+from tests.support.receiver import Receiver
 from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
 FAST_ORPHAN_SWEEPS = {"TICKGATE_RECONCILE_SECONDS": "2"}
-EVERY_SECOND_CRON: dict[str, Any] = {"kind": "cron", "expression": "* * * * * *"}
-EVERY_SECOND_INTERVAL: dict[str, Any] = {
-    "kind": "interval",
-    "every_seconds": 1,
-    "anchor": "2026-01-01T00:00:00Z",
-}
 EVERY_FIVE_SECONDS_CRON: dict[str, Any] = {"kind": "cron", "expression": "*/5 * * * * *"}
-YEARLY_CRON: dict[str, Any] = {"kind": "cron", "expression": "0 0 1 1 *"}
 RFC3339_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 
 # Runs `running` now, started within the last 1.5 s (so a 3 s call is surely still in
@@ -52,98 +63,8 @@ IN_FLIGHT_WITH_LOCK_HOLDER = """
     ORDER BY r.started_at DESC
 """
 
-ADVISORY_LOCKS_ON_KEYS = """
-    SELECT count(*) FROM pg_locks
-    WHERE locktype = 'advisory' AND objsubid = 1
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND ((classid::bigint << 32) | objid::bigint) = ANY($1::bigint[])
-"""
-
-
-@pytest.fixture
-def sql(database_url: str) -> Iterator[Sql]:
-    connection = Sql(database_url)
-    try:
-        yield connection
-    finally:
-        connection.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with receiving() as started:
-        yield started
-
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def http_job(
-    name: str,
-    receiver: Receiver,
-    schedule: Mapping[str, Any],
-    *,
-    seconds: float | None = None,
-    **fields: Any,
-) -> dict[str, Any]:
-    """A job calling the receiver at /tick/<name>, answering after `seconds` if given."""
-    return {
-        "name": name,
-        "schedule": dict(schedule),
-        "task": "http",
-        "args": {"url": receiver.url_for(f"/tick/{name}", seconds=seconds), "timeout_seconds": 10},
-        "timeout_seconds": 20,
-    } | fields
-
-
-def create(replica: Replica, job: Mapping[str, Any]) -> dict[str, Any]:
-    response = httpx.post(f"{replica.url}/v1/jobs", json=dict(job), timeout=10)
-    assert response.status_code == 201, f"{response.text}\n{replica.log_tail()}"
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def rfc3339(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def utc(moment: float) -> datetime:
-    return datetime.fromtimestamp(moment, UTC)
-
-
-def sleep_until(moment: float) -> None:
-    """Let a window of time elapse: the window itself is what the test observes."""
-    time.sleep(max(0.0, moment - time.time()))
-
-
-def eventually(condition: Callable[[], bool], deadline_seconds: float) -> bool:
-    """Poll until `condition` holds or the deadline passes; report which."""
-    deadline = time.monotonic() + deadline_seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def wait_until(
-    condition: Callable[[], bool], deadline_seconds: float, what: str, replicas: Sequence[Replica]
-) -> None:
-    """`wait_for`, failing with the replicas' logs as they are at the deadline."""
-    if not eventually(condition, deadline_seconds):
-        raise AssertionError(
-            f"timed out after {deadline_seconds}s waiting for {what}\n{logs(replicas)}"
-        )
-
-
-def logs(replicas: Sequence[Replica]) -> str:
-    return "\n".join(replica.log_tail() for replica in replicas)
-
-
-def report(problems: Sequence[str], replicas: Sequence[Replica]) -> str:
-    shown = "\n".join(problems[:40])
-    more = f"\n... and {len(problems) - 40} more" if len(problems) > 40 else ""
-    return f"{len(problems)} problems:\n{shown}{more}\n{logs(replicas)}"
 
 
 def tick_problems(
@@ -181,33 +102,6 @@ def runs_of(replica: Replica, job: str, **params: str) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     items: list[dict[str, Any]] = response.json()["items"]
     return items
-
-
-def run_by_id(replica: Replica, run_id: str) -> dict[str, Any]:
-    response = httpx.get(f"{replica.url}/v1/runs/{run_id}", timeout=10)
-    assert response.status_code == 200, response.text
-    run: dict[str, Any] = response.json()
-    return run
-
-
-def job_lock_keys(replica: Replica) -> list[int]:
-    response = httpx.get(f"{replica.url}/v1/jobs", params={"limit": 1000}, timeout=10)
-    assert response.status_code == 200, response.text
-    return [job["lock_key"] for job in response.json()["items"]]
-
-
-def create_every_second_jobs(
-    replicas: Sequence[Replica], receiver: Receiver, crons: int, intervals: int
-) -> dict[str, int]:
-    """`crons` 6-field cron jobs and `intervals` 1 s interval jobs, created round-robin on
-    the replicas; returns each job's period."""
-    names = [f"cron-{i:02d}" for i in range(crons)] + [
-        f"interval-{i:02d}" for i in range(intervals)
-    ]
-    for index, name in enumerate(names):
-        schedule = EVERY_SECOND_CRON if name.startswith("cron") else EVERY_SECOND_INTERVAL
-        create(replicas[index % len(replicas)], http_job(name, receiver, schedule))
-    return dict.fromkeys(names, 1)
 
 
 def assert_each_tick_once(

@@ -15,7 +15,7 @@ import pytest
 
 from service.embedded import start_embedded
 from tests.faults.figures import FaultFigures, record
-from tests.faults.helpers import (
+from tests.support.cluster import (
     Sql,
     create,
     create_every_second_jobs,

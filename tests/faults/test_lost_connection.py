@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.faults.figures import FaultFigures, record
-from tests.faults.helpers import (
+from tests.support.cluster import (
     YEARLY_CRON,
     Sql,
     await_ticks,

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from tests.faults.figures import FaultFigures, record
-from tests.faults.helpers import (
+from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     Sql,
     await_ticks,

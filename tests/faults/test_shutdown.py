@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.faults.figures import FaultFigures, record
-from tests.faults.helpers import (
+from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_SECOND_CRON,
     YEARLY_CRON,

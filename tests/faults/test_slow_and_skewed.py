@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.figures import FaultFigures, record
-from tests.faults.helpers import (
+from tests.support.cluster import (
     Sql,
     await_ticks,
     create,

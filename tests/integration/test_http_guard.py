@@ -68,12 +68,6 @@ class Names:
 
 
 @pytest.fixture
-def receiver() -> Any:
-    with receiving() as started:
-        yield started
-
-
-@pytest.fixture
 def network() -> LoopbackOnly:
     return LoopbackOnly()
 

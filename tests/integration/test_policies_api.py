@@ -15,17 +15,11 @@ from service.config import Settings
 from service.domain.jobs import JobSpec, create_job
 from service.domain.schedules import IntervalSchedule
 from service.store import Store
-from tests.support.receiver import Receiver, receiving
+from tests.support.receiver import Receiver
 from tests.support.waiting import eventually
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 EVERY_SECOND = {"kind": "cron", "expression": "* * * * * *"}
-
-
-@pytest.fixture
-def receiver() -> Any:
-    with receiving() as started:
-        yield started
 
 
 @asynccontextmanager

@@ -1,5 +1,6 @@
-"""What the fault tests share: jobs calling the receiver, a blocking SQL connection, and
-the count of ticks delivered once, twice or never."""
+"""What the tests against real replicas (acceptance, faults) share: jobs calling the
+receiver, a blocking SQL connection, waiting with the replicas' logs, and the count of
+ticks delivered once, twice or never."""
 
 import math
 import time
