@@ -22,8 +22,10 @@ import pytest
 
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
+    EVERY_FIVE_SECONDS_CRON,
     EVERY_SECOND_CRON,
     EVERY_SECOND_INTERVAL,
+    FAST_ORPHAN_SWEEPS,
     YEARLY_CRON,
     create,
     create_every_second_jobs,
@@ -44,8 +46,6 @@ from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
-FAST_ORPHAN_SWEEPS = {"TICKGATE_RECONCILE_SECONDS": "2"}
-EVERY_FIVE_SECONDS_CRON: dict[str, Any] = {"kind": "cron", "expression": "*/5 * * * * *"}
 RFC3339_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 
 # Runs `running` now, started within the last 1.5 s (so a 3 s call is surely still in

@@ -31,6 +31,7 @@ from service.store.sessions import RunEnd, RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.faults.figures import FaultFigures, record
+from tests.support.db import advisory_locks_on
 from tests.support.waiting import eventually
 
 YEARLY = CronSchedule(kind="cron", expression="0 0 1 1 *")
@@ -122,20 +123,6 @@ async def kill_session_of(database_url: str, run_id: UUID) -> int:
         return pid
     finally:
         await admin.close()
-
-
-async def advisory_locks_on(database_url: str, key: int) -> int:
-    connection = await asyncpg.connect(database_url)
-    try:
-        count: int = await connection.fetchval(
-            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-               AND classid = (($1::bigint >> 32) & 4294967295)::oid
-               AND objid = ($1::bigint & 4294967295)::oid""",
-            key,
-        )
-        return count
-    finally:
-        await connection.close()
 
 
 async def status_of(store: Store, run_id: UUID) -> RunStatus | None:

@@ -15,6 +15,8 @@ import pytest
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
+    EVERY_FIVE_SECONDS_CRON,
+    FAST_ORPHAN_SWEEPS,
     Sql,
     await_ticks,
     create,
@@ -33,8 +35,6 @@ from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 
-FAST_ORPHAN_SWEEPS = {"TICKGATE_RECONCILE_SECONDS": "2"}
-EVERY_FIVE_SECONDS = {"kind": "cron", "expression": "*/5 * * * * *"}
 
 # A slow run in flight now (started within the last 1.5 s, so its 3 s call is surely
 # still going), with the backend that holds it.
@@ -60,7 +60,7 @@ def test_kill_9_of_one_replica_loses_at_most_its_in_flight_ticks(
         for index in range(3):
             # Answers after 3 s: the kill is sure to catch one of these in flight.
             name = f"slow-{index}"
-            create(replicas[index], http_job(name, receiver, EVERY_FIVE_SECONDS, seconds=3))
+            create(replicas[index], http_job(name, receiver, EVERY_FIVE_SECONDS_CRON, seconds=3))
             periods[name] = 5
         first = math.ceil(time.time()) + 2
         sleep_until(first + 3)

@@ -11,6 +11,8 @@ import pytest
 
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
+    EVERY_FIVE_SECONDS_CRON,
+    FAST_ORPHAN_SWEEPS,
     Sql,
     await_ticks,
     create,
@@ -28,8 +30,6 @@ pytestmark = pytest.mark.acceptance
 SLOW = {"TICKGATE_TEST_FIRE_DELAY_MS": "300"}
 AHEAD = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "2000"}
 BEHIND = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "-2000"}
-FAST_ORPHAN_SWEEPS = {"TICKGATE_RECONCILE_SECONDS": "2"}
-EVERY_FIVE_SECONDS = {"kind": "cron", "expression": "*/5 * * * * *"}
 
 
 def test_a_slow_replica_and_skewed_clocks_cause_no_duplicate(
@@ -53,7 +53,7 @@ def test_a_slow_replica_and_skewed_clocks_cause_no_duplicate(
         for index in range(2):
             # Runs of 3 s, in flight across several orphan sweeps of every replica.
             name = f"slow-{index}"
-            create(replicas[index], http_job(name, receiver, EVERY_FIVE_SECONDS, seconds=3))
+            create(replicas[index], http_job(name, receiver, EVERY_FIVE_SECONDS_CRON, seconds=3))
             periods[name] = 5
         first = math.ceil(time.time()) + 3
         last = first + 14

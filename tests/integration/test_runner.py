@@ -22,6 +22,7 @@ from service.store import Store
 from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
+from tests.support.db import advisory_locks_on
 from tests.support.receiver import receiving
 from tests.support.waiting import eventually
 
@@ -126,20 +127,6 @@ async def finished_runs(store: Store, job: str, count: int) -> list[Run]:
 
     await eventually(done, 30, f"{count} finished runs of {job}")
     return await runs_of(store, job)
-
-
-async def advisory_locks_on(database_url: str, key: int) -> int:
-    connection = await asyncpg.connect(database_url)
-    try:
-        count: int = await connection.fetchval(
-            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-               AND classid = (($1::bigint >> 32) & 4294967295)::oid
-               AND objid = ($1::bigint & 4294967295)::oid""",
-            key,
-        )
-        return count
-    finally:
-        await connection.close()
 
 
 def tick_now() -> datetime:

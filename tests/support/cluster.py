@@ -23,6 +23,9 @@ EVERY_SECOND_INTERVAL: dict[str, Any] = {
     "anchor": "2026-01-01T00:00:00Z",
 }
 YEARLY_CRON: dict[str, Any] = {"kind": "cron", "expression": "0 0 1 1 *"}
+EVERY_FIVE_SECONDS_CRON: dict[str, Any] = {"kind": "cron", "expression": "*/5 * * * * *"}
+# Orphans are swept (and mirrors reconciled) every 2 s instead of every 30 s.
+FAST_ORPHAN_SWEEPS = {"TICKGATE_RECONCILE_SECONDS": "2"}
 
 # Advisory locks held on any of the given bigint keys (classid = high 32 bits, objid = low
 # 32 bits, objsubid = 1), in the current database.

@@ -50,3 +50,19 @@ class TemplateDatabases:
             await connection.execute(statement)
         finally:
             await connection.close()
+
+
+async def advisory_locks_on(database_url: str, key: int) -> int:
+    """Sessions holding the advisory lock on bigint `key` (classid = high 32 bits,
+    objid = low 32 bits)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        count: int = await connection.fetchval(
+            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND classid = (($1::bigint >> 32) & 4294967295)::oid
+               AND objid = ($1::bigint & 4294967295)::oid""",
+            key,
+        )
+        return count
+    finally:
+        await connection.close()
