@@ -9,6 +9,7 @@ import json
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
+from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -132,9 +133,14 @@ class JobSpec(BaseModel):
 
 class Job(JobSpec):
     """A stored job. `fire_after` fences ticks: none at or before it ever fires, so a
-    resumed or re-scheduled job does not replay ticks from before the change."""
+    resumed or re-scheduled job does not replay ticks from before the change.
+
+    `version` counts changes from 1 and starts again when a name is deleted and made
+    anew; `incarnation` never repeats, so (incarnation, version), the `revision`, tells
+    every state of every job apart."""
 
     name: JobName
+    incarnation: UUID
     state: JobState
     lock_key: int
     created_at: datetime
@@ -143,6 +149,10 @@ class Job(JobSpec):
     version: int = Field(ge=1)
     pause_note: str | None = None
     runs_started: int = 0
+
+    @property
+    def revision(self) -> tuple[UUID, int]:
+        return self.incarnation, self.version
 
     def spec(self) -> JobSpec:
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
@@ -164,15 +174,34 @@ class Job(JobSpec):
             return None
         return None if self.start_at and tick < self.start_at else tick
 
+    def is_tick(self, tick: datetime) -> bool:
+        """Whether `tick` is a nominal tick this job, as it stands, may fire."""
+        return self.state is JobState.ACTIVE and self.tick_after(tick - _INSTANT) == tick
+
+    def due(self, tick: datetime) -> datetime:
+        """When `tick` fires: the tick, moved by the job's jitter."""
+        return tick + timedelta(seconds=self.jitter_seconds_for(tick))
+
+    def deadline(self, tick: datetime) -> datetime:
+        """The last moment `tick` may start: its misfire grace counts from when it is due."""
+        return self.due(tick) + timedelta(seconds=self.misfire_grace_seconds)
+
     def tick_in_grace(self, now: datetime) -> datetime | None:
         """The latest nominal tick that may fire and is at most the misfire grace
         before `now`, or None. Most jobs have none: a forward search from the grace's
         start says so several times faster than searching back from `now`."""
-        start = now - timedelta(seconds=self.misfire_grace_seconds) - _INSTANT
+        start = now - self.reach - _INSTANT
         first = self.tick_after(start)
         if first is None or first > now:
             return None
-        return self.tick_at_or_before(now)
+        tick = self.tick_at_or_before(now)
+        return tick if tick is not None and self.deadline(tick) >= now else None
+
+    @property
+    def reach(self) -> timedelta:
+        """How far back a tick may still be due: a jittered tick fires up to
+        `jitter_seconds` after it, and may start up to the grace after that."""
+        return timedelta(seconds=self.misfire_grace_seconds + self.jitter_seconds)
 
     def upcoming(self, now: datetime, count: int) -> list[datetime]:
         """The next `count` nominal ticks, the same on every replica for the same `now`."""
@@ -215,8 +244,7 @@ def missed_tick(job: Job, now: datetime) -> datetime | None:
     tick = job.tick_at_or_before(now)
     if tick is None:
         return None
-    late = (now - tick).total_seconds() > job.misfire_grace_seconds
-    return tick if late else None
+    return tick if now > job.deadline(tick) else None
 
 
 def create_job(name: str, spec: JobSpec, now: datetime) -> Job:
@@ -231,6 +259,7 @@ def create_job(name: str, spec: JobSpec, now: datetime) -> Job:
         updated_at=now,
         fire_after=now,
         version=1,
+        incarnation=uuid4(),
     )
 
 

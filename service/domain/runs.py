@@ -5,7 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 
 class RunTrigger(StrEnum):
@@ -19,7 +19,8 @@ class RunTrigger(StrEnum):
 
 
 class RunStatus(StrEnum):
-    """running until it ends; abandoned when its replica died mid-run."""
+    """running until it ends; abandoned when its replica died mid-run; skipped for a
+    tick that did not run, with its `skip_reason`."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -27,6 +28,19 @@ class RunStatus(StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
+    SKIPPED = "skipped"
+
+
+class SkipReason(StrEnum):
+    """Why a nominal tick did not run: it is recorded in the ledger all the same.
+
+    overlap: an earlier run of the job was still in progress (overlap "skip", or a
+    "queue_one" job that already had a tick waiting); misfire: no replica could start
+    it within its misfire grace; capped: the job had used up its `max_runs`."""
+
+    OVERLAP = "overlap"
+    MISFIRE = "misfire"
+    CAPPED = "capped"
 
 
 class Run(BaseModel):
@@ -46,6 +60,12 @@ class Run(BaseModel):
     runner: str
     error: str | None
     result: JsonValue
+    skip_reason: SkipReason | None = Field(
+        None, description="Why the tick did not run; set exactly when status is `skipped`."
+    )
+    missed_ticks: int | None = Field(
+        None, description="A `misfire` skip that sums up this many ticks missed together."
+    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The APScheduler trigger that yields a job's nominal ticks, from the domain's math."""
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from apscheduler.triggers.base import BaseTrigger
 
@@ -11,7 +11,7 @@ from service.scheduler.clock import ReplicaClock
 class NominalTicks(BaseTrigger):  # type: ignore[misc]
     """Every replica computes the same ticks: from the stored schedule and zone, never
     from when the process started. Ticks at or before the job's fence (`fire_after`),
-    outside its window, or older than the misfire grace are never produced, so a long
+    outside its window, or no longer due (past the jitter and the misfire grace) are never produced, so a long
     stall does not queue a backlog of runs that would only be dropped.
 
     APScheduler works in true time; a tick is due when this replica's clock reads it,
@@ -20,7 +20,7 @@ class NominalTicks(BaseTrigger):  # type: ignore[misc]
 
     def __init__(self, job: Job, clock: ReplicaClock | None = None) -> None:
         self._job = job
-        self._grace = timedelta(seconds=job.misfire_grace_seconds)
+        self._reach = job.reach
         self._clock = clock or ReplicaClock()
 
     def get_next_fire_time(
@@ -28,7 +28,7 @@ class NominalTicks(BaseTrigger):  # type: ignore[misc]
     ) -> datetime | None:
         local_now = self._clock.local(now)
         previous = self._clock.local(previous_fire_time) if previous_fire_time else None
-        tick = self._job.tick_after(max(previous or local_now, local_now - self._grace))
+        tick = self._job.tick_after(max(previous or local_now, local_now - self._reach))
         return None if tick is None else self._clock.true(tick)
 
     def __str__(self) -> str:

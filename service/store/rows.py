@@ -10,11 +10,12 @@ from service.domain.runs import Run
 JOB_COLUMNS = (
     "name, lock_key, description, schedule, timezone, task, args, state, overlap,"
     " timeout_seconds, misfire_grace_seconds, created_at, updated_at, fire_after, version,"
-    " retry, start_at, end_at, max_runs, jitter_seconds, catchup, pause_note, runs_started"
+    " retry, start_at, end_at, max_runs, jitter_seconds, catchup, pause_note, runs_started,"
+    " incarnation"
 )
 RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"
-    " attempts, runner, error, result"
+    " attempts, runner, error, result, skip_reason, missed_ticks"
 )
 
 

@@ -451,4 +451,5 @@ def _job_values(job: Job) -> tuple[object, ...]:
         job.catchup.value,
         job.pause_note,
         job.runs_started,
+        job.incarnation,
     )
