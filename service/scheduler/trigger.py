@@ -11,8 +11,9 @@ from service.scheduler.clock import ReplicaClock
 class NominalTicks(BaseTrigger):  # type: ignore[misc]
     """Every replica computes the same ticks: from the stored schedule and zone, never
     from when the process started. Ticks at or before the job's fence (`fire_after`),
-    outside its window, or no longer due (past the jitter and the misfire grace) are never produced, so a long
-    stall does not queue a backlog of runs that would only be dropped.
+    outside its window, or no longer due (past the jitter and the misfire grace) are
+    never produced, so a long stall does not queue a backlog of runs that would only be
+    dropped.
 
     APScheduler works in true time; a tick is due when this replica's clock reads it,
     so the fire times given to APScheduler are the ticks moved by the clock's offset
