@@ -19,6 +19,7 @@ from service.config import Settings, split_names, token_scopes
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.scheduler.clock import ReplicaClock
+from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
@@ -124,7 +125,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     store = await Store.open(dsn, max_size=settings.api_pool_size)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = await RunSessions.open(dsn, settings.max_concurrent_runs)
+    sessions = await RunSessions.open(dsn, settings.max_concurrent_runs + SIDE_SESSIONS)
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)

@@ -35,9 +35,9 @@ class Metrics:
         )
         self.ticks_skipped = Counter(
             "tickgate_ticks_skipped",
-            "Ticks this replica did not run, by reason: locked (another session holds the "
-            "job), already_ran (the ledger has the tick), overlap (this replica's own run "
-            "still holds it), misfire (later than the grace), job_changed, job_gone.",
+            "Ticks this replica recorded as skipped in the ledger, by reason: overlap (an "
+            "earlier run of the job was still in progress), misfire (not started within "
+            "its misfire grace), capped (max_runs used up).",
             ["reason"],
             registry=self.registry,
         )

@@ -21,6 +21,7 @@ from service.api.models import (
 )
 from service.domain.errors import InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
+from service.domain.runs import SkipReason
 
 router = APIRouter(tags=["runs"], responses=COMMON | NOT_FOUND)
 
@@ -45,7 +46,9 @@ async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep)
     Called on two replicas at once, each tick still runs exactly once."""
     job = await existing_job(services, name)
     ticks = _backfill_ticks(job, body)
-    unrun = await services.store.ticks_without_runs([(name, tick) for tick in ticks])
+    unrun = await services.store.ticks_without_runs(
+        [(name, tick) for tick in ticks], unrun=list(SkipReason)
+    )
     todo = [tick for tick in ticks if (name, tick) in unrun]
     runs = await services.runner.backfill(job, todo)
     return RunList(items=[RunOut.model_validate(run, from_attributes=True) for run in runs])

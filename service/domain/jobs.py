@@ -334,10 +334,18 @@ def finish_run(current: Job, tick: datetime, now: datetime) -> Job:
 
 
 def close_window(current: Job, now: datetime) -> Job:
-    """An active job whose window closed with no tick left in it is completed."""
-    if current.state is JobState.ACTIVE and ends_by(current, now):
+    """An active job with nothing left to fire is completed: its window closed, its run
+    cap is used up (its last run's replica may have died before completing it), or its
+    one-time tick is past its deadline (it ran, or misfired)."""
+    if current.state is JobState.ACTIVE and is_over(current, now):
         return complete_job(current, now)
     return current
+
+
+def is_over(job: Job, now: datetime) -> bool:
+    used_up = job.max_runs is not None and job.runs_started >= job.max_runs
+    once = job.schedule if isinstance(job.schedule, OnceSchedule) else None
+    return used_up or (once is not None and job.deadline(once.at) < now) or ends_by(job, now)
 
 
 def ends_by(job: Job, now: datetime) -> bool:

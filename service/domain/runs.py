@@ -74,3 +74,22 @@ class SqlOutcome:
 
     command: str
     rows_affected: int
+
+
+def storable_text(text: str | None) -> str | None:
+    """`text` as PostgreSQL can store it: no NUL, and no lone surrogate (which UTF-8
+    cannot encode). What a task returns or raises is never checked before this."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def storable_json(value: JsonValue) -> JsonValue:
+    """`value` with every string and key made storable (jsonb refuses \\u0000)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [storable_json(item) for item in value]
+    if isinstance(value, dict):
+        return {str(storable_text(key)): storable_json(item) for key, item in value.items()}
+    return value

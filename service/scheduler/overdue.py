@@ -1,6 +1,8 @@
-"""Overdue jobs: active jobs whose latest tick is past its grace and never ran."""
+"""Overdue jobs: active jobs whose latest tick is past its grace and never ran (no row,
+or a recorded misfire)."""
 
 from service.domain.jobs import Job, missed_tick
+from service.domain.runs import SkipReason
 from service.store import Store
 
 
@@ -14,5 +16,5 @@ async def overdue_jobs(store: Store) -> list[Job]:
             missed[(job.name, tick)] = job
     if not missed:
         return []
-    unrun = await store.ticks_without_runs(list(missed))
+    unrun = await store.ticks_without_runs(list(missed), unrun=[SkipReason.MISFIRE])
     return sorted((missed[key] for key in unrun), key=lambda job: job.name)

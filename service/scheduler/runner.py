@@ -1,13 +1,29 @@
-"""The fire path of one replica: lock gate, ledger gate, run, record, unlock."""
+"""The fire path of one replica, as one loop: gather due ticks, admit, claim, run, record.
+
+- gather: the mirror hands over each due tick (`fire`); jitter holds it back on a timer.
+- admit: `Admission` gives ticks room in arrival order, one per job per batch; ticks
+  past their deadline (due + misfire grace) leave it as recorded misfires.
+- claim: a batch passes the gate (job lock + ledger row) in one statement on one
+  pinned connection.
+- run: claimed ticks run on that connection, which holds their locks (`RunExecutor`).
+- record: every tick ends in one ledger row, its run or a skip with its reason. A tick
+  the gate could not settle goes round again until it has a row or its deadline
+  passes: LOCKED (someone holds the lock, nobody else runs the job: ask again), BUSY
+  for a moment (an earlier run may be just ending), STALE (judged again against the
+  job as it stands now).
+
+Correctness rests on the lock and the ledger alone: batching, room and retries only
+save work, and a replica that gets them wrong costs time, never a tick.
+"""
 
 import asyncio
 import logging
 import random
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -15,55 +31,79 @@ from uuid import uuid4
 import httpx
 
 from service.domain.errors import Conflict, NotFound
-from service.domain.jobs import Job, Overlap, finish_run, policy_finishes
-from service.domain.runs import Run, RunStatus, RunTrigger
+from service.domain.jobs import Job, Overlap
+from service.domain.runs import Run, RunTrigger, SkipReason
 from service.metrics import Metrics
-from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
+from service.scheduler.admission import Admission
+from service.scheduler.attempts import Attempts
 from service.scheduler.clock import ReplicaClock
+from service.scheduler.running import RunExecutor
 from service.scheduler.shielding import run_to_completion
 from service.store import Store
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.sessions import (
-    Claim,
-    ClaimOutcome,
-    RunEnd,
-    RunSession,
-    RunSessions,
-    TickClaim,
-)
+from service.store.fire_sql import Skip
+from service.store.sessions import Claim, ClaimOutcome, RunSession, RunSessions, TickClaim
 from service.tasks import SqlTargets, TaskRegistry
 
 log = logging.getLogger(__name__)
 
-UNLOCK_TIMEOUT_SECONDS = 5.0
-# How often a waiting tick (queue_one, backfill) retries the lock; it holds no
-# connection between tries.
-LOCK_POLL_SECONDS = 0.25
-# A run whose own connection died records its end through the API pool; while the
-# database is away it retries this long, then leaves the row to the orphan sweep.
-RECORD_ELSEWHERE_SECONDS = 20.0
-_RECORD_BACKOFF_SECONDS = (0.25, 2.0)
-LOCK_LOST = "lock lost: the connection holding the job's lock closed"
 # Most ticks claimed in one statement. Their runs share its connection until the
 # last one ends, so a batch also bounds what one slow run keeps pinned.
 CLAIM_BATCH = 200
+# How soon a tick the gate could not settle asks again. It holds no connection
+# meanwhile; a LOCKED tick usually finds its row on the first retry (another replica
+# was claiming it).
+RETRY_SECONDS = 0.1
+# A BUSY tick waits this long (within its grace) before the overlap policy judges it:
+# an earlier run may have returned and be just recording its end.
+OVERLAP_PATIENCE = timedelta(seconds=0.5)
+# How long a claim waits for a connection of the lock pool before it gives up (the
+# ticks go round again); room keeps scheduled claims from ever needing to.
+ACQUIRE_SECONDS = 5.0
+# Manual runs and backfills claim outside the room, on this many extra connections.
+SIDE_SESSIONS = 4
+SIDE_WAIT_SECONDS = 10.0
+# A backfill tick waits this long for the job's lock, then the backfill stops.
+BACKFILL_WAIT_SECONDS = 30.0
+# Waiting ticks beyond this many (hung runs holding every unit of room) are recorded
+# as misfires at once rather than queued without bound.
+WAITING_LIMIT = 20_000
 ROOM_GATHER_SECONDS = 0.005
-JOB_END_LINGER_SECONDS = 0.02
-ClaimCallback = Callable[[Claim], None]
+SKIP_LINGER_SECONDS = 0.01
+_RETRY_AFTER_FAILURE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
-class Gated:
-    """How one pass through the gates ended, and the finished run if it ran here."""
+class DueTick:
+    """A scheduled tick on its way through the loop. `deadline` (this replica's clock)
+    is when it becomes a misfire; `queued` ticks hold their queue_one job's slot."""
 
-    outcome: ClaimOutcome
-    run: Run | None = None
+    claim: TickClaim
+    deadline: datetime
+    patience_until: datetime
+    queued: bool = False
+
+    @property
+    def job(self) -> Job:
+        return self.claim.job
+
+    @property
+    def job_name(self) -> str:
+        return self.claim.job.name
+
+    @property
+    def scheduled_for(self) -> datetime:
+        return self.claim.scheduled_for
+
+    @property
+    def alone(self) -> bool:
+        return self.claim.counted
 
 
 class Runner:
-    """Runs ticks through both gates. One per replica; the API's manual trigger and
-    backfill, and the scheduler mirror, all come through here."""
+    """Runs ticks through the gate. One per replica: the mirror's scheduled ticks, and
+    the API's manual triggers and backfills, all come through here."""
 
     def __init__(
         self,
@@ -81,45 +121,250 @@ class Runner:
     ) -> None:
         self._sessions = sessions
         self._store = store
-        self._attempts = Attempts(tasks, http, sql)
         self._runner_id = runner_id
         self._fire_delay = fire_delay
         self._clock = clock or ReplicaClock()
         self._metrics = metrics
+        self._executor = RunExecutor(
+            store=store, attempts=Attempts(tasks, http, sql), metrics=metrics
+        )
+        self._admission: Admission[DueTick] = Admission(max_in_flight, WAITING_LIMIT)
+        self._side = asyncio.Semaphore(SIDE_SESSIONS)
+        self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
-        self._runs_by_job: Counter[str] = Counter()
-        # Scheduled ticks due now: `_arrived` since the last dispatch, in the order
-        # APScheduler produced them; `_waiting` for room under `max_in_flight`.
-        self._arrived: list[TickClaim] = []
-        self._waiting: deque[TickClaim] = deque()
-        self._room = max_in_flight
+        # Ticks arrived since the last dispatch, and scheduled ticks of each job that
+        # are on their way and not yet settled (backfills give way to them).
+        self._arrived: list[DueTick] = []
+        self._unsettled: Counter[str] = Counter()
         self._dispatch_planned = False
-        # Runs that may complete their job (once, max_runs, end_at) record it together.
-        self._job_ends = Coalescer(self._finish_jobs, lambda: JOB_END_LINGER_SECONDS)
         self.accepting = True
 
     @property
     def runs_in_flight(self) -> int:
-        return self._runs_by_job.total()
+        return self._executor.in_flight
+
+    # --- gather -------------------------------------------------------------------
 
     def fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        """Start the scheduled fire of one tick in the background. Never raises.
-
-        Ticks that fall due at the same moment (one wake-up of APScheduler) are claimed
-        together, in batches: one statement and one connection per batch instead of
-        per tick. Each replica claims them in its own random order, so when the
-        replicas race for a crowd of ticks, each wins a share of them."""
-        if self._hold_back_seconds(job, scheduled_for) > 0:
-            self._spawn(self._fire_later(job, scheduled_for, trigger))
+        """Hand over one due tick of `job`; it is claimed once it is due here. Never
+        raises. Ticks that fall due together are claimed together, in batches, in
+        this replica's own random order, so racing replicas each win a share."""
+        tick = self._due_tick(job, scheduled_for, trigger)
+        self._unsettled[job.name] += 1
+        wait = self._hold_back_seconds(job, scheduled_for)
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._arrive, tick)
         else:
-            self._arrive(job, scheduled_for, trigger)
+            self._arrive(tick)
+
+    def _due_tick(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> DueTick:
+        deadline = job.deadline(scheduled_for)
+        patience = min(job.due(scheduled_for) + OVERLAP_PATIENCE, deadline)
+        return DueTick(self._claim_of(job, scheduled_for, trigger), deadline, patience)
+
+    def _hold_back_seconds(self, job: Job, scheduled_for: datetime) -> float:
+        """Jitter spreads a job's fires the same way on every replica; the test-only
+        delay makes this replica late on purpose. Due is by this replica's clock."""
+        wait = (job.due(scheduled_for) - self._clock.now()).total_seconds()
+        return max(0.0, wait) + self._fire_delay.total_seconds()
+
+    def _arrive(self, tick: DueTick) -> None:
+        if not self.accepting:
+            self._settled(tick)  # another replica takes it; this one is stopping
+            return
+        self._arrived.append(tick)
+        self._plan_dispatch()
+
+    def _plan_dispatch(self, after: float = 0.0) -> None:
+        # Dispatch once the current wake-up has handed over every tick due in it.
+        if not self._dispatch_planned:
+            self._dispatch_planned = True
+            asyncio.get_running_loop().call_later(after, self._dispatch)
+
+    # --- admit --------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Admit the arrivals, drop what waited past its deadline, and claim batches
+        while there is room; the rest waits (other replicas, with room, race for it)."""
+        self._dispatch_planned = False
+        random.shuffle(self._arrived)
+        arrived, self._arrived = self._arrived, []
+        self._misfire(self._admission.offer(arrived), "too many ticks waited for room here")
+        self._misfire(self._admission.expired(self._clock.now()), "no room in time")
+        while self.accepting and (batch := self._admission.take(CLAIM_BATCH)):
+            self._spawn(self._claim_and_run(batch))
+
+    def _room_freed(self, count: int = 1) -> None:
+        self._admission.free(count)
+        if len(self._admission):
+            # Runs end one by one; a moment's wait lets the room of several gather,
+            # so waiting ticks are claimed in batches rather than one at a time.
+            self._plan_dispatch(after=ROOM_GATHER_SECONDS)
+
+    # --- claim --------------------------------------------------------------------
+
+    async def _claim_and_run(self, batch: list[DueTick]) -> None:
+        """Claim a batch on one pinned connection, and run what it won there."""
+        undecided = batch
+        try:
+            async with self._sessions.session(ACQUIRE_SECONDS) as session:
+                undecided = self._in_time(batch)
+                claims = await session.claim([tick.claim for tick in undecided])
+                decided, undecided = undecided, []
+                runs = [self._settle(session, t, c) for t, c in zip(decided, claims, strict=True)]
+                await asyncio.gather(*(run for run in runs if run is not None))
+        except Exception as error:  # noqa: BLE001 - logged; the ticks go round again
+            # A failed claim decided nothing: no tick of it may be lost to it.
+            _log_failure(f"claim of {len(undecided)} ticks", error)
+            self._again(undecided, _RETRY_AFTER_FAILURE_SECONDS)
+        finally:
+            if undecided:
+                self._room_freed(len(undecided))
+
+    def _in_time(self, batch: list[DueTick]) -> list[DueTick]:
+        """The ticks of `batch` still before their deadline, after the wait for a
+        connection; the others are misfires."""
+        now = self._clock.now()
+        late = [tick for tick in batch if tick.deadline < now]
+        if late:
+            self._misfire(late, "no connection in time")
+            self._room_freed(len(late))
+        return [tick for tick in batch if tick.deadline >= now]
+
+    def _settle(
+        self, session: RunSession, tick: DueTick, claim: Claim
+    ) -> Coroutine[Any, Any, None] | None:
+        """What the gate's answer means for the tick: a run, an outcome, or another round."""
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            self._settled(tick)
+            return self._run_claimed(session, tick.job, claim)
+        self._room_freed()
+        if claim.outcome is ClaimOutcome.LOCKED:
+            self._again([tick], RETRY_SECONDS)
+        elif claim.outcome is ClaimOutcome.BUSY:
+            self._overlapped(tick)
+        elif claim.outcome is ClaimOutcome.STALE:
+            self._spawn(self._judge_again(tick))
+        elif claim.outcome is ClaimOutcome.CAPPED:
+            self._skip([tick], SkipReason.CAPPED, "the job had used up its max_runs")
+        else:  # ALREADY_RAN, JOB_GONE: the tick has its outcome, or no job has it
+            self._settled(tick)
+        return None
+
+    def _again(self, ticks: Iterable[DueTick], after: float) -> None:
+        """Send ticks round the loop again after `after` seconds, within their deadline."""
+        now = self._clock.now()
+        for tick in ticks:
+            if tick.deadline < now:
+                self._misfire([tick], "the job's lock stayed held by someone not running it")
+            else:
+                asyncio.get_running_loop().call_later(after, self._arrive, tick)
+
+    def _overlapped(self, tick: DueTick) -> None:
+        """Another run of the job is in progress: after a moment's patience, the
+        overlap policy decides. Whoever sees that records the skip, once."""
+        if tick.queued or self._clock.now() < tick.patience_until:
+            self._again([tick], RETRY_SECONDS)
+        elif tick.job.overlap is Overlap.QUEUE_ONE:
+            self._spawn(self._queue(tick))
+        else:
+            self._skip([tick], SkipReason.OVERLAP, "an earlier run was still in progress")
+
+    async def _queue(self, tick: DueTick) -> None:
+        """queue_one: this tick waits for the run in progress, unless another tick
+        already does (then it is skipped). Waiting holds no connection."""
+        job = tick.job
+        longest = job.retry.worst_case_seconds(job.timeout_seconds) + job.misfire_grace_seconds
+        with self._round_again_on_failure(tick, "queue_one slot"):
+            held = await self._store.reserve_pending(
+                job.name, tick.scheduled_for, self._runner_id, longest
+            )
+            if held is None or held == tick.scheduled_for:
+                deadline = self._clock.now() + timedelta(seconds=longest)
+                self._again([replace(tick, queued=True, deadline=deadline)], RETRY_SECONDS)
+            else:
+                self._skip([tick], SkipReason.OVERLAP, "another tick already waited for the run")
+
+    async def _judge_again(self, tick: DueTick) -> None:
+        """The job changed since the tick was scheduled: a tick the job, as it stands
+        now, still has goes round again with that definition; any other is no tick."""
+        with self._round_again_on_failure(tick, "reading the changed job"):
+            jobs = await self._store.get_jobs([tick.job_name])
+            current = jobs[0] if jobs else None
+            if current is not None and current.is_tick(tick.scheduled_for):
+                self._again([replace(tick, claim=replace(tick.claim, job=current))], 0.0)
+            else:
+                self._settled(tick)
+
+    @contextmanager
+    def _round_again_on_failure(self, tick: DueTick, what: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - logged; the tick goes round again
+            _log_failure(f"{what} for {tick.job_name}", error)
+            self._again([tick], _RETRY_AFTER_FAILURE_SECONDS)
+
+    # --- run ----------------------------------------------------------------------
+
+    async def _run_claimed(self, session: RunSession, job: Job, claim: Claim) -> None:
+        try:
+            await self._executor.run(session, job, claim)
+        except Exception as error:  # noqa: BLE001 - logged with its traceback
+            # One broken run must never take the scheduler down with it.
+            _log_failure(f"run of {job.name}", error)
+        finally:
+            self._room_freed()
+
+    # --- record -------------------------------------------------------------------
+
+    def _settled(self, tick: DueTick) -> None:
+        """The tick has its outcome here, or needs none."""
+        self._unsettled -= Counter({tick.job_name: 1})
+        if tick.queued:
+            self._spawn(self._release_slot(tick))
+
+    async def _release_slot(self, tick: DueTick) -> None:
+        await run_to_completion(self._store.release_pending(tick.job_name, tick.scheduled_for))
+
+    def _misfire(self, ticks: Sequence[DueTick], why: str) -> None:
+        if ticks:
+            self._skip(ticks, SkipReason.MISFIRE, f"not started within its misfire grace: {why}")
+
+    def _skip(self, ticks: Sequence[DueTick], reason: SkipReason, note: str) -> None:
+        for tick in ticks:
+            self._settled(tick)
+        skips = [Skip(t.job, t.claim.scheduled_for, t.claim.trigger, reason, note) for t in ticks]
+        self._spawn(self._submit_skips(skips))
+
+    async def _submit_skips(self, skips: list[Skip]) -> None:
+        try:
+            await asyncio.gather(*(self._skips.submit(skip) for skip in skips))
+        except Exception as error:  # noqa: BLE001 - logged: these ticks lost their record
+            _log_failure(f"record of {len(skips)} skipped ticks", error)
+
+    async def _record_skips(self, skips: Sequence[Skip]) -> list[None]:
+        jobs = {skip.job.name: skip.job for skip in skips}
+        recorded = await self._store.record_skips(skips, self._runner_id)
+        for run in recorded:
+            reason = run.skip_reason or SkipReason.MISFIRE
+            self._metrics.ticks_skipped.labels(reason.value).inc()
+            # A misfire is a tick nobody could run; the others are the job's policies.
+            level = logging.WARNING if reason is SkipReason.MISFIRE else logging.INFO
+            at = run.scheduled_for.isoformat()
+            log.log(level, "tick %s of %s skipped: %s (%s)", at, run.job, reason, run.error)
+        await asyncio.gather(
+            *(self._executor.tick_ended(jobs[run.job], run.scheduled_for) for run in recorded)
+        )
+        return [None] * len(skips)
+
+    # --- manual runs and backfills ------------------------------------------------
 
     async def trigger_now(self, job: Job) -> Run:
-        """A manual run through the same gates; returns once the ledger row exists and
+        """A manual run through the same gate; returns once the ledger row exists and
         leaves the run going. Conflict if a "skip" job is running anywhere."""
         decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
-        tick = self._tick(job, self._clock.now(), RunTrigger.MANUAL, any_version=True)
-        task = self._spawn(self._discard(self._gated(tick, decided.set_result)))
+        tick = self._claim_of(job, self._clock.now(), RunTrigger.MANUAL, any_version=True)
+        task = self._spawn(self._discard(self._on_the_side(tick, decided.set_result)))
         either: set[asyncio.Future[Any]] = {decided, task}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not decided.done():
@@ -129,21 +374,76 @@ class Runner:
 
     async def backfill(self, job: Job, ticks: Sequence[datetime]) -> list[Run]:
         """Run each tick that has no run yet, in order, one after another; return the
-        runs this call made. Another replica backfilling the same range at once takes
-        some ticks itself: the ledger lets each through exactly once."""
+        runs this call made. Scheduled ticks of the job go first. Another replica
+        backfilling the same range at once takes some ticks itself: the ledger lets
+        each through exactly once."""
         made = []
-        for tick in ticks:
-            claim = self._tick(job, tick, RunTrigger.BACKFILL, any_version=True)
-            gated = await self._gated_when_free(claim, deadline=float("inf"))
-            if gated.outcome is ClaimOutcome.JOB_GONE:
-                raise NotFound(f"no job named {job.name!r}")
-            if gated.run is not None:
-                made.append(gated.run)
+        for at in ticks:
+            run = await self._backfill_one(
+                self._claim_of(job, at, RunTrigger.BACKFILL, any_version=True)
+            )
+            if run is not None:
+                made.append(run)
         return made
+
+    async def _backfill_one(self, tick: TickClaim) -> Run | None:
+        """Claim and run one backfill tick, giving way to the job's scheduled ticks and
+        waiting a bounded time for its lock."""
+        deadline = time.monotonic() + BACKFILL_WAIT_SECONDS
+        while True:
+            # A count many paths change, not an event: polled, like the lock.
+            while self._unsettled[tick.job.name] and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(RETRY_SECONDS)
+            claims: list[Claim] = []
+            run = await self._on_the_side(tick, claims.append)
+            if claims[0].outcome is ClaimOutcome.JOB_GONE:
+                raise NotFound(f"no job named {tick.job.name!r}")
+            if claims[0].outcome not in {ClaimOutcome.LOCKED, ClaimOutcome.BUSY}:
+                return run
+            if time.monotonic() > deadline or not self.accepting:
+                raise Conflict(
+                    f"backfill of {tick.job.name!r} stopped at {tick.scheduled_for.isoformat()}:"
+                    f" the job's lock stayed held for {BACKFILL_WAIT_SECONDS:g}s"
+                )
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _on_the_side(self, tick: TickClaim, on_claim: Callable[[Claim], None]) -> Run | None:
+        """Claim one tick on a connection of its own, outside the room, and run it if
+        claimed; `on_claim` hears the claim as soon as there is one."""
+        if not self.accepting:
+            on_claim(Claim(ClaimOutcome.LOCKED))
+            return None
+        async with asyncio.timeout(SIDE_WAIT_SECONDS):
+            await self._side.acquire()
+        try:
+            async with self._sessions.session(ACQUIRE_SECONDS) as session:
+                [claim] = await session.claim([tick])
+                on_claim(claim)
+                return await self._executor.run(session, tick.job, claim) if claim.run else None
+        finally:
+            self._side.release()
+
+    async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
+        await work
+
+    # --- shared -------------------------------------------------------------------
+
+    def _claim_of(
+        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, any_version: bool = False
+    ) -> TickClaim:
+        lock = job.overlap is not Overlap.ALLOW
+        return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), lock, any_version)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks_in_flight.add(task)
+        task.add_done_callback(self._tasks_in_flight.discard)
+        return task
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Start nothing new; give runs in flight `grace_seconds`, then cancel them.
-        A cancelled run still records `cancelled` and unlocks before its task ends."""
+        A cancelled run still records `cancelled` and unlocks before its task ends.
+        Ticks still waiting here are left to the other replicas."""
         self.accepting = False
         pending = set(self._tasks_in_flight)
         if pending:
@@ -154,358 +454,12 @@ class Runner:
         if pending:
             await asyncio.wait(pending)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(work)
-        self._tasks_in_flight.add(task)
-        task.add_done_callback(self._tasks_in_flight.discard)
-        return task
-
-    async def _discard(self, work: Coroutine[Any, Any, Gated]) -> None:
-        await work
-
-    async def _fire_later(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        await asyncio.sleep(self._hold_back_seconds(job, scheduled_for))
-        self._arrive(job, scheduled_for, trigger)
-
-    def _hold_back_seconds(self, job: Job, scheduled_for: datetime) -> float:
-        """Jitter spreads a job's fires the same way on every replica; the test-only
-        delay makes this replica late on purpose. Due is by this replica's clock."""
-        due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
-        wait = max(0.0, (due - self._clock.now()).total_seconds())
-        return wait + self._fire_delay.total_seconds()
-
-    def _arrive(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        if self.accepting and not self._misfired(job, scheduled_for):
-            self._arrived.append(self._tick(job, scheduled_for, trigger))
-            self._plan_dispatch()
-
-    def _plan_dispatch(self, after: float = 0.0) -> None:
-        # Dispatch once the current wake-up has handed over every tick due in it.
-        if not self._dispatch_planned:
-            self._dispatch_planned = True
-            asyncio.get_running_loop().call_later(after, self._dispatch)
-
-    def _dispatch(self) -> None:
-        """Claim waiting ticks while this replica has room for their runs; the rest
-        wait for room (other replicas, with room, take them meanwhile)."""
-        self._dispatch_planned = False
-        random.shuffle(self._arrived)
-        self._waiting.extend(self._arrived)
-        self._arrived = []
-        while self._waiting and self._room > 0 and self.accepting:
-            batch = self._next_batch(min(self._room, CLAIM_BATCH))
-            self._room -= len(batch)
-            if len(batch) == 1 and batch[0].job.max_runs is not None:
-                self._spawn(self._fire_alone(batch[0]))
-            elif batch:
-                self._spawn(self._fire_together(batch))
-
-    def _next_batch(self, size: int) -> list[TickClaim]:
-        """Up to `size` waiting ticks still in grace, one per job. A job with a run cap
-        goes alone: its claim counts the run against the cap."""
-        batch: list[TickClaim] = []
-        names: set[str] = set()
-        while self._waiting and len(batch) < size:
-            tick = self._waiting[0]
-            counted = tick.job.max_runs is not None
-            if tick.job.name in names or (counted and batch):
-                break
-            self._waiting.popleft()
-            if not self._misfired(tick.job, tick.scheduled_for):
-                batch.append(tick)
-                names.add(tick.job.name)
-                if counted:
-                    break
-        return batch
-
-    def _room_freed(self) -> None:
-        self._room += 1
-        if self._waiting:
-            # Runs end one by one; a moment's wait lets the room of several gather,
-            # so waiting ticks are claimed in batches rather than one at a time.
-            self._plan_dispatch(after=ROOM_GATHER_SECONDS)
-
-    async def _fire_alone(self, tick: TickClaim) -> None:
-        try:
-            with _failures_logged(tick):
-                self._queue_if_locked(tick, await self._gated(tick, self._skip_counter(tick.job)))
-        finally:
-            self._room_freed()
-
-    async def _fire_together(self, ticks: list[TickClaim]) -> None:
-        claims: list[Claim] = []
-        try:
-            async with self._sessions.session() as session:
-                claims = await session.claim_together(ticks)
-                pairs = zip(ticks, claims, strict=True)
-                await asyncio.gather(*(self._settle_together(session, *pair) for pair in pairs))
-        except Exception as error:  # noqa: BLE001 - logged with its traceback
-            # One broken claim must never take the scheduler down with it.
-            _log_failure(f"{len(ticks)} ticks due together", error)
-        finally:
-            if not claims:  # once claimed, each tick's settling frees its own room
-                for _ in ticks:
-                    self._room_freed()
-
-    async def _settle_together(self, session: RunSession, tick: TickClaim, claim: Claim) -> None:
-        try:
-            with _failures_logged(tick):
-                gated = await self._settle(session, tick, claim, self._skip_counter(tick.job))
-                self._queue_if_locked(tick, gated)
-        finally:
-            self._room_freed()
-
-    def _queue_if_locked(self, tick: TickClaim, gated: Gated) -> None:
-        queued = tick.job.overlap is Overlap.QUEUE_ONE and self.accepting
-        if gated.outcome is ClaimOutcome.LOCKED and queued:
-            self._spawn(self._queued(tick))
-
-    async def _queued(self, tick: TickClaim) -> None:
-        with _failures_logged(tick):
-            await self._queue(tick.job, tick)
-
-    def _misfired(self, job: Job, scheduled_for: datetime) -> bool:
-        due = scheduled_for + timedelta(seconds=job.jitter_seconds_for(scheduled_for))
-        lateness = self._clock.now() - due
-        if lateness <= timedelta(seconds=job.misfire_grace_seconds):
-            return False
-        self._metrics.ticks_skipped.labels("misfire").inc()
-        log.warning(
-            "dropped tick %s of %s: %.1fs late, grace is %ss",
-            scheduled_for.isoformat(),
-            job.name,
-            lateness.total_seconds(),
-            job.misfire_grace_seconds,
-        )
-        return True
-
-    async def _queue(self, job: Job, tick: TickClaim) -> None:
-        """queue_one: this tick waits for the run in progress, unless another already
-        does (then it is dropped). The wait holds no connection: it polls the lock."""
-        longest = job.retry.worst_case_seconds(job.timeout_seconds) + job.misfire_grace_seconds
-        name, at = job.name, tick.scheduled_for
-        if not await self._store.reserve_pending(name, at, self._runner_id, longest):
-            self._metrics.ticks_skipped.labels("overlap").inc()
-            return
-        try:
-            await self._gated_when_free(tick, deadline=time.monotonic() + longest)
-        finally:
-            await run_to_completion(self._store.release_pending(name, at))
-
-    async def _gated_when_free(self, tick: TickClaim, deadline: float) -> Gated:
-        """Pass the gates, retrying while another session holds the job's lock."""
-        while True:
-            gated = await self._gated(tick, self._skip_counter(tick.job, quiet_lock=True))
-            given_up = time.monotonic() > deadline or not self.accepting
-            if gated.outcome is not ClaimOutcome.LOCKED or given_up:
-                return gated
-            await asyncio.sleep(LOCK_POLL_SECONDS)
-
-    def _tick(
-        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, any_version: bool = False
-    ) -> TickClaim:
-        lock = job.overlap is not Overlap.ALLOW
-        return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), lock, any_version)
-
-    async def _gated(self, tick: TickClaim, on_claim: ClaimCallback) -> Gated:
-        """Lock gate, then ledger gate, then the run, all on one pinned connection."""
-        if not self.accepting:
-            return Gated(ClaimOutcome.LOCKED)
-        async with self._sessions.session() as session:
-            return await self._settle(session, tick, await session.claim(tick), on_claim)
-
-    async def _settle(
-        self, session: RunSession, tick: TickClaim, claim: Claim, on_claim: ClaimCallback
-    ) -> Gated:
-        """Run a claimed tick; whatever happens, release the job's lock if still held."""
-        pinned = Pinned(session, LockHold(tick.job.lock_key, claim.holds_lock))
-        try:
-            on_claim(claim)
-            if claim.run is None:
-                return Gated(claim.outcome)
-            return Gated(claim.outcome, await self._run(pinned, tick.job, claim.run))
-        finally:
-            if pinned.hold.held:
-                await run_to_completion(self._unlock(session, pinned.hold))
-
-    async def _unlock(self, session: RunSession, hold: "LockHold") -> None:
-        """Release the job's lock, or kill the session: a connection must never go
-        back to the pool still holding an advisory lock."""
-        hold.held = False
-        try:
-            async with asyncio.timeout(UNLOCK_TIMEOUT_SECONDS):
-                if await session.unlock(hold.key):
-                    return
-            log.error("advisory lock %d was not held at unlock; closing the session", hold.key)
-        except Exception:
-            log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
-        session.terminate()
-
-    async def _run(self, pinned: "Pinned", job: Job, run: Run) -> Run | None:
-        if run.trigger is not RunTrigger.MANUAL:
-            lag = run.started_at - run.scheduled_for
-            self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
-        self._runs_by_job[job.name] += 1
-        self._metrics.runs_in_flight.inc()
-        progress = Progress()
-        attempts = asyncio.create_task(self._attempts.run(job, run, progress))
-        fence = LockFence(run, attempts)
-        try:
-            # The lock-lost fence: if the session holding the job's lock dies mid-run,
-            # the lock is gone and another replica may start the next tick, so this
-            # run must stop at once rather than overlap it.
-            with pinned.session.fenced(fence.trip) if pinned.hold.held else nullcontext():
-                outcome = await attempts
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not fence.tripped or (current is not None and current.cancelling()):
-                cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
-                await run_to_completion(self._record(pinned, job, run, cancelled, progress))
-                raise
-            outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
-        finally:
-            self._runs_by_job -= Counter({job.name: 1})
-            self._metrics.runs_in_flight.dec()
-        return await run_to_completion(self._record(pinned, job, run, outcome, progress))
-
-    async def _record(
-        self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
-    ) -> Run | None:
-        end = RunEnd(outcome.status, outcome.error, outcome.result, max(1, progress.attempts))
-        finished = await self._finish(pinned, run, end)
-        self._metrics.runs.labels(job.name, outcome.status.value).inc()
-        if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
-            self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
-        log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
-        if policy_finishes(job) and run.trigger is not RunTrigger.MANUAL:
-            await self._job_ends.submit((job.name, run.scheduled_for))
-        return finished
-
-    async def _finish_jobs(self, ends: Sequence[tuple[str, datetime]]) -> list[None]:
-        """Complete the jobs these runs finished (a one-time job's tick, the last run
-        a cap allows, the window's end), all in one transaction. Whether a window has
-        closed is judged on the database's clock."""
-        ticks: dict[str, list[datetime]] = {}
-        for name, tick in ends:
-            ticks.setdefault(name, []).append(tick)
-        await self._store.update_jobs({name: _finishing(ts) for name, ts in ticks.items()})
-        return [None] * len(ends)
-
-    async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
-        """Record the run's end and release the lock in one statement on the pinned
-        connection; if that connection is gone, record through the API pool."""
-        session, hold = pinned.session, pinned.hold
-        if not session.closed:
-            try:
-                finished, released = await session.finish(
-                    run.id, end, hold.key if hold.held else None
-                )
-            except Exception as error:
-                if not (is_unavailable(error) and session.closed):
-                    raise
-            else:
-                hold.held = hold.held and not released
-                return finished
-        # The session died, and its lock with it: there is nothing to unlock, and a
-        # dead connection is never unlocked on. Terminating it only tidies up.
-        hold.held = False
-        session.terminate()
-        return await self._finish_elsewhere(run, end)
-
-    async def _finish_elsewhere(self, run: Run, end: RunEnd) -> Run | None:
-        """Record the end of a run whose own connection died, through the API pool,
-        retrying while the database is away (a restart). If it stays away longer than
-        RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it
-        `abandoned` once no session holds the job's lock and its backend is gone."""
-        deadline = time.monotonic() + RECORD_ELSEWHERE_SECONDS
-        backoff, most = _RECORD_BACKOFF_SECONDS
-        while True:
-            try:
-                return await self._store.finish_run(run.id, end)
-            except Exception as error:
-                if not is_unavailable(error):
-                    raise
-                if time.monotonic() + backoff > deadline:
-                    log.warning(
-                        "run %s not recorded (%r); the orphan sweep will mark it abandoned",
-                        end.status.value,
-                        error,
-                        extra=run_context(run),
-                    )
-                    return None
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, most)
-
-    def _skip_counter(self, job: Job, *, quiet_lock: bool = False) -> ClaimCallback:
-        def count(claim: Claim) -> None:
-            if claim.outcome is ClaimOutcome.CLAIMED:
-                return
-            if claim.outcome is ClaimOutcome.LOCKED and quiet_lock:
-                return  # a waiting tick polls the lock; each try is no skip
-            reason = claim.outcome.value
-            if claim.outcome is ClaimOutcome.LOCKED and self._runs_by_job[job.name]:
-                reason = "overlap"  # our own run of this job still holds the lock
-            self._metrics.ticks_skipped.labels(reason).inc()
-            # Expected on every replica but one, for every tick: DEBUG, not WARNING.
-            log.debug("tick of %s skipped: %s", job.name, reason)
-
-        return count
-
-
-class LockFence:
-    """Trips when the run's session dies: the run's attempts are cancelled."""
-
-    def __init__(self, run: Run, attempts: "asyncio.Task[Outcome]") -> None:
-        self._run = run
-        self._attempts = attempts
-        self.tripped = False
-
-    def trip(self) -> None:
-        if not self._attempts.done():
-            self.tripped = True
-            log.warning("%s; cancelling the run", LOCK_LOST, extra=run_context(self._run))
-            self._attempts.cancel()
-
-
-@dataclass
-class LockHold:
-    """Whether this session still holds the job's advisory lock."""
-
-    key: int
-    held: bool = False
-
-
-@dataclass(frozen=True)
-class Pinned:
-    """The connection a run is pinned to, and the lock it holds there."""
-
-    session: RunSession
-    hold: LockHold
-
-
-@contextmanager
-def _failures_logged(tick: TickClaim) -> Iterator[None]:
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - logged with its traceback
-        # One broken tick must never take the scheduler down with it.
-        _log_failure(f"tick {tick.job.name} at {tick.scheduled_for.isoformat()}", error)
-
 
 def _log_failure(what: str, error: Exception) -> None:
     if is_unavailable(error):
-        log.warning("%s not run: database unavailable (%r)", what, error)
+        log.warning("%s failed: database unavailable (%r)", what, error)
     else:
         log.exception("%s failed", what, exc_info=error)
-
-
-def _finishing(ticks: list[datetime]) -> Callable[[Job, datetime], Job]:
-    def change(current: Job, now: datetime) -> Job:
-        for tick in ticks:
-            current = finish_run(current, tick, now)
-        return current
-
-    return change
 
 
 def _claimed_run(job: Job, claim: Claim) -> Run:

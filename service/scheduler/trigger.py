@@ -1,6 +1,6 @@
 """The APScheduler trigger that yields a job's nominal ticks, from the domain's math."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 
@@ -22,14 +22,19 @@ class NominalTicks(BaseTrigger):  # type: ignore[misc]
     def __init__(self, job: Job, clock: ReplicaClock | None = None) -> None:
         self._job = job
         self._reach = job.reach
+        self._jitter = timedelta(seconds=job.jitter_seconds)
         self._clock = clock or ReplicaClock()
 
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
         local_now = self._clock.local(now)
-        previous = self._clock.local(previous_fire_time) if previous_fire_time else None
-        tick = self._job.tick_after(max(previous or local_now, local_now - self._reach))
+        # At the start, a jittered tick whose time has passed may not be due yet: it
+        # fires at its due time, so a restart does not lose it.
+        start = local_now - self._jitter
+        if previous_fire_time:
+            start = self._clock.local(previous_fire_time)
+        tick = self._job.tick_after(max(start, local_now - self._reach))
         return None if tick is None else self._clock.true(tick)
 
     def __str__(self) -> str:

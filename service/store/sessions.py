@@ -12,19 +12,19 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
 from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
 import asyncpg
 
-from service.domain.jobs import Job
-from service.domain.runs import Run, RunTrigger
+from service.domain.runs import Run
+from service.store import fire_sql
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection, Pool
-from service.store.rows import RUN_COLUMNS, run_from_row
-from service.store.store import FINISHED_RUNS, RunEnd, create_pool
+from service.store.fire_sql import RunEnd, TickClaim
+from service.store.rows import run_from_row
+from service.store.store import create_pool, init_connection
 
 __all__ = [
     "Claim",
@@ -46,10 +46,22 @@ log = logging.getLogger(__name__)
 
 
 class ClaimOutcome(Enum):
-    LOCKED = "locked"
+    """What the gate said of one tick.
+
+    CLAIMED: the ledger row is ours, run it. ALREADY_RAN: the tick has its row (a run
+    or a recorded skip). LOCKED: another session holds the job's lock and no other run
+    of the job is in progress: someone is claiming this tick, or a foreign holder has
+    the key; not an outcome, ask again. BUSY: the lock is held and another run of the
+    job is in progress: the overlap policy decides. STALE: the job is not the one the
+    tick was scheduled from (edited, or deleted and made anew): judge the tick again
+    against the job as it stands. JOB_GONE: no such job. CAPPED: `max_runs` reached.
+    """
+
     CLAIMED = "claimed"
     ALREADY_RAN = "already_ran"
-    JOB_CHANGED = "job_changed"
+    LOCKED = "locked"
+    BUSY = "busy"
+    STALE = "stale"
     JOB_GONE = "job_gone"
     CAPPED = "capped"
 
@@ -59,20 +71,6 @@ class Claim:
     outcome: ClaimOutcome
     run: Run | None = None
     holds_lock: bool = False
-
-
-@dataclass(frozen=True)
-class TickClaim:
-    """What a replica asks for: this job, at this version, for this tick; `lock` takes
-    the job's advisory lock first (every overlap mode but "allow")."""
-
-    job: Job
-    scheduled_for: datetime
-    trigger: RunTrigger
-    runner: str
-    run_id: UUID
-    lock: bool
-    any_version: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,50 +131,26 @@ class RunSession:
             if not self.closed:
                 self._connection.remove_termination_listener(lost)
 
-    async def claim(self, tick: TickClaim) -> Claim:
-        """Take the job's lock, then insert the ledger row, in one statement (one round
-        trip) that also re-reads the job.
+    async def claim(self, ticks: Sequence[TickClaim]) -> list[Claim]:
+        """Pass ticks, each of a different job, through the gate in one statement (see
+        `fire_sql.claim_statement`); one Claim per tick, in order. A claim that counts
+        against `max_runs` goes alone.
 
-        The lock is `pg_try_advisory_lock`, which never waits: if another session holds
-        the job (another replica running it, or a Go replica using the same name), the
-        loser gets LOCKED and skips the tick. The row is written only if the job still
-        exists at the version the replica scheduled from (and is active, for scheduled
-        ticks), no row for the same (job, scheduled_for) exists, and a `max_runs` cap
-        leaves room; the loser of the race for a tick gets ALREADY_RAN. A session lock
-        outlives a failed statement, so on any error the connection is closed.
-        """
-        counted = tick.job.max_runs is not None and tick.trigger is not RunTrigger.MANUAL
-        statement = _CLAIMS[(tick.lock, counted)]
-        [row] = await self._claiming(tick.lock, statement, *_claim_arguments(tick))
-        return self._took(_claim_of(row, tick))
-
-    async def claim_together(self, ticks: Sequence[TickClaim]) -> list[Claim]:
-        """Claim many scheduled ticks, each of a different job, in one statement.
-
-        Per tick it does what `claim` does: `pg_try_advisory_lock` on the job's key
-        (the loser, whose key another session holds, gets LOCKED), then the ledger row
-        if the job is still active at the scheduled version and no row for the tick
-        exists (the loser of that race gets ALREADY_RAN). A lock taken for a tick that
-        was not claimed is released by the same statement, so only claimed ticks leave
-        it held. Rows are inserted in (job, tick) order: two replicas inserting the
-        same ticks of "allow" jobs (no lock) wait on each other in one order, never
-        in a cycle. Jobs with `max_runs` must go through `claim`, which counts them.
+        The lock is `pg_try_advisory_lock`, which never waits. Only claimed ticks leave
+        their lock held. A session lock outlives a failed statement, so on any error a
+        statement that may have taken locks closes the connection.
         """
         if len({tick.job.name for tick in ticks}) != len(ticks):
-            raise ValueError("claim_together takes at most one tick per job")
+            raise ValueError("a claim takes at most one tick per job")
+        counted = any(tick.counted for tick in ticks)
+        if counted and len(ticks) > 1:
+            raise ValueError("a claim that counts runs goes alone")
+        statement = fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM
         locking = any(tick.lock for tick in ticks)
-        rows = await self._claiming(locking, _CLAIM_TOGETHER, *_together_arguments(ticks))
-        claims = []
-        for row, tick in zip(rows, ticks, strict=True):
-            claim = _claim_of(row, tick)
-            if row["released"]:
-                claim = Claim(claim.outcome, claim.run, holds_lock=False)
-            claims.append(self._took(claim))
-        return claims
+        rows = await self._claiming(locking, statement, *fire_sql.claim_arguments(ticks))
+        return [self._took(_claim_of(row, tick)) for row, tick in zip(rows, ticks, strict=True)]
 
     async def _claiming(self, locking: bool, statement: str, *arguments: object) -> list[Any]:
-        """A session lock outlives a failed statement, so on any error a statement that
-        may have taken locks closes the connection."""
         try:
             async with self._turn:
                 return list(await self._connection.fetch(statement, *arguments))
@@ -215,7 +189,7 @@ class RunSession:
         was released."""
         self._open_runs -= len(endings)
         async with self._turn:
-            rows = await self._connection.fetch(_FINISH_TOGETHER, *_ending_arguments(endings))
+            rows = await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
         results = []
         for row, ending in zip(rows, endings, strict=True):
             released = bool(ending.release_lock is not None and row["released"])
@@ -227,7 +201,7 @@ class RunSession:
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
         async with self._turn:
-            released = await self._connection.fetchval("SELECT pg_advisory_unlock($1)", key)
+            released = await self._connection.fetchval(fire_sql.UNLOCK, key)
         if released:
             self._released()
         return bool(released)
@@ -242,135 +216,31 @@ class RunSession:
             self._connection.terminate()
 
 
-def _claim_arguments(tick: TickClaim) -> tuple[object, ...]:
-    return (
-        tick.job.name,
-        tick.run_id,
-        tick.scheduled_for,
-        tick.trigger.value,
-        tick.runner,
-        tick.job.lock_key,
-        tick.lock,
-        tick.any_version,
-        tick.job.version,
-    )
-
-
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
-    holds = bool(tick.lock and row["got_lock"])
-    if not row["got_lock"]:
-        return Claim(ClaimOutcome.LOCKED)
-    if row["current_version"] is None:
-        return Claim(ClaimOutcome.JOB_GONE, holds_lock=holds)
+    holds = bool(tick.lock and row["got"] and not row["released"])
+    return Claim(_outcome_of(row, tick), run_from_row(row) if row["id"] else None, holds)
+
+
+def _outcome_of(row: Mapping[str, Any], tick: TickClaim) -> ClaimOutcome:  # noqa: PLR0911
+    # One answer per condition of the gate, in the order they apply.
     if row["id"] is not None:
-        return Claim(ClaimOutcome.CLAIMED, run_from_row(row), holds_lock=holds)
-    if not tick.any_version and row["current_version"] != tick.job.version:
-        return Claim(ClaimOutcome.JOB_CHANGED, holds_lock=holds)
+        return ClaimOutcome.CLAIMED
+    if not row["job_exists"]:
+        return ClaimOutcome.JOB_GONE
+    if row["ticked"]:
+        return ClaimOutcome.ALREADY_RAN
+    if not row["got"]:
+        return ClaimOutcome.BUSY if row["busy"] else ClaimOutcome.LOCKED
+    if not row["same_revision"] and not tick.any_version:
+        return ClaimOutcome.STALE
     if row["capped"]:
-        return Claim(ClaimOutcome.CAPPED, holds_lock=holds)
-    return Claim(ClaimOutcome.ALREADY_RAN, holds_lock=holds)
+        return ClaimOutcome.CAPPED
+    # Lost the race for the row to a claim that committed after this statement began.
+    return ClaimOutcome.ALREADY_RAN
 
 
-def _claim_statement(*, locking: bool, counted: bool) -> str:
-    lock = "SELECT pg_try_advisory_lock($6) AS got" if locking else "SELECT true AS got"
-    row_lock = "FOR UPDATE" if counted else ""
-    count = (
-        """, counted AS (
-            UPDATE tickgate_jobs SET runs_started = runs_started + 1
-            WHERE name = $1 AND EXISTS (SELECT 1 FROM claimed) RETURNING runs_started)"""
-        if counted
-        else ""
-    )
-    cap = "AND (current.max_runs IS NULL OR current.runs_started < current.max_runs)"
-    return f"""WITH lock AS ({lock}),
-        current AS (
-            SELECT version, state, max_runs, runs_started FROM tickgate_jobs
-            WHERE name = $1 {row_lock}
-        ), claimed AS (
-            INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
-                started_at, runner, job_version, lock_key, locked, backend_pid)
-            SELECT $2, $1, $3, $4, 'running', clock_timestamp(), $5, current.version,
-                $6, $7, pg_backend_pid()
-            FROM current, lock
-            WHERE lock.got AND ($8 OR (current.version = $9 AND current.state = 'active'))
-              {cap if counted else ""}
-            ON CONFLICT (job, scheduled_for) DO NOTHING
-            RETURNING {RUN_COLUMNS}
-        ){count}
-        SELECT (SELECT got FROM lock) AS got_lock,
-               (SELECT version FROM current) AS current_version,
-               COALESCE((SELECT runs_started >= max_runs FROM current), false) AS capped,
-               claimed.*
-        FROM (SELECT 1) AS one LEFT JOIN claimed ON true"""
-
-
-_CLAIMS = {
-    (locking, counted): _claim_statement(locking=locking, counted=counted)
-    for locking in (True, False)
-    for counted in (True, False)
-}
-
-
-def _together_arguments(ticks: Sequence[TickClaim]) -> tuple[object, ...]:
-    return (
-        [tick.job.name for tick in ticks],
-        [tick.run_id for tick in ticks],
-        [tick.scheduled_for for tick in ticks],
-        [tick.trigger.value for tick in ticks],
-        [tick.job.lock_key for tick in ticks],
-        [tick.lock for tick in ticks],
-        [tick.job.version for tick in ticks],
-        ticks[0].runner,
-    )
-
-
-_CLAIM_TOGETHER = f"""WITH ticks AS (
-        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
-                             $5::bigint[], $6::boolean[], $7::bigint[])
-            WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
-                                 version, n)
-    ), gated AS MATERIALIZED (
-        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got FROM ticks
-    ), current AS (
-        SELECT name, version, state FROM tickgate_jobs WHERE name = ANY($1::text[])
-    ), claimed AS (
-        INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
-            runner, job_version, lock_key, locked, backend_pid)
-        SELECT g.id, g.job, g.scheduled_for, g.trigger, 'running', clock_timestamp(), $8,
-            c.version, g.lock_key, g.locking, pg_backend_pid()
-        FROM gated g JOIN current c ON c.name = g.job
-        WHERE g.got AND c.version = g.version AND c.state = 'active'
-        ORDER BY g.job, g.scheduled_for
-        ON CONFLICT (job, scheduled_for) DO NOTHING
-        RETURNING {RUN_COLUMNS}
-    )
-    SELECT g.got AS got_lock, c.version AS current_version, false AS capped,
-           CASE WHEN g.got AND g.locking AND claimed.id IS NULL
-                THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
-           claimed.*
-    FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
-    ORDER BY g.n"""
-
-
-def _ending_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
-    return (
-        [ending.run_id for ending in endings],
-        [ending.end.status.value for ending in endings],
-        [ending.end.error for ending in endings],
-        [ending.end.result for ending in endings],
-        [ending.end.attempts for ending in endings],
-        [ending.release_lock for ending in endings],
-    )
-
-
-# The ledger rows were committed when the runs were claimed, so releasing a lock a
-# moment before its run's end commits lets no one run the tick again.
-_FINISH_TOGETHER = f"""{FINISHED_RUNS}
-    SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
-                     THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
-           finished.*
-    FROM ends e LEFT JOIN finished ON finished.id = e.run_id
-    ORDER BY e.n"""
+def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
+    return fire_sql.finish_arguments([(e.run_id, e.end, e.release_lock) for e in endings])
 
 
 class RunSessions:
@@ -394,14 +264,24 @@ class RunSessions:
                 log.error("session %d went back to the pool holding a lock; releasing", pid)
                 await connection.execute("SELECT pg_advisory_unlock_all()")
 
-        pool = await create_pool(dsn, min_size=1, max_size=size, reset=reset)
+        pool = await create_pool(dsn, min_size=1, max_size=size, reset=reset, init=_warmed)
         return cls(pool, lock_counts)
 
     async def close(self) -> None:
         await self._pool.close()
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[RunSession]:
-        """A connection pinned for one run: lock, claim, result and unlock all use it."""
-        async with self._pool.acquire() as connection:
+    async def session(self, wait_seconds: float) -> AsyncIterator[RunSession]:
+        """A connection pinned for one claim and its runs: lock, claim, results and
+        unlocks all use it. TimeoutError if none frees up within `wait_seconds`."""
+        async with self._pool.acquire(timeout=wait_seconds) as connection:
             yield RunSession(connection, self._lock_counts)
+
+
+async def _warmed(connection: Connection) -> None:
+    """A new lock-pool connection runs every fire-path statement once (claiming and
+    locking nothing) before it is handed out, so no run waits for a statement to be
+    prepared or a type to be looked up."""
+    await init_connection(connection)
+    for statement, arguments in fire_sql.WARM_UP:
+        await connection.fetch(statement, *arguments)

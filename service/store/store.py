@@ -1,19 +1,20 @@
 """The one class that issues SQL. Every method returns frozen domain objects."""
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Self
-from uuid import UUID
+from typing import Any, Self
+from uuid import UUID, uuid4
 
 import asyncpg
-from pydantic import JsonValue
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.runs import Run, RunStatus
+from service.domain.runs import Run, RunStatus, SkipReason
+from service.store import fire_sql
 from service.store.connection import Connection, Pool
+from service.store.fire_sql import RunEnd, Skip
 from service.store.migrate import applied_versions, migrate
 from service.store.rows import (
     JOB_COLUMNS,
@@ -30,41 +31,6 @@ _INSERT_ATTEMPTS = 3
 JobChangeFn = Callable[[Job | None], Job | None]
 # An update of an existing job, given the database's clock.
 JobUpdateFn = Callable[[Job, datetime], Job]
-
-# Records a run's end, only while it is still `running`: a run is finished once. $1 is
-# the run id; $2..$5 its status, error, result and attempts. Times come from the
-# database's clock, like `started_at`.
-FINISHED_RUN = f"""WITH finished AS (
-        UPDATE tickgate_runs SET status = $2, error = $3, result = $4, attempts = $5,
-            finished_at = clock_timestamp(),
-            duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000)
-        WHERE id = $1 AND status = 'running'
-        RETURNING {RUN_COLUMNS})"""
-FINISH_RUN = f"{FINISHED_RUN} SELECT finished.* FROM (SELECT 1) AS one LEFT JOIN finished ON true"
-# The same for many runs at once; `ends` also carries each run's lock key, if any.
-FINISHED_RUNS = f"""WITH ends AS (
-        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[])
-            WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, n)
-    ), finished AS (
-        UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
-            result = e.new_result, attempts = e.new_attempts,
-            finished_at = clock_timestamp(),
-            duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
-        FROM ends e
-        WHERE r.id = e.run_id AND r.status = 'running'
-        RETURNING {", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))})"""
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ended: what is written to its ledger row."""
-
-    status: RunStatus
-    error: str | None
-    result: JsonValue
-    attempts: int
 
 
 @dataclass(frozen=True)
@@ -100,18 +66,31 @@ class JobFilter:
         )
 
 
-async def _init_connection(connection: Connection) -> None:
+async def init_connection(connection: Connection) -> None:
+    # JIT compiling pays off for long analytic queries only; Tickgate's statements are
+    # short, and under JIT asyncpg's type introspection of a new connection took about
+    # a second wherever asyncpg's own guard does not reach. Set here rather than as a
+    # startup parameter, which PgBouncer refuses; neither pool's reset undoes it.
+    await connection.execute("SET jit = off")
     for jsontype in ("json", "jsonb"):
         await connection.set_type_codec(
             jsontype, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
         )
 
 
+ConnectionHook = Callable[[Connection], Awaitable[None]]
+ConnectionInit = Callable[[Connection], Coroutine[Any, Any, None]]
+
+
 async def create_pool(
-    dsn: str, min_size: int, max_size: int, reset: Callable[[Connection], Awaitable[None]]
+    dsn: str,
+    min_size: int,
+    max_size: int,
+    reset: ConnectionHook,
+    init: ConnectionInit = init_connection,
 ) -> Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=reset
+        dsn, min_size=min_size, max_size=max_size, init=init, reset=reset
     )
 
 
@@ -239,15 +218,19 @@ class Store:
         return {row["job"]: run_from_row(row) for row in rows}
 
     async def ticks_without_runs(
-        self, ticks: Sequence[tuple[str, datetime]]
+        self, ticks: Sequence[tuple[str, datetime]], *, unrun: Sequence[SkipReason] = ()
     ) -> set[tuple[str, datetime]]:
-        """Which of these (job, tick) pairs have no ledger row yet."""
+        """Which of these (job, tick) pairs have no ledger row yet; a tick skipped for
+        one of the `unrun` reasons counts as having none either (it never ran)."""
         rows = await self._pool.fetch(
             """SELECT t.job, t.tick FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
                WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
-                                 WHERE r.job = t.job AND r.scheduled_for = t.tick)""",
+                                 WHERE r.job = t.job AND r.scheduled_for = t.tick
+                                   AND (r.skip_reason IS NULL
+                                        OR r.skip_reason <> ALL($3::text[])))""",
             [job for job, _ in ticks],
             [tick for _, tick in ticks],
+            [reason.value for reason in unrun],
         )
         return {(row["job"], row["tick"]) for row in rows}
 
@@ -255,11 +238,17 @@ class Store:
         """Record a run's end through the API pool, for a run whose own connection is
         gone (with it, the job's lock). None if the run is no longer `running`: it was
         recorded already, or the orphan sweep marked it `abandoned` meanwhile."""
-        row = await self._pool.fetchrow(
-            FINISH_RUN, run_id, end.status.value, end.error, end.result, end.attempts
+        [row] = await self._pool.fetch(
+            fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)])
         )
-        assert row is not None
         return run_from_row(row) if row["id"] is not None else None
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        """Record ticks that will not run as `skipped` rows; the skips recorded now (a
+        tick that has a row already, or whose job is gone, records nothing)."""
+        arguments = fire_sql.skip_arguments(skips, runner, [uuid4() for _ in skips])
+        rows = await self._pool.fetch(fire_sql.RECORD_SKIPS, *arguments)
+        return [run_from_row(row) for row in rows]
 
     async def abandon_orphans(self) -> list[Run]:
         """Mark `abandoned` the running runs whose runner's session is gone.
@@ -307,36 +296,32 @@ class Store:
 
     async def reserve_pending(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
-    ) -> bool:
-        """Become the one tick of a queue_one job that waits for the run in progress.
+    ) -> datetime | None:
+        """Try to become the one tick of a queue_one job that waits for the run in
+        progress; return the tick that holds the slot now (this one if reserved).
 
-        False when another tick already waits (its row not yet expired): the caller
-        drops its tick. A waiter that died leaves a row that simply expires.
+        A waiter that died leaves a row that simply expires.
         """
-        row = await self._pool.fetchrow(
-            """INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at)
-               VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
-               ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
-                   runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at
-               WHERE tickgate_pending.expires_at < clock_timestamp()
-               RETURNING job""",
-            job,
-            tick,
-            runner,
-            expires_in_seconds,
+        held: datetime | None = await self._pool.fetchval(
+            fire_sql.RESERVE_PENDING, job, tick, runner, expires_in_seconds
         )
-        return row is not None
+        return held
 
     async def release_pending(self, job: str, tick: datetime) -> None:
-        await self._pool.execute(
-            "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2", job, tick
-        )
+        await self._pool.execute(fire_sql.RELEASE_PENDING, job, tick)
 
     async def ended_jobs(self) -> list[Job]:
-        """Active jobs whose window has closed (end_at passed), by the database clock."""
+        """Active jobs with nothing left to fire, by the database clock: the window
+        closed, the run cap is used up, or the one-time tick is past its deadline."""
         rows = await self._pool.fetch(
             f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
-                WHERE state = 'active' AND end_at <= clock_timestamp()"""
+                WHERE state = 'active' AND (
+                    end_at <= clock_timestamp()
+                    OR runs_started >= max_runs
+                    OR (schedule->>'kind' = 'once'
+                        AND (schedule->>'at')::timestamptz + make_interval(
+                            secs => misfire_grace_seconds + jitter_seconds)
+                            < clock_timestamp()))"""
         )
         return [job_from_row(row) for row in rows]
 

@@ -23,7 +23,7 @@ from service.domain.runs import Run, RunStatus
 from service.domain.schedules import CronSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
-from service.scheduler import runner as runner_module
+from service.scheduler import running as running_module
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.trigger import NominalTicks
 from service.store import Store
@@ -181,7 +181,7 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runner_module, "RECORD_ELSEWHERE_SECONDS", 0.5)
+    monkeypatch.setattr(running_module, "RECORD_ELSEWHERE_SECONDS", 0.5)
     unreachable = await UnreachableRecords.open(database_url, max_size=2)
     runner = make_runner(unreachable, sessions, blocker, http)
     job = await add_job(store, "unrecorded")

@@ -1,136 +1,31 @@
 """The fire path on real PostgreSQL: lock gate, ledger gate, run, record, unlock."""
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
 import asyncpg
-import httpx
-import pytest
-from pydantic import BaseModel, JsonValue
 
-from service.domain.jobs import Job, JobSpec, JobState, Overlap, create_job, replace_job
-from service.domain.runs import Run, RunStatus, RunTrigger
-from service.domain.schedules import CronSchedule, OnceSchedule
+from service.domain.jobs import Job, JobState, Overlap, replace_job
+from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.domain.schedules import OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
 from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
-from service.store.targets import SqlTargetConnections
-from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.support.db import advisory_locks_on
+from tests.support.fire import (
+    Gates,
+    add_job,
+    finished_runs,
+    running,
+    runs_of,
+    skipped,
+    tick_now,
+)
 from tests.support.receiver import receiving
 from tests.support.waiting import eventually
-
-EVERY_SECOND = CronSchedule(kind="cron", expression="* * * * * *")
-
-
-class GateArgs(BaseModel):
-    gate: str = "default"
-
-
-@dataclass
-class Gates:
-    """Test tasks block on these until the test opens them."""
-
-    events: dict[str, asyncio.Event] = field(default_factory=dict)
-    started: list[str] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> asyncio.Event:
-        return self.events.setdefault(name, asyncio.Event())
-
-    async def wait(self, args: GateArgs, context: TaskContext) -> JsonValue:
-        self.started.append(args.gate)
-        await self[args.gate].wait()
-        return {"gate": args.gate}
-
-
-async def explode(args: GateArgs, context: TaskContext) -> JsonValue:
-    raise RuntimeError(f"boom at {args.gate}")
-
-
-@pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[RunSessions]:
-    pool = await RunSessions.open(database_url, size=8)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-def gates() -> Gates:
-    return Gates()
-
-
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics()
-
-
-def skipped(metrics: Metrics, reason: str) -> float:
-    value = metrics.registry.get_sample_value("tickgate_ticks_skipped_total", {"reason": reason})
-    return value or 0.0
-
-
-@pytest.fixture
-async def runner(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
-) -> AsyncIterator[Runner]:
-    async with running(store, sessions, gates, metrics) as runner:
-        yield runner
-
-
-@asynccontextmanager
-async def running(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics, max_in_flight: int = 32
-) -> AsyncIterator[Runner]:
-    registry = builtin_registry(http_allow="127.0.0.1")
-    registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
-    registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
-    async with httpx.AsyncClient() as http:
-        runner = Runner(
-            sessions=sessions,
-            store=store,
-            tasks=registry,
-            http=http,
-            runner_id="test-runner",
-            metrics=metrics,
-            sql=SqlTargetConnections({}),
-            max_in_flight=max_in_flight,
-        )
-        yield runner
-        await runner.shutdown(grace_seconds=0)
-        await registry.aclose()
-
-
-async def add_job(store: Store, name: str, **spec: Any) -> Job:
-    fields: dict[str, Any] = {"schedule": EVERY_SECOND, "task": "wait", "args": {}} | spec
-    now = datetime.now(UTC) - timedelta(hours=1)
-    change = await store.mutate_job(name, lambda _: create_job(name, JobSpec(**fields), now))
-    assert change.after is not None
-    return change.after
-
-
-async def runs_of(store: Store, job: str) -> list[Run]:
-    return await store.list_runs(job, 100, None, None)
-
-
-async def finished_runs(store: Store, job: str, count: int) -> list[Run]:
-    async def done() -> bool:
-        runs = await runs_of(store, job)
-        return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
-
-    await eventually(done, 30, f"{count} finished runs of {job}")
-    return await runs_of(store, job)
-
-
-def tick_now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 async def test_ledger_claims_each_tick_once(store: Store, sessions: RunSessions) -> None:
@@ -140,9 +35,9 @@ async def test_ledger_claims_each_tick_once(store: Store, sessions: RunSessions)
     def claim_of(job: Job, **kwargs: Any) -> TickClaim:
         return TickClaim(job, tick, RunTrigger.SCHEDULE, "r", uuid4(), False, **kwargs)
 
-    async with sessions.session() as first, sessions.session() as second:
-        won = await first.claim(claim_of(job))
-        lost = await second.claim(claim_of(job))
+    async with sessions.session(5) as first, sessions.session(5) as second:
+        [won] = await first.claim([claim_of(job)])
+        [lost] = await second.claim([claim_of(job)])
     assert won.outcome is ClaimOutcome.CLAIMED
     assert won.run is not None
     assert won.run.scheduled_for == tick
@@ -157,15 +52,15 @@ async def test_ledger_refuses_a_changed_or_deleted_job(store: Store, sessions: R
     await store.mutate_job(
         "changing", lambda cur: replace_job(cur, spec, datetime.now(UTC)) if cur else None
     )
-    async with sessions.session() as session:
-        stale = await session.claim(
-            TickClaim(job, tick_now(), RunTrigger.SCHEDULE, "r", uuid4(), False)
+    async with sessions.session(5) as session:
+        [stale] = await session.claim(
+            [TickClaim(job, tick_now(), RunTrigger.SCHEDULE, "r", uuid4(), False)]
         )
         await store.mutate_job("changing", lambda _: None)
-        gone = await session.claim(
-            TickClaim(job, tick_now(), RunTrigger.SCHEDULE, "r", uuid4(), False)
+        [gone] = await session.claim(
+            [TickClaim(job, tick_now(), RunTrigger.SCHEDULE, "r", uuid4(), False)]
         )
-    assert stale.outcome is ClaimOutcome.JOB_CHANGED
+    assert stale.outcome is ClaimOutcome.STALE
     assert gone.outcome is ClaimOutcome.JOB_GONE
 
 
@@ -179,12 +74,13 @@ async def test_ticks_due_together_are_claimed_once_and_leave_no_stray_lock(
     jobs = [await add_job(store, f"together-{index}") for index in range(5)]
     tick = tick_now()
     succeeded = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
-    async with sessions.session() as first, sessions.session() as second:
-        won = await first.claim_together(scheduled(jobs, tick))
-        lost = await second.claim_together(scheduled(jobs, tick))
+    async with sessions.session(5) as first, sessions.session(5) as second:
+        won = await first.claim(scheduled(jobs, tick))
+        lost = await second.claim(scheduled(jobs, tick))
         assert [c.outcome for c in won] == [ClaimOutcome.CLAIMED] * 5
         assert all(c.holds_lock for c in won)
-        assert [c.outcome for c in lost] == [ClaimOutcome.LOCKED] * 5
+        # The lock is held, but the ledger already has the tick: it ran, or runs.
+        assert [c.outcome for c in lost] == [ClaimOutcome.ALREADY_RAN] * 5
         # Runs sharing a connection end at once: their ends go in one statement.
         ended = await asyncio.gather(
             *(
@@ -196,7 +92,7 @@ async def test_ticks_due_together_are_claimed_once_and_leave_no_stray_lock(
         assert [(run.status if run else None, released) for run, released in ended] == [
             (RunStatus.SUCCEEDED, True)
         ] * 5
-        late = await second.claim_together(scheduled(jobs, tick))
+        late = await second.claim(scheduled(jobs, tick))
     assert [c.outcome for c in late] == [ClaimOutcome.ALREADY_RAN] * 5
     assert not any(c.holds_lock for c in late)
     for job in jobs:
@@ -214,11 +110,11 @@ async def test_ticks_due_together_refuse_changed_and_deleted_jobs(
         "chg", lambda cur: replace_job(cur, spec, datetime.now(UTC)) if cur else None
     )
     await store.mutate_job("gone", lambda _: None)
-    async with sessions.session() as session:
-        claims = await session.claim_together(scheduled([changed, gone, kept], tick_now()))
+    async with sessions.session(5) as session:
+        claims = await session.claim(scheduled([changed, gone, kept], tick_now()))
         outcomes = [(c.outcome, c.holds_lock) for c in claims]
         assert outcomes == [
-            (ClaimOutcome.JOB_CHANGED, False),
+            (ClaimOutcome.STALE, False),
             (ClaimOutcome.JOB_GONE, False),
             (ClaimOutcome.CLAIMED, True),
         ]
@@ -280,34 +176,47 @@ async def test_a_run_holds_the_lock_until_it_ends(
     assert await advisory_locks_on(database_url, job.lock_key) == 0
 
 
-async def test_foreign_lock_holder_stops_the_job(
+async def test_a_foreign_lock_holder_costs_the_tick_as_a_recorded_misfire(
     runner: Runner, store: Store, gates: Gates, database_url: str, metrics: Metrics
 ) -> None:
-    """A Go replica running the seed's LockedRun holds the same key: we skip."""
-    job = await add_job(store, "foreign")
+    """A Go replica running the seed's LockedRun holds the same key and writes no ledger
+    row: the tick is retried within its grace, then recorded as a misfire."""
+    job = await add_job(store, "foreign", misfire_grace_seconds=1)
     go_replica = await asyncpg.connect(database_url)
     try:
         await go_replica.execute("SELECT pg_advisory_lock($1)", job.lock_key)
-        runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
-        await eventually(lambda: skipped(metrics, "locked") == 1, 30, "a locked skip")
-        assert await runs_of(store, "foreign") == []
+        tick = tick_now()
+        runner.fire(job, tick, RunTrigger.SCHEDULE)
+        await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
+        [skip] = await runs_of(store, "foreign")
+        assert (skip.scheduled_for, skip.status, skip.skip_reason) == (
+            tick,
+            RunStatus.SKIPPED,
+            SkipReason.MISFIRE,
+        )
     finally:
         await go_replica.close()
     gates["default"].set()
     runner.fire(job, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
-    assert len(await finished_runs(store, "foreign", 1)) == 1
+    runs = await finished_runs(store, "foreign", 2)
+    assert sorted(r.status for r in runs) == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
 
 
-async def test_skip_overlap_drops_ticks_while_running(
+async def test_skip_overlap_records_ticks_that_come_while_running(
     runner: Runner, store: Store, gates: Gates, metrics: Metrics
 ) -> None:
     job = await add_job(store, "skipper")
-    runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
+    first = tick_now()
+    runner.fire(job, first, RunTrigger.SCHEDULE)
     await eventually(lambda: len(gates.started) == 1, 30, "the first run")
-    runner.fire(job, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
+    runner.fire(job, first + timedelta(seconds=1), RunTrigger.SCHEDULE)
     await eventually(lambda: skipped(metrics, "overlap") == 1, 30, "an overlap skip")
     gates["default"].set()
-    assert len(await finished_runs(store, "skipper", 1)) == 1
+    runs = {run.scheduled_for: run for run in await finished_runs(store, "skipper", 2)}
+    assert runs[first].status is RunStatus.SUCCEEDED
+    overlapped = runs[first + timedelta(seconds=1)]
+    assert (overlapped.status, overlapped.skip_reason) == (RunStatus.SKIPPED, SkipReason.OVERLAP)
+    assert len(gates.started) == 1
 
 
 async def test_allow_overlap_runs_ticks_side_by_side(
@@ -335,13 +244,15 @@ async def test_failures_and_timeouts_are_recorded(runner: Runner, store: Store) 
     assert "1s" in (timed_out.error or "")
 
 
-async def test_late_tick_beyond_grace_is_dropped(
+async def test_late_tick_beyond_grace_is_recorded_as_a_misfire(
     runner: Runner, store: Store, metrics: Metrics
 ) -> None:
     job = await add_job(store, "late", misfire_grace_seconds=5)
-    runner.fire(job, tick_now() - timedelta(seconds=30), RunTrigger.SCHEDULE)
+    tick = tick_now() - timedelta(seconds=30)
+    runner.fire(job, tick, RunTrigger.SCHEDULE)
     await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire skip")
-    assert await runs_of(store, "late") == []
+    [skip] = await runs_of(store, "late")
+    assert (skip.scheduled_for, skip.skip_reason, skip.attempts) == (tick, SkipReason.MISFIRE, 0)
 
 
 async def test_shutdown_cancels_after_grace_records_and_unlocks(

@@ -17,7 +17,8 @@ from service.domain.jobs import (
     ticks_between,
 )
 from service.domain.retry import RetryPolicy
-from service.domain.schedules import CronSchedule
+from service.domain.schedules import CronSchedule, OnceSchedule
+from service.scheduler.trigger import NominalTicks
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 EVERY_MINUTE = CronSchedule(kind="cron", expression="* * * * *")
@@ -137,3 +138,37 @@ def test_missed_tick_respects_grace() -> None:
     late = job(misfire_grace_seconds=30)
     assert missed_tick(late, T0 + timedelta(seconds=10)) is None
     assert missed_tick(late, T0 + timedelta(seconds=40)) == T0
+
+
+# Jitter longer than the misfire grace (finding 8): the grace counts from when a tick is
+# due (tick + jitter), everywhere a tick's lateness is judged.
+
+
+def late_jittered_tick(jittered: Job) -> datetime:
+    """A tick of `jittered` whose jitter is more than twice its grace."""
+    tick = T0
+    while jittered.jitter_seconds_for(tick) < 2 * jittered.misfire_grace_seconds:
+        tick += timedelta(minutes=1)
+    return tick
+
+
+def test_a_jittered_tick_is_not_overdue_before_its_jitter_and_grace_pass() -> None:
+    jittered = job(jitter_seconds=3000, misfire_grace_seconds=60)
+    tick = late_jittered_tick(jittered)
+    due = jittered.due(tick)
+    just_after = tick + timedelta(seconds=61)
+    assert just_after < due
+    assert missed_tick(jittered.model_copy(update={"schedule": _once(tick)}), just_after) is None
+    assert jittered.deadline(tick) == due + timedelta(seconds=60)
+
+
+def test_a_restart_still_produces_a_jittered_tick_not_yet_due() -> None:
+    jittered = job(jitter_seconds=3000, misfire_grace_seconds=60)
+    tick = late_jittered_tick(jittered)
+    now = tick + timedelta(seconds=120)  # past the grace from the tick, not from its due
+    trigger = NominalTicks(jittered.model_copy(update={"schedule": _once(tick)}))
+    assert trigger.get_next_fire_time(None, now) == tick
+
+
+def _once(at: datetime) -> OnceSchedule:
+    return OnceSchedule(kind="once", at=at)

@@ -1,0 +1,90 @@
+"""Admission: how much room this replica has for claims and runs, and the due ticks
+that wait for it.
+
+Room is counted in ticks: a tick takes one unit from when it is taken for a claim
+until its claim says it will not run here, or until its run ends. Ticks beyond the
+room wait, in arrival order, and no longer than their deadline: `expired` hands back
+those past it, to be recorded as misfires. The queue is bounded: past `limit` the
+oldest waiting ticks are handed back too, since waiting longer could only make them
+misfires later (and other replicas, with room, are racing for them meanwhile).
+"""
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+
+class Waiting(Protocol):
+    @property
+    def job_name(self) -> str: ...
+
+    @property
+    def deadline(self) -> datetime: ...
+
+    @property
+    def alone(self) -> bool:
+        """Claimed on its own, never in a batch (a claim that counts runs)."""
+        ...
+
+
+T = TypeVar("T", bound=Waiting)
+
+
+class Admission(Generic[T]):
+    def __init__(self, room: int, limit: int) -> None:
+        self._room = room
+        self._limit = limit
+        self._waiting: deque[T] = deque()
+
+    @property
+    def room(self) -> int:
+        return self._room
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def offer(self, ticks: Iterable[T]) -> list[T]:
+        """Queue `ticks`; return the oldest waiting ticks beyond the limit."""
+        self._waiting.extend(ticks)
+        overflow = []
+        while len(self._waiting) > self._limit:
+            overflow.append(self._waiting.popleft())
+        return overflow
+
+    def expired(self, now: datetime) -> list[T]:
+        """Take every waiting tick past its deadline."""
+        kept: deque[T] = deque()
+        gone: list[T] = []
+        for tick in self._waiting:
+            (gone if tick.deadline < now else kept).append(tick)
+        self._waiting = kept
+        return gone
+
+    def take(self, most: int) -> list[T]:
+        """Up to `most` waiting ticks that fit the room, one per job: a job's next tick
+        waits for the next batch, and a tick that goes alone goes in a batch of one."""
+        batch: list[T] = []
+        names: set[str] = set()
+        skipped: deque[T] = deque()
+        while self._waiting and len(batch) < min(most, self._room):
+            tick = self._waiting.popleft()
+            if tick.job_name in names or (tick.alone and batch):
+                skipped.append(tick)
+                continue
+            batch.append(tick)
+            names.add(tick.job_name)
+            if tick.alone:
+                break
+        self._waiting.extendleft(reversed(skipped))
+        self._room -= len(batch)
+        return batch
+
+    def free(self, count: int = 1) -> None:
+        self._room += count
+
+    def drain(self, keep: Callable[[T], bool]) -> list[T]:
+        """Take every waiting tick `keep` rejects."""
+        gone = [tick for tick in self._waiting if not keep(tick)]
+        self._waiting = deque(tick for tick in self._waiting if keep(tick))
+        return gone

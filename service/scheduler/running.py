@@ -1,0 +1,222 @@
+"""Run a claimed tick on the pinned connection that claimed it, then record its end.
+
+The connection holds the job's advisory lock for the whole run. The end record and the
+unlock go in one statement on it; if it died meanwhile (the lock with it), the run is
+fenced (cancelled at once) and its end is recorded through the API pool.
+"""
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.domain.jobs import Job, finish_run, policy_finishes
+from service.domain.runs import Run, RunStatus, RunTrigger, storable_json, storable_text
+from service.metrics import Metrics
+from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
+from service.scheduler.shielding import run_to_completion
+from service.store import Store
+from service.store.coalesce import Coalescer
+from service.store.errors import is_unavailable
+from service.store.sessions import Claim, RunEnd, RunSession
+
+log = logging.getLogger(__name__)
+
+UNLOCK_TIMEOUT_SECONDS = 5.0
+# A run whose own connection died records its end through the API pool; while the
+# database is away it retries this long, then leaves the row to the orphan sweep.
+RECORD_ELSEWHERE_SECONDS = 20.0
+_RECORD_BACKOFF_SECONDS = (0.25, 2.0)
+LOCK_LOST = "lock lost: the connection holding the job's lock closed"
+JOB_END_LINGER_SECONDS = 0.02
+
+
+class RunExecutor:
+    """Runs claimed ticks. One per replica; it knows which jobs run here now."""
+
+    def __init__(self, *, store: Store, attempts: Attempts, metrics: Metrics) -> None:
+        self._store = store
+        self._attempts = attempts
+        self._metrics = metrics
+        self._runs_by_job: Counter[str] = Counter()
+        # Runs that may complete their job (once, max_runs, end_at) record it together.
+        self._job_ends = Coalescer(self._finish_jobs, lambda: JOB_END_LINGER_SECONDS)
+
+    @property
+    def in_flight(self) -> int:
+        return self._runs_by_job.total()
+
+    async def run(self, session: RunSession, job: Job, claim: Claim) -> Run | None:
+        """Run a claimed tick as `job` stands; whatever happens, record its end and
+        release the job's lock if this session still holds it."""
+        assert claim.run is not None, "only a claimed tick runs"
+        pinned = Pinned(session, LockHold(job.lock_key, claim.holds_lock))
+        try:
+            return await self._run(pinned, job, claim.run)
+        finally:
+            if pinned.hold.held:
+                await run_to_completion(self._unlock(session, pinned.hold))
+
+    async def _unlock(self, session: RunSession, hold: "LockHold") -> None:
+        """Release the job's lock, or kill the session: a connection must never go
+        back to the pool still holding an advisory lock."""
+        hold.held = False
+        try:
+            async with asyncio.timeout(UNLOCK_TIMEOUT_SECONDS):
+                if await session.unlock(hold.key):
+                    return
+            log.error("advisory lock %d was not held at unlock; closing the session", hold.key)
+        except Exception:
+            log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
+        session.terminate()
+
+    async def _run(self, pinned: "Pinned", job: Job, run: Run) -> Run | None:
+        if run.trigger is not RunTrigger.MANUAL:
+            lag = run.started_at - run.scheduled_for
+            self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
+        self._runs_by_job[job.name] += 1
+        self._metrics.runs_in_flight.inc()
+        progress = Progress()
+        attempts = asyncio.create_task(self._attempts.run(job, run, progress))
+        fence = LockFence(run, attempts)
+        try:
+            # The lock-lost fence: if the session holding the job's lock dies mid-run,
+            # the lock is gone and another replica may start the next tick, so this
+            # run must stop at once rather than overlap it.
+            with pinned.session.fenced(fence.trip) if pinned.hold.held else nullcontext():
+                outcome = await attempts
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not fence.tripped or (current is not None and current.cancelling()):
+                cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
+                await run_to_completion(self._record(pinned, job, run, cancelled, progress))
+                raise
+            outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
+        finally:
+            self._runs_by_job -= Counter({job.name: 1})
+            self._metrics.runs_in_flight.dec()
+        return await run_to_completion(self._record(pinned, job, run, outcome, progress))
+
+    async def _record(
+        self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
+    ) -> Run | None:
+        end = RunEnd(
+            outcome.status,
+            storable_text(outcome.error),
+            storable_json(outcome.result),
+            max(1, progress.attempts),
+        )
+        finished = await self._finish(pinned, run, end)
+        self._metrics.runs.labels(job.name, outcome.status.value).inc()
+        if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
+            self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
+        log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
+        if run.trigger is not RunTrigger.MANUAL:
+            await self.tick_ended(job, run.scheduled_for)
+        return finished
+
+    async def tick_ended(self, job: Job, tick: datetime) -> None:
+        """A scheduled tick of `job` has its outcome (run or skip): complete the job if
+        that was its last (a one-time job's tick, the last run a cap allows, the
+        window's end)."""
+        if policy_finishes(job):
+            await self._job_ends.submit((job.name, tick))
+
+    async def _finish_jobs(self, ends: Sequence[tuple[str, datetime]]) -> list[None]:
+        """Complete the jobs these runs finished (a one-time job's tick, the last run
+        a cap allows, the window's end), all in one transaction. Whether a window has
+        closed is judged on the database's clock."""
+        ticks: dict[str, list[datetime]] = {}
+        for name, tick in ends:
+            ticks.setdefault(name, []).append(tick)
+        await self._store.update_jobs({name: _finishing(ts) for name, ts in ticks.items()})
+        return [None] * len(ends)
+
+    async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
+        """Record the run's end and release the lock in one statement on the pinned
+        connection; if that connection is gone, record through the API pool."""
+        session, hold = pinned.session, pinned.hold
+        if not session.closed:
+            try:
+                finished, released = await session.finish(
+                    run.id, end, hold.key if hold.held else None
+                )
+            except Exception as error:
+                if not (is_unavailable(error) and session.closed):
+                    raise
+            else:
+                hold.held = hold.held and not released
+                return finished
+        # The session died, and its lock with it: there is nothing to unlock, and a
+        # dead connection is never unlocked on. Terminating it only tidies up.
+        hold.held = False
+        session.terminate()
+        return await self._finish_elsewhere(run, end)
+
+    async def _finish_elsewhere(self, run: Run, end: RunEnd) -> Run | None:
+        """Record the end of a run whose own connection died, through the API pool,
+        retrying while the database is away (a restart). If it stays away longer than
+        RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it
+        `abandoned` once no session holds the job's lock and its backend is gone."""
+        deadline = time.monotonic() + RECORD_ELSEWHERE_SECONDS
+        backoff, most = _RECORD_BACKOFF_SECONDS
+        while True:
+            try:
+                return await self._store.finish_run(run.id, end)
+            except Exception as error:
+                if not is_unavailable(error):
+                    raise
+                if time.monotonic() + backoff > deadline:
+                    log.warning(
+                        "run %s not recorded (%r); the orphan sweep will mark it abandoned",
+                        end.status.value,
+                        error,
+                        extra=run_context(run),
+                    )
+                    return None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, most)
+
+
+class LockFence:
+    """Trips when the run's session dies: the run's attempts are cancelled."""
+
+    def __init__(self, run: Run, attempts: "asyncio.Task[Outcome]") -> None:
+        self._run = run
+        self._attempts = attempts
+        self.tripped = False
+
+    def trip(self) -> None:
+        if not self._attempts.done():
+            self.tripped = True
+            log.warning("%s; cancelling the run", LOCK_LOST, extra=run_context(self._run))
+            self._attempts.cancel()
+
+
+@dataclass
+class LockHold:
+    """Whether this session still holds the job's advisory lock."""
+
+    key: int
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The connection a run is pinned to, and the lock it holds there."""
+
+    session: RunSession
+    hold: LockHold
+
+
+def _finishing(ticks: list[datetime]) -> Callable[[Job, datetime], Job]:
+    def change(current: Job, now: datetime) -> Job:
+        for tick in ticks:
+            current = finish_run(current, tick, now)
+        return current
+
+    return change

@@ -1,0 +1,254 @@
+"""Every statement of the fire path, one builder per statement, and their arguments.
+
+The fire path is: gather due ticks, admit, claim, run, record. Claims and ends go over
+the pinned connection that holds the job's advisory lock; skips and the queue_one slot
+go over the API pool, since they hold no lock. Values are passed as parallel arrays
+(unnest), so a crowd of ticks costs one round trip, and rows come back in the order the
+ticks were given (`n`).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import JsonValue
+
+from service.domain.jobs import Job
+from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.store.rows import RUN_COLUMNS
+
+
+@dataclass(frozen=True)
+class TickClaim:
+    """What a replica asks the gate for: this tick of this job, as the replica knows
+    the job. `lock` takes the job's advisory lock first (every overlap mode but
+    "allow"); `any_version` (manual and backfill runs) accepts any version of the same
+    incarnation, where a scheduled tick must match the job's revision exactly."""
+
+    job: Job
+    scheduled_for: datetime
+    trigger: RunTrigger
+    runner: str
+    run_id: UUID
+    lock: bool
+    any_version: bool = False
+
+    @property
+    def counted(self) -> bool:
+        """A claim that counts against the job's `max_runs` (manual runs never do)."""
+        return self.job.max_runs is not None and self.trigger is not RunTrigger.MANUAL
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: what is written to its ledger row."""
+
+    status: RunStatus
+    error: str | None
+    result: JsonValue
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A tick that will not run, and why: recorded as a `skipped` ledger row."""
+
+    job: Job
+    scheduled_for: datetime
+    trigger: RunTrigger
+    reason: SkipReason
+    note: str
+
+
+def claim_statement(*, counted: bool) -> str:
+    """Per tick: try the job's lock; read the job under a row lock (a delete waits for
+    the claim, and a job deleted first reads as gone, for its own ticks only); insert
+    the ledger row if the job is the one the replica scheduled from and a run cap
+    leaves room; release the lock of every tick not claimed. For ticks not claimed it
+    also says whether the tick has a row already (`ticked`) and whether another run of
+    the job is in progress (`busy`: the overlap policy's question).
+
+    Rows go in (job, tick) order, so two replicas inserting the same ticks of "allow"
+    jobs wait on each other in one order, never in a cycle. A claim that counts runs
+    (`counted`: one tick of a job with `max_runs`) locks the row for update and raises
+    its count in the same statement. A `skipped` row is no run: a backfill may claim it.
+    """
+    row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
+    counting = (
+        """, counted AS (
+        UPDATE tickgate_jobs SET runs_started = runs_started + 1
+        WHERE name IN (SELECT job FROM claimed WHERE trigger <> 'manual') RETURNING name)"""
+        if counted
+        else ""
+    )
+    return f"""WITH ticks AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
+                             $5::bigint[], $6::boolean[], $7::uuid[], $8::bigint[],
+                             $9::boolean[])
+            WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
+                                 incarnation, version, any_version, n)
+    ), gated AS MATERIALIZED (
+        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got FROM ticks
+    ), current AS MATERIALIZED (
+        SELECT name, incarnation, version, state, max_runs, runs_started
+        FROM tickgate_jobs WHERE name = ANY($1::text[]) ORDER BY name {row_lock}
+    ), admitted AS (
+        SELECT g.*, c.version AS current_version FROM gated g JOIN current c ON c.name = g.job
+        WHERE g.got AND c.incarnation = g.incarnation
+          AND (g.any_version OR (c.version = g.version AND c.state = 'active'))
+          AND (c.max_runs IS NULL OR c.runs_started < c.max_runs OR g.trigger = 'manual')
+    ), claimed AS (
+        INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
+            runner, job_version, lock_key, locked, backend_pid)
+        SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), $10,
+            current_version, lock_key, locking, pg_backend_pid()
+        FROM admitted ORDER BY job, scheduled_for
+        ON CONFLICT (job, scheduled_for) DO UPDATE SET id = EXCLUDED.id,
+            trigger = EXCLUDED.trigger, status = 'running', skip_reason = NULL,
+            missed_ticks = NULL, error = NULL, started_at = EXCLUDED.started_at,
+            attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
+            lock_key = EXCLUDED.lock_key, locked = EXCLUDED.locked,
+            backend_pid = EXCLUDED.backend_pid, finished_at = NULL
+        WHERE tickgate_runs.status = 'skipped' AND EXCLUDED.trigger = 'backfill'
+        RETURNING {RUN_COLUMNS}
+    ){counting}
+    SELECT g.got, c.name IS NOT NULL AS job_exists,
+           COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
+               AS same_revision,
+           COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,
+           claimed.id IS NULL AND EXISTS (
+               SELECT 1 FROM tickgate_runs r
+               WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for) AS ticked,
+           NOT g.got AND EXISTS (
+               SELECT 1 FROM tickgate_runs r
+               WHERE r.job = g.job AND r.status = 'running'
+                 AND r.scheduled_for <> g.scheduled_for AND r.trigger <> 'backfill') AS busy,
+           CASE WHEN g.got AND g.locking AND claimed.id IS NULL
+                THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
+           claimed.*
+    FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    ORDER BY g.n"""
+
+
+CLAIM = claim_statement(counted=False)
+CLAIM_COUNTED = claim_statement(counted=True)
+
+
+def claim_arguments(ticks: Sequence[TickClaim]) -> tuple[object, ...]:
+    return (
+        [tick.job.name for tick in ticks],
+        [tick.run_id for tick in ticks],
+        [tick.scheduled_for for tick in ticks],
+        [tick.trigger.value for tick in ticks],
+        [tick.job.lock_key for tick in ticks],
+        [tick.lock for tick in ticks],
+        [tick.job.incarnation for tick in ticks],
+        [tick.job.version for tick in ticks],
+        [tick.any_version for tick in ticks],
+        ticks[0].runner if ticks else "",
+    )
+
+
+# Records runs' ends, each only while it is still `running`: a run is finished once.
+# Times come from the database's clock, like `started_at`. `unlock_key`, where given,
+# is released in the same statement: the ledger row was committed when the run was
+# claimed, so releasing a lock a moment before its end commits lets no one run the
+# tick again.
+FINISH = f"""WITH ends AS (
+        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
+                             $6::bigint[])
+            WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
+                                 unlock_key, n)
+    ), finished AS (
+        UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
+            result = e.new_result, attempts = e.new_attempts,
+            finished_at = clock_timestamp(),
+            duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
+        FROM ends e
+        WHERE r.id = e.run_id AND r.status = 'running'
+        RETURNING {", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))}
+    )
+    SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
+                     THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
+           finished.*
+    FROM ends e LEFT JOIN finished ON finished.id = e.run_id
+    ORDER BY e.n"""
+
+
+def finish_arguments(
+    ends: Sequence[tuple[UUID, RunEnd, int | None]],
+) -> tuple[object, ...]:
+    return (
+        [run_id for run_id, _, _ in ends],
+        [end.status.value for _, end, _ in ends],
+        [end.error for _, end, _ in ends],
+        [end.result for _, end, _ in ends],
+        [end.attempts for _, end, _ in ends],
+        [unlock for _, _, unlock in ends],
+    )
+
+
+UNLOCK = "SELECT pg_advisory_unlock($1)"
+
+# Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a tick
+# the only one. The job row is read under a key-share lock, so a job deleted meanwhile
+# loses only its own skips, never the statement.
+RECORD_SKIPS = f"""WITH skips AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
+                             $5::text[], $6::text[], $7::uuid[])
+            WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation, n)
+    ), jobs AS MATERIALIZED (
+        SELECT name, incarnation, version, lock_key FROM tickgate_jobs
+        WHERE name = ANY($1::text[]) ORDER BY name FOR KEY SHARE
+    )
+    INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
+        started_at, finished_at, duration_ms, attempts, runner, job_version, lock_key,
+        locked, backend_pid)
+    SELECT s.id, s.job, s.scheduled_for, s.trigger, 'skipped', s.reason, s.note,
+        clock_timestamp(), clock_timestamp(), 0, 0, $8, j.version, j.lock_key, false,
+        pg_backend_pid()
+    FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
+    ORDER BY s.job, s.scheduled_for
+    ON CONFLICT (job, scheduled_for) DO NOTHING
+    RETURNING {RUN_COLUMNS}"""
+
+
+def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> tuple[object, ...]:
+    return (
+        [skip.job.name for skip in skips],
+        list(ids),
+        [skip.scheduled_for for skip in skips],
+        [skip.trigger.value for skip in skips],
+        [skip.reason.value for skip in skips],
+        [skip.note for skip in skips],
+        [skip.job.incarnation for skip in skips],
+        runner,
+    )
+
+
+# queue_one: the one tick per job allowed to wait for the run in progress. Whoever
+# inserts the row owns the wait; it holds no connection meanwhile, so the row expires
+# instead of dying with a session. Answers the tick that holds the slot now.
+RESERVE_PENDING = """WITH taken AS (
+        INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at)
+        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
+        ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
+            runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at
+        WHERE tickgate_pending.expires_at < clock_timestamp()
+        RETURNING scheduled_for)
+    SELECT scheduled_for FROM taken
+    UNION ALL
+    SELECT scheduled_for FROM tickgate_pending
+    WHERE job = $1 AND NOT EXISTS (SELECT 1 FROM taken)"""
+
+RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
+
+# Run once on every new lock-pool connection before it is handed out: statements are
+# prepared and their types known, so a replica's very first runs end as fast as later
+# ones. Empty arrays claim, finish and lock nothing.
+WARM_UP = (
+    (CLAIM, claim_arguments([])),
+    (CLAIM_COUNTED, claim_arguments([])),
+    (FINISH, finish_arguments([])),
+)

@@ -1,0 +1,299 @@
+"""Every tick accounted for: each way the fire path used to lose, double or wrongly run
+a tick, in process on real PostgreSQL (findings of the "every tick accounted for" issue,
+by number)."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import asyncpg
+import pytest
+from pydantic import JsonValue
+
+from service.domain.jobs import Job, JobState, Overlap, close_window, replace_job
+from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.domain.schedules import IntervalSchedule, OnceSchedule
+from service.metrics import Metrics
+from service.scheduler import Runner
+from service.scheduler import runner as runner_module
+from service.store import Store
+from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
+from service.tasks import TaskContext, TaskDefinition
+from tests.support.db import advisory_locks_on
+from tests.support.fire import (
+    GateArgs,
+    Gates,
+    add_job,
+    finished_runs,
+    lock_pool,
+    running,
+    runs_of,
+    skipped,
+    tick_now,
+)
+from tests.support.waiting import eventually
+
+
+def scheduled(job: Job, tick: datetime) -> TickClaim:
+    return TickClaim(job, tick, RunTrigger.SCHEDULE, "r", uuid4(), True)
+
+
+async def replace_spec(store: Store, name: str, **changes: object) -> None:
+    def change(current: Job | None) -> Job:
+        assert current is not None
+        spec = current.spec().model_copy(update=changes)
+        return replace_job(current, spec, datetime.now(UTC))
+
+    await store.mutate_job(name, change)
+
+
+# 1. Delete and re-create reuses version 1: the old definition must never run.
+
+
+async def test_a_tick_of_a_deleted_job_never_runs_as_its_recreated_namesake(
+    runner: Runner, store: Store, gates: Gates
+) -> None:
+    old = await add_job(store, "reborn", args={"gate": "old"})
+    await store.mutate_job("reborn", lambda _: None)
+    new = await add_job(store, "reborn", args={"gate": "new"})
+    assert (old.version, new.version) == (1, 1)
+    gates["new"].set()
+    runner.fire(old, tick_now(), RunTrigger.SCHEDULE)  # a mirror still holding the old one
+    await finished_runs(store, "reborn", 1)
+    assert gates.started == ["new"]
+
+
+# 2. A delete at tick time: only the deleted job's tick is lost, never its batch.
+
+
+async def test_a_delete_during_a_batched_claim_costs_only_its_own_tick(
+    store: Store, sessions: RunSessions, database_url: str
+) -> None:
+    doomed, kept = await add_job(store, "doomed"), await add_job(store, "kept")
+    tick = tick_now()
+    deleter = await asyncpg.connect(database_url)
+    try:
+        transaction = deleter.transaction()
+        await transaction.start()
+        await deleter.execute("DELETE FROM tickgate_jobs WHERE name = 'doomed'")
+        async with sessions.session(5) as session:
+            claiming = asyncio.create_task(
+                session.claim([scheduled(doomed, tick), scheduled(kept, tick)])
+            )
+            await asyncio.sleep(0.3)  # the claim waits behind the delete's row lock
+            await transaction.commit()
+            outcomes = [claim.outcome for claim in await claiming]
+            assert outcomes == [ClaimOutcome.JOB_GONE, ClaimOutcome.CLAIMED]
+            assert await session.unlock(kept.lock_key)
+    finally:
+        await deleter.close()
+    assert await advisory_locks_on(database_url, doomed.lock_key) == 0
+
+
+# 3. queue_one with more than one replica.
+
+
+async def test_queue_one_across_two_replicas_runs_each_tick_in_order(
+    store: Store, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    job = await add_job(store, "queued", overlap=Overlap.QUEUE_ONE)
+    first = tick_now()
+    second = first + timedelta(seconds=1)
+    async with (
+        lock_pool(database_url, 4) as one_pool,
+        lock_pool(database_url, 4) as two_pool,
+        running(store, one_pool, gates, metrics) as one,
+        running(store, two_pool, gates, Metrics()) as two,
+    ):
+        for replica in (one, two):  # both replicas fire the first tick...
+            replica.fire(job, first, RunTrigger.SCHEDULE)
+        await eventually(lambda: len(gates.started) == 1, 30, "the first run")
+        await asyncio.sleep(0.5)  # ...and the loser sees it running, holding the lock
+        for replica in (one, two):
+            replica.fire(job, second, RunTrigger.SCHEDULE)
+        await asyncio.sleep(1)
+        assert len(gates.started) == 1, "the second tick must wait, not overlap"
+        gates["default"].set()
+        runs = sorted(await finished_runs(store, "queued", 2), key=lambda r: r.scheduled_for)
+    assert [(r.scheduled_for, r.status) for r in runs] == [
+        (first, RunStatus.SUCCEEDED),
+        (second, RunStatus.SUCCEEDED),
+    ]
+    assert runs[0].finished_at is not None
+    assert runs[0].finished_at <= runs[1].started_at
+
+
+# 4. Lock-pool exhaustion: every wait for a connection has a deadline, and a tick that
+#    waited is judged against its grace again.
+
+
+async def test_a_manual_trigger_with_no_connection_free_fails_in_time(
+    store: Store, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    job = await add_job(store, "starved")
+    async with (
+        lock_pool(database_url, 1) as sessions,
+        running(store, sessions, gates, metrics) as runner,
+        sessions.session(5),
+    ):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(runner.trigger_now(job), timeout=30)
+
+
+async def test_a_tick_that_waited_past_its_grace_for_a_connection_is_a_misfire(
+    store: Store, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    job = await add_job(store, "waited", misfire_grace_seconds=1)
+    gates["default"].set()
+    async with (
+        lock_pool(database_url, 1) as sessions,
+        running(store, sessions, gates, metrics) as runner,
+    ):
+        async with sessions.session(5):
+            runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
+            await asyncio.sleep(2.5)
+        await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
+    [skip] = await runs_of(store, "waited")
+    assert (skip.status, skip.skip_reason) == (RunStatus.SKIPPED, SkipReason.MISFIRE)
+    assert gates.started == []
+
+
+# 5. Backfill waits a bounded time for the job's lock.
+
+
+async def test_a_backfill_gives_up_on_a_lock_held_elsewhere(
+    runner: Runner, store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_module, "BACKFILL_WAIT_SECONDS", 1.0)
+    job = await add_job(store, "blocked")
+    holder = await asyncpg.connect(database_url)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", job.lock_key)
+        with pytest.raises(Exception, match="stopped at"):
+            await asyncio.wait_for(runner.backfill(job, [tick_now()]), timeout=30)
+    finally:
+        await holder.close()
+
+
+# 7. An edit near a tick: a tick the job still has runs, with the new definition.
+
+
+async def test_an_edit_between_schedule_and_claim_loses_no_tick(
+    runner: Runner, store: Store, gates: Gates
+) -> None:
+    job = await add_job(store, "edited", args={"gate": "before"})
+    await replace_spec(store, "edited", description="edited", args={"gate": "after"})
+    gates["after"].set()
+    runner.fire(job, tick_now(), RunTrigger.SCHEDULE)  # scheduled from version 1
+    [run] = await finished_runs(store, "edited", 1)
+    assert run.status is RunStatus.SUCCEEDED
+    assert gates.started == ["after"]
+
+
+async def test_a_tick_the_rescheduled_job_no_longer_has_does_not_run(
+    runner: Runner, store: Store, gates: Gates
+) -> None:
+    job = await add_job(store, "moved")
+    anchor = datetime(2026, 1, 1, tzinfo=UTC)
+    await replace_spec(
+        store,
+        "moved",
+        schedule=IntervalSchedule(kind="interval", every_seconds=3600, anchor=anchor),
+    )
+    tick = tick_now()
+    runner.fire(job, tick, RunTrigger.SCHEDULE)
+    await asyncio.sleep(1)
+    assert await runs_of(store, "moved") == []
+    assert gates.started == []
+
+
+# 9. A result or error holding bytes PostgreSQL refuses is stored safely, and never
+#    costs the other runs of its batch their record.
+
+
+async def test_nul_in_a_result_or_error_is_stored_and_spares_the_batch(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+) -> None:
+    async def nul_result(args: GateArgs, context: TaskContext) -> JsonValue:
+        return {"text\x00key": ["a\x00b", "\udc80"]}
+
+    async def nul_error(args: GateArgs, context: TaskContext) -> JsonValue:
+        raise RuntimeError("bad\x00byte \udc80")
+
+    tasks = [
+        TaskDefinition("nul_result", "NUL result", GateArgs, nul_result),
+        TaskDefinition("nul_error", "NUL error", GateArgs, nul_error),
+    ]
+    async with running(store, sessions, gates, metrics, tasks=tasks) as runner:
+        jobs = [
+            await add_job(store, "nul-result", task="nul_result"),
+            await add_job(store, "nul-error", task="nul_error"),
+            await add_job(store, "plain"),
+        ]
+        gates["default"].set()
+        tick = tick_now()
+        for job in jobs:
+            runner.fire(job, tick, RunTrigger.SCHEDULE)
+        [result] = await finished_runs(store, "nul-result", 1)
+        [error] = await finished_runs(store, "nul-error", 1)
+        [plain] = await finished_runs(store, "plain", 1)
+    assert result.status is RunStatus.SUCCEEDED
+    assert result.result == {"text\ufffdkey": ["a\ufffdb", "?"]}
+    assert (error.status, error.error) == (RunStatus.FAILED, "RuntimeError: bad\ufffdbyte ?")
+    assert plain.status is RunStatus.SUCCEEDED
+
+
+# 10. While hung runs hold all the room, waiting ticks do not pile up without end:
+#     past their grace they are recorded misfires.
+
+
+async def test_ticks_waiting_for_room_past_their_grace_are_recorded_misfires(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+) -> None:
+    hung = await add_job(store, "hung", args={"gate": "never"})
+    waiting = await add_job(store, "waiting", misfire_grace_seconds=1)
+    async with running(store, sessions, gates, metrics, max_in_flight=1) as runner:
+        runner.fire(hung, tick_now(), RunTrigger.SCHEDULE)
+        await eventually(lambda: gates.started == ["never"], 30, "the hung run")
+        runner.fire(waiting, tick_now(), RunTrigger.SCHEDULE)
+        await asyncio.sleep(1.5)
+        runner.fire(hung, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
+        await eventually(lambda: skipped(metrics, "misfire") >= 1, 30, "a misfire")
+        [skip] = await runs_of(store, "waiting")
+        assert skip.skip_reason is SkipReason.MISFIRE
+
+
+# 12. Jobs that would stay active forever.
+
+
+async def test_a_one_time_job_whose_tick_misfired_completes(
+    runner: Runner, store: Store, metrics: Metrics
+) -> None:
+    at = tick_now() - timedelta(seconds=30)
+    job = await add_job(
+        store, "missed-once", schedule=OnceSchedule(kind="once", at=at), misfire_grace_seconds=5
+    )
+    runner.fire(job, at, RunTrigger.SCHEDULE)
+
+    async def completed() -> bool:
+        current = await store.get_job("missed-once")
+        return current is not None and current.state is JobState.COMPLETED
+
+    await eventually(completed, 30, "the one-time job to complete")
+    [skip] = await runs_of(store, "missed-once")
+    assert skip.skip_reason is SkipReason.MISFIRE
+
+
+async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) -> None:
+    past = tick_now() - timedelta(minutes=10)
+    await add_job(
+        store, "stale-once", schedule=OnceSchedule(kind="once", at=past), misfire_grace_seconds=5
+    )
+    capped = await add_job(store, "used-up", max_runs=2)
+    await store.update_jobs({"used-up": lambda job, _: job.model_copy(update={"runs_started": 2})})
+    await add_job(store, "busy")  # an ordinary job stays active
+    ended = {job.name: job for job in await store.ended_jobs()}
+    assert set(ended) == {"stale-once", "used-up"}
+    now = await store.clock()
+    assert {close_window(job, now).state for job in ended.values()} == {JobState.COMPLETED}
+    assert capped.state is JobState.ACTIVE
