@@ -142,6 +142,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         runner_id=settings.runner_id,
         metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
+        record_delay=timedelta(milliseconds=settings.test_record_delay_ms),
         clock=clock,
         max_in_flight=settings.max_concurrent_runs,
     )

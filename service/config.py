@@ -88,6 +88,13 @@ class Settings(BaseSettings):
     test_clock_offset_ms: int = Field(
         0, ge=-60_000, le=60_000, description="Test only: this replica's clock runs off by this."
     )
+    test_record_delay_ms: int = Field(
+        0,
+        ge=0,
+        le=60_000,
+        description="Test only: hold every run's end record back this long after its task "
+        "returned (a GC pause or a slow commit, on purpose).",
+    )
     test_fire_delay_ms: int = Field(
         0, ge=0, le=60_000, description="Test only: hold every fire back this long."
     )

@@ -116,6 +116,7 @@ class Runner:
         runner_id: str,
         metrics: Metrics,
         fire_delay: timedelta = timedelta(0),
+        record_delay: timedelta = timedelta(0),
         clock: ReplicaClock | None = None,
         max_in_flight: int = 32,
     ) -> None:
@@ -126,7 +127,10 @@ class Runner:
         self._clock = clock or ReplicaClock()
         self._metrics = metrics
         self._executor = RunExecutor(
-            store=store, attempts=Attempts(tasks, http, sql), metrics=metrics
+            store=store,
+            attempts=Attempts(tasks, http, sql),
+            metrics=metrics,
+            record_delay=record_delay,
         )
         self._admission: Admission[DueTick] = Admission(max_in_flight, WAITING_LIMIT)
         self._side = asyncio.Semaphore(SIDE_SESSIONS)

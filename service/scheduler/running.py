@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from service.domain.jobs import Job, finish_run, policy_finishes
 from service.domain.runs import Run, RunStatus, RunTrigger, storable_json, storable_text
@@ -38,8 +38,16 @@ JOB_END_LINGER_SECONDS = 0.02
 class RunExecutor:
     """Runs claimed ticks. One per replica; it knows which jobs run here now."""
 
-    def __init__(self, *, store: Store, attempts: Attempts, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        attempts: Attempts,
+        metrics: Metrics,
+        record_delay: timedelta = timedelta(0),
+    ) -> None:
         self._store = store
+        self._record_delay = record_delay.total_seconds()
         self._attempts = attempts
         self._metrics = metrics
         self._runs_by_job: Counter[str] = Counter()
@@ -104,6 +112,8 @@ class RunExecutor:
     async def _record(
         self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
     ) -> Run | None:
+        if self._record_delay:
+            await asyncio.sleep(self._record_delay)  # a fault a test injects on purpose
         end = RunEnd(
             outcome.status,
             storable_text(outcome.error),
