@@ -165,7 +165,7 @@ async def _admin(url: str, statement: str) -> None:
         await connection.close()
 
 
-async def _fetch(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
+async def fetch(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
     connection = await asyncpg.connect(url)
     try:
         return list(await connection.fetch(query, *args))
@@ -197,13 +197,13 @@ class Postgres:
         self._databases.clear()
 
     def version(self) -> str:
-        rows = asyncio.run(_fetch(self.url, "SELECT version() AS v"))
+        rows = asyncio.run(fetch(self.url, "SELECT version() AS v"))
         return str(rows[0]["v"])
 
     def settings(self) -> dict[str, str]:
         names = ["max_connections", "shared_buffers", "synchronous_commit", "fsync", "wal_level"]
         query = "SELECT name, current_setting(name) AS value FROM pg_settings WHERE name = ANY($1)"
-        rows = asyncio.run(_fetch(self.url, query, names))
+        rows = asyncio.run(fetch(self.url, query, names))
         return {r["name"]: r["value"] for r in rows}
 
     def processes(self) -> list[psutil.Process]:

@@ -282,12 +282,15 @@ def _steady_section(document: dict[str, Any]) -> list[str]:
             lv["cpu_cores"].get("receiver"),
             lv["cpu_cores"].get("box"),
             max(lv["replica_rss_mib"]),
+            _held(lv, "lock_held_after_return"),
+            _held(lv, "lock_held_after_return_first_second"),
         )
         for lv in steady["levels"]
     ]
     header = [
         "target fires/s", "achieved", "÷ limit", "lateness p50 ms", "p99 ms", "max ms",
         "dup", "miss", "CPU replicas", "CPU postgres", "CPU receiver", "CPU box", "max RSS MiB",
+        "lock held after return p99 ms", "same, first second p99 ms",
     ]  # fmt: skip
     return [
         "## 2. steady: one-second jobs",
@@ -295,10 +298,20 @@ def _steady_section(document: dict[str, Any]) -> list[str]:
         f"Half 6-field cron `* * * * * *`, half 1 s intervals, `http` task to the receiver; "
         f"{steady['window_seconds']} s window after a warm-up. Lateness = receipt - nominal tick; "
         "a miss is a tick of the window not received within 20 s after the window closed "
-        "(Tickgate itself drops ticks later than the 60 s misfire grace).",
+        "(Tickgate itself records ticks later than the 60 s misfire grace as misfires). "
+        "Lock held after return = a run's recorded end (written with its unlock) minus the "
+        "receiver's answer, over every run since the replicas started, and over each "
+        "replica's first second of runs.",
         "",
         *_table(header, rows),
     ]
+
+
+def _held(level: dict[str, Any], key: str) -> float | None:
+    """A p99 the harness measured, or None for results from before it did."""
+    summary = level.get(key) or {}
+    value: float | None = summary.get("p99_ms")
+    return value
 
 
 def _burst_section(document: dict[str, Any]) -> list[str]:

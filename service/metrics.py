@@ -2,6 +2,7 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+HELD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -31,6 +32,13 @@ class Metrics:
             "tickgate_fire_lag_seconds",
             "Start of a scheduled run minus its nominal tick.",
             buckets=LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.lock_held_after_return = Histogram(
+            "tickgate_lock_held_after_return_seconds",
+            "From a run's task returning to its end recorded and its lock released: while "
+            "it lasts, the job's next tick finds the lock held.",
+            buckets=HELD_BUCKETS,
             registry=self.registry,
         )
         self.ticks_skipped = Counter(

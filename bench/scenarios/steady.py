@@ -12,6 +12,7 @@ the receiver and of the whole box, and each replica's RSS. One run per rate (the
 long).
 """
 
+import asyncio
 import math
 import time
 from collections import defaultdict
@@ -27,6 +28,7 @@ from bench.common import (
     Replica,
     analyze_delivery,
     api_only_replica,
+    fetch,
     latency_summary,
     put_jobs,
     quantile_curve,
@@ -34,6 +36,7 @@ from bench.common import (
     standard_meter,
     tickgate_replicas,
 )
+from bench.receiver import Receipt
 
 NAME = "steady"
 INTERVAL = {"kind": "interval", "every_seconds": 1, "anchor": "2026-01-01T00:00:00Z"}
@@ -142,11 +145,44 @@ def run_rate(ctx: Context, rate: int) -> dict[str, Any]:
             rss = [round(r.rss_bytes() / 2**20, 1) for r in replicas]
             result = finish_window(target, [j["name"] for j in jobs], began, ended)
             own = scrape_metrics(replicas)
+            held = lock_held_after_return(url, target.receipts())
     return (
         {"rate": rate, "jobs": rate, "create_seconds": round(create_seconds, 2)}
         | result
         | {"cpu_cores": cpu, "replica_rss_mib": rss, "tickgate_metrics": own}
+        | held
     )
+
+
+def lock_held_after_return(database_url: str, receipts: Sequence[Receipt]) -> dict[str, Any]:
+    """How long each run's lock stayed held after its task returned: the run's recorded
+    end (written, with the unlock, in one statement, on the database's clock) minus the
+    moment the receiver answered its call (same box, same clock). Over every run since
+    the replicas started, and over each replica's first second of runs (a cold start)."""
+    rows = asyncio.run(
+        fetch(
+            database_url,
+            """SELECT job, extract(epoch FROM scheduled_for)::float8 AS tick,
+                      extract(epoch FROM finished_at)::float8 AS ended, runner,
+                      extract(epoch FROM min(started_at) OVER (PARTITION BY runner))::float8
+                          AS first_start,
+                      extract(epoch FROM started_at)::float8 AS started
+               FROM tickgate_runs WHERE status = 'succeeded'""",
+        )
+    )
+    answered = {(r.job, r.scheduled_for): r.received_at for r in receipts}
+    held, first = [], []
+    for row in rows:
+        at = answered.get((row["job"], row["tick"]))
+        if at is None:
+            continue
+        held.append(max(0.0, row["ended"] - at))
+        if row["started"] - row["first_start"] < 1.0:
+            first.append(held[-1])
+    return {
+        "lock_held_after_return": latency_summary(held),
+        "lock_held_after_return_first_second": latency_summary(first),
+    }
 
 
 def _metered_wait(meter: CpuMeter, began: float, ended: float) -> dict[str, float]:
@@ -164,7 +200,8 @@ def run(ctx: Context) -> dict[str, Any]:
         ctx.say(
             f"steady {rate}: achieved {level['achieved_fires_per_s']}/s, "
             f"p99 {level['lateness']['p99_ms']} ms, dup {level['duplicates']}, "
-            f"miss {level['misses']}"
+            f"miss {level['misses']}, lock held after return p99 "
+            f"{level['lock_held_after_return']['p99_ms']} ms"
         )
         levels.append(level)
     return {

@@ -97,6 +97,7 @@ class RunExecutor:
             # run must stop at once rather than overlap it.
             with pinned.session.fenced(fence.trip) if pinned.hold.held else nullcontext():
                 outcome = await attempts
+            returned = time.monotonic()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not fence.tripped or (current is not None and current.cancelling()):
@@ -104,13 +105,23 @@ class RunExecutor:
                 await run_to_completion(self._record(pinned, job, run, cancelled, progress))
                 raise
             outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
+            returned = time.monotonic()
         finally:
             self._runs_by_job -= Counter({job.name: 1})
             self._metrics.runs_in_flight.dec()
-        return await run_to_completion(self._record(pinned, job, run, outcome, progress))
+        return await run_to_completion(
+            self._record(pinned, job, run, outcome, progress, returned=returned)
+        )
 
     async def _record(
-        self, pinned: "Pinned", job: Job, run: Run, outcome: Outcome, progress: Progress
+        self,
+        pinned: "Pinned",
+        job: Job,
+        run: Run,
+        outcome: Outcome,
+        progress: Progress,
+        *,
+        returned: float | None = None,
     ) -> Run | None:
         if self._record_delay:
             await asyncio.sleep(self._record_delay)  # a fault a test injects on purpose
@@ -121,6 +132,8 @@ class RunExecutor:
             max(1, progress.attempts),
         )
         finished = await self._finish(pinned, run, end)
+        if returned is not None:
+            self._metrics.lock_held_after_return.observe(time.monotonic() - returned)
         self._metrics.runs.labels(job.name, outcome.status.value).inc()
         if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
             self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())

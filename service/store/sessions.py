@@ -35,9 +35,6 @@ __all__ = [
     "TickClaim",
 ]
 
-# How long the first of several runs sharing a session waits for others to end, so
-# that their ends (and unlocks) go in one statement.
-FINISH_LINGER_SECONDS = 0.01
 
 # Sessions that may hold advisory locks, by backend pid, and how many each holds.
 LockCounts = Counter[int]
@@ -93,8 +90,7 @@ class RunSession:
         # A connection runs one statement at a time; runs sharing it take turns, and
         # ends that queue up meanwhile are recorded together by whoever goes next.
         self._turn = asyncio.Lock()
-        self._endings = Coalescer(self._record_endings, self._finish_linger)
-        self._open_runs = 0  # claimed here and not yet recorded
+        self._endings = Coalescer(self._record_endings, _no_linger)
 
     @property
     def closed(self) -> bool:
@@ -160,8 +156,6 @@ class RunSession:
             raise
 
     def _took(self, claim: Claim) -> Claim:
-        if claim.run is not None:
-            self._open_runs += 1
         if claim.holds_lock:
             self._lock_counts[self._pid] += 1
         return claim
@@ -179,15 +173,9 @@ class RunSession:
         Ends that runs sharing this session queue meanwhile go in the same statement."""
         return await self._endings.submit(_Ending(run_id, outcome, release_lock))
 
-    def _finish_linger(self) -> float:
-        # Others sharing the session are likely to end within moments: one statement
-        # for all of them costs the database and us far less.
-        return FINISH_LINGER_SECONDS if self._open_runs > 1 else 0.0
-
     async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
         """Record the ends in one statement; per end, the run and whether its lock
         was released."""
-        self._open_runs -= len(endings)
         async with self._turn:
             rows = await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
         results = []
@@ -214,6 +202,13 @@ class RunSession:
         # Already closed and detached from its pool proxy: nothing is left to close.
         with suppress(asyncpg.InterfaceError):
             self._connection.terminate()
+
+
+def _no_linger() -> float:
+    """A run's end is written at once: its lock must not outlive its task by more than
+    a round trip, or the job's next tick finds it held. Ends that come while a write is
+    in flight on the session still go together, in the next statement."""
+    return 0.0
 
 
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:

@@ -370,7 +370,8 @@ class Store:
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
-                f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR UPDATE", name
+                f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR NO KEY UPDATE",
+                name,
             )
             before = job_from_row(row) if row else None
             after = change(before)
@@ -381,9 +382,12 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+# Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
+# claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
+# one, nor one for a claim; only a delete does.
 _UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
 _LOCK_JOBS = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])
-    ORDER BY name FOR UPDATE"""
+    ORDER BY name FOR NO KEY UPDATE"""
 _NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 # A create that needs no row lock and no transaction: the name's own uniqueness makes
 # the loser of a race see "exists"; the notification goes out only if the row went in.
