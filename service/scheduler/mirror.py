@@ -1,7 +1,8 @@
 """Each replica's in-memory copy of the active jobs, kept in an APScheduler 3 scheduler.
 
 Changes arrive by LISTEN/NOTIFY within moments; a periodic full reconcile, comparing
-versions, covers notifications lost while the listener was down.
+revisions, covers notifications lost while the listener was down. Loads and reconciles
+run one at a time: each then applies a later state of the database than the one before.
 """
 
 import asyncio
@@ -9,6 +10,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
+from uuid import UUID
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -50,6 +52,9 @@ class Mirror:
         self._jobs: dict[str, Job] = {}
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
+        # Held by each load and reconcile from its read to its last change: applied out
+        # of order, an older read would bring back an old definition or drop a new job.
+        self._loading = asyncio.Lock()
         self._listener: JobListener | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._scheduler = AsyncIOScheduler(
@@ -68,9 +73,9 @@ class Mirror:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def mirrored(self) -> dict[str, int]:
-        """Name to version of every job this replica would fire."""
-        return {name: job.version for name, job in self._jobs.items()}
+    def mirrored(self) -> dict[str, tuple[UUID, int]]:
+        """Name to revision of every job this replica would fire."""
+        return {name: job.revision for name, job in self._jobs.items()}
 
     @property
     def healthy(self) -> bool:
@@ -81,11 +86,11 @@ class Mirror:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         # The first sync queues every job before APScheduler starts: it then files them
         # all at once, instead of waking up once per job added.
-        await self._guarded(self._listen_and_sync(), "listening for job changes")
+        in_sync = await self._guarded(self._listen_and_sync(), "listening for job changes")
         self._scheduler.start()
         await self._guarded(self._sweep(), "sweeping runs")
         self._loops = [
-            asyncio.create_task(self._relisten_forever()),
+            asyncio.create_task(self._relisten_forever(in_sync)),
             asyncio.create_task(self._apply_changes_forever()),
             asyncio.create_task(self._maintain_forever()),
         ]
@@ -106,16 +111,19 @@ class Mirror:
             await self._listener.close()
 
     async def reconcile(self) -> None:
-        """Make the mirror equal the database's active jobs, by version."""
-        versions = await self._store.active_versions()
-        for name in set(self._jobs) - set(versions):
-            self._drop(name)
-        stale = [
-            n for n, v in versions.items() if n not in self._jobs or self._jobs[n].version != v
-        ]
-        if stale:
-            await self._load(stale)
-        self.last_sync = datetime.now(UTC)
+        """Make the mirror equal the database's active jobs, by revision."""
+        async with self._loading:
+            revisions = await self._store.active_versions()
+            for name in set(self._jobs) - set(revisions):
+                self._drop(name)
+            stale = [n for n, r in revisions.items() if self._revision(n) != r]
+            if stale:
+                await self._apply(stale)
+            self.last_sync = datetime.now(UTC)
+
+    def _revision(self, name: str) -> tuple[UUID, int] | None:
+        job = self._jobs.get(name)
+        return job.revision if job else None
 
     def _on_tick(self, name: str, fire_time: datetime) -> None:
         job = self._jobs.get(name)
@@ -141,25 +149,33 @@ class Mirror:
         await self.reconcile()
         log.info("scheduler synced: %d active jobs mirrored", len(self._jobs))
 
-    async def _relisten_forever(self) -> None:
+    async def _relisten_forever(self, in_sync: bool) -> None:
         """Reconnect with backoff whenever the listener drops (a database restart, say),
-        and resync in full: notifications sent meanwhile are lost."""
-        backoff = _MIN_BACKOFF_SECONDS
+        and resync in full: notifications sent meanwhile are lost. Until a resync
+        succeeds, the mirror may miss those changes for good, so a failed one is tried
+        again even when the new listener is up."""
+        backoff = _Backoff()
         while True:
-            if self.healthy:
+            if in_sync and self.healthy:
                 await self._lost.wait()
-                backoff = _MIN_BACKOFF_SECONDS
-            await asyncio.sleep(backoff)
-            await self._guarded(self._listen_and_sync(), "reconnecting the listener")
-            backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+                backoff.reset()
+            await backoff.pause()
+            in_sync = await self._guarded(self._listen_and_sync(), "reconnecting the listener")
 
     async def _apply_changes_forever(self) -> None:
+        backoff = _Backoff()
         while True:
             await self._wake.wait()
             self._wake.clear()
             names, self._changed = self._changed, set()
-            if names:
-                await self._guarded(self._load(sorted(names)), "applying job changes")
+            if names and not await self._guarded(self._load(sorted(names)), "applying job changes"):
+                # No notification will come again for these: keep them for the next wake,
+                # after a pause so that a database outage is not a hot loop.
+                self._changed |= names
+                self._wake.set()
+                await backoff.pause()
+            else:
+                backoff.reset()
 
     async def _maintain_forever(self) -> None:
         while True:
@@ -167,7 +183,8 @@ class Mirror:
             await self._guarded(self.reconcile(), "reconciling jobs")
             await self._guarded(self._sweep(), "sweeping runs")
 
-    async def _guarded(self, work: Awaitable[None], what: str) -> None:
+    async def _guarded(self, work: Awaitable[None], what: str) -> bool:
+        """Run `work`; False if it failed, which is logged."""
         try:
             await work
         except Exception as error:
@@ -176,8 +193,15 @@ class Mirror:
                 log.warning("failed %s, database unavailable (%r); will retry", what, error)
             else:
                 log.exception("failed %s; will retry", what)
+            return False
+        return True
 
     async def _load(self, names: list[str]) -> None:
+        async with self._loading:
+            await self._apply(names)
+
+    async def _apply(self, names: list[str]) -> None:
+        """Mirror these jobs as they stand now. Only with `_loading` held."""
         jobs = {job.name: job for job in await self._store.get_jobs(names)}
         loaded = []
         for name in names:
@@ -190,9 +214,10 @@ class Mirror:
         await self._catch_up(loaded)
 
     def _put(self, job: Job) -> bool:
-        """Mirror `job`; False if this version is already mirrored."""
+        """Mirror `job`; False if this revision, or a later one of the same incarnation,
+        is already mirrored."""
         current = self._jobs.get(job.name)
-        if current is not None and current.version == job.version:
+        if current is not None and not _supersedes(job, current):
             return False
         self._jobs[job.name] = job
         self._scheduler.add_job(
@@ -239,6 +264,26 @@ class Mirror:
         pruned = await self._store.prune_runs(self._run_history)
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
+
+
+class _Backoff:
+    """Pauses between retries that double from _MIN to _MAX_BACKOFF_SECONDS."""
+
+    def __init__(self) -> None:
+        self._seconds = _MIN_BACKOFF_SECONDS
+
+    def reset(self) -> None:
+        self._seconds = _MIN_BACKOFF_SECONDS
+
+    async def pause(self) -> None:
+        await asyncio.sleep(self._seconds)
+        self._seconds = min(self._seconds * 2, _MAX_BACKOFF_SECONDS)
+
+
+def _supersedes(job: Job, current: Job) -> bool:
+    """A later revision: another incarnation (the name was deleted and created anew;
+    versions start again at 1) or a higher version of the same one."""
+    return job.incarnation != current.incarnation or job.version > current.version
 
 
 def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:

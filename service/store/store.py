@@ -170,12 +170,13 @@ class Store:
         )
         return [job_from_row(row) for row in rows]
 
-    async def active_versions(self) -> dict[str, int]:
-        """Name to version of every active job: what a replica's mirror should hold."""
+    async def active_versions(self) -> dict[str, tuple[UUID, int]]:
+        """Name to revision (incarnation, version) of every active job: what a
+        replica's mirror should hold."""
         rows = await self._pool.fetch(
-            "SELECT name, version FROM tickgate_jobs WHERE state = 'active'"
+            "SELECT name, incarnation, version FROM tickgate_jobs WHERE state = 'active'"
         )
-        return {row["name"]: row["version"] for row in rows}
+        return {row["name"]: (row["incarnation"], row["version"]) for row in rows}
 
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
         """The jobs of these names that exist. What they have in common is held once

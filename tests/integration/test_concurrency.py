@@ -53,7 +53,7 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
         mirror = app.state.services.mirror
 
         async def matches() -> bool:
-            page = (await client.get("/v1/jobs", params={"state": "active"})).json()["items"]
-            return mirror.mirrored() == {job["name"]: job["version"] for job in page}
+            revisions = await app.state.services.store.active_versions()
+            return bool(mirror.mirrored() == revisions)
 
         await eventually(matches, 30, "the mirror to match the rows exactly")

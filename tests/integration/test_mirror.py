@@ -1,0 +1,281 @@
+"""The replica's mirror of active jobs under races, on real PostgreSQL.
+
+Every job definition comes from the database. A ScriptedStore is a real Store whose
+reads can be parked, right before or right after they read, or can fail once as if the
+connection broke: that is how each test puts a load and a reconcile, or a notification
+and a resync, in the order that used to go wrong.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import TypeVar
+from uuid import UUID
+
+import asyncpg
+import httpx
+import pytest
+
+from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
+from service.domain.schedules import IntervalSchedule
+from service.metrics import Metrics
+from service.scheduler import Runner
+from service.scheduler.mirror import Mirror
+from service.store import Store
+from service.store.connection import Pool
+from service.store.sessions import RunSessions
+from service.store.targets import SqlTargetConnections
+from service.tasks import builtin_registry
+from tests.support.waiting import eventually
+
+T = TypeVar("T")
+
+# Jobs that never come due during a test: what is under test is which definition the
+# mirror holds, not runs.
+HOURLY = IntervalSchedule(kind="interval", every_seconds=3600)
+# Long enough that no periodic reconcile repairs the mirror behind a test's back.
+NO_PERIODIC_RECONCILE = 3600.0
+# How long a fixed mirror needs at most to converge (its retry backoff is 0.5 s to 5 s).
+CONVERGE_SECONDS = 8.0
+# A second loader is given this long to run ahead of a parked one. With the loads
+# serialised it cannot, and the test goes on when this runs out.
+RUN_AHEAD_SECONDS = 0.5
+
+
+@dataclass
+class Hold:
+    """Parks one read until the test releases it."""
+
+    after_read: bool
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def park(self) -> None:
+        self.reached.set()
+        await self.release.wait()
+
+
+class ScriptedStore(Store):
+    """The real Store; `hold` parks its next read of a kind, `fail_once` breaks it."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self._holds: dict[str, Hold] = {}
+        self._failures: dict[str, Exception] = {}
+
+    def hold(self, read: str, *, after_read: bool) -> Hold:
+        self._holds[read] = Hold(after_read)
+        return self._holds[read]
+
+    def fail_once(self, read: str, error: Exception) -> None:
+        self._failures[read] = error
+
+    def tripped(self, read: str) -> bool:
+        """Whether the failure scripted for `read` has happened."""
+        return read not in self._failures
+
+    async def active_versions(self) -> dict[str, tuple[UUID, int]]:
+        return await self._scripted("active_versions", super().active_versions)
+
+    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        return await self._scripted("get_jobs", partial(super().get_jobs, names))
+
+    async def _scripted(self, read: str, call: Callable[[], Awaitable[T]]) -> T:
+        if (error := self._failures.pop(read, None)) is not None:
+            raise error
+        hold = self._holds.pop(read, None)
+        if hold is not None and not hold.after_read:
+            await hold.park()
+        result = await call()
+        if hold is not None and hold.after_read:
+            await hold.park()
+        return result
+
+
+@pytest.fixture
+async def scripted(database_url: str) -> AsyncIterator[ScriptedStore]:
+    opened = await ScriptedStore.open(database_url, max_size=4)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mirror]:
+    """A mirror reading through `scripted`, not started: a test starts it (listener and
+    loops) or drives reconciles itself, as a replica whose listener is down does."""
+    sessions = await RunSessions.open(database_url, size=2)
+    tasks = builtin_registry()
+    async with httpx.AsyncClient() as http:
+        runner = Runner(
+            sessions=sessions,
+            store=scripted,
+            tasks=tasks,
+            http=http,
+            sql=SqlTargetConnections({}),
+            runner_id="test-mirror",
+            metrics=Metrics(),
+        )
+        built = Mirror(
+            store=scripted,
+            runner=runner,
+            dsn=database_url,
+            reconcile_seconds=NO_PERIODIC_RECONCILE,
+            run_history=100,
+        )
+        try:
+            yield built
+        finally:
+            await built.stop()
+            await runner.shutdown(grace_seconds=0)
+            await tasks.aclose()
+            await sessions.close()
+
+
+def spec(message: str) -> JobSpec:
+    return JobSpec(schedule=HOURLY, task="log", args={"message": message}, catchup=Catchup.NONE)
+
+
+async def create(store: Store, name: str, message: str) -> Job:
+    now = datetime.now(UTC)
+    change = await store.mutate_job(name, lambda _: create_job(name, spec(message), now))
+    assert change.created
+    assert change.after is not None
+    return change.after
+
+
+async def update(store: Store, name: str, message: str) -> Job:
+    now = datetime.now(UTC)
+
+    def change(current: Job | None) -> Job | None:
+        assert current is not None
+        return replace_job(current, spec(message), now)
+
+    after = (await store.mutate_job(name, change)).after
+    assert after is not None
+    return after
+
+
+async def delete(store: Store, name: str) -> None:
+    await store.mutate_job(name, lambda _: None)
+
+
+async def holds(mirror: Mirror, *jobs: Job) -> None:
+    """The mirror comes to hold exactly these definitions."""
+    expected = {job.name: job.revision for job in jobs}
+    await eventually(lambda: mirror.mirrored() == expected, CONVERGE_SECONDS, f"{expected}")
+
+
+async def run_ahead(until: Callable[[], bool]) -> None:
+    """Give a second loader the chance to get ahead of a parked one: wait until
+    `until()` holds, or RUN_AHEAD_SECONDS if the mirror makes the loader wait."""
+    with contextlib.suppress(AssertionError):
+        await eventually(until, RUN_AHEAD_SECONDS, "a second loader to run ahead")
+
+
+async def test_a_job_deleted_and_created_again_is_mirrored_as_the_new_job(
+    store: Store, mirror: Mirror
+) -> None:
+    """Reconcile: the new job restarts at version 1, like the old one; only the
+    incarnation tells them apart."""
+    await create(store, "report", "old definition")
+    await mirror.reconcile()
+    await delete(store, "report")
+    new = await create(store, "report", "new definition")
+    await mirror.reconcile()
+    assert mirror.mirrored() == {"report": new.revision}
+
+
+async def test_a_notified_delete_and_create_leave_the_new_job_mirrored(
+    store: Store, scripted: ScriptedStore, mirror: Mirror
+) -> None:
+    """Notifications: both writes are committed by the time the mirror reads the row."""
+    old = await create(store, "report", "old definition")
+    await mirror.start()
+    await holds(mirror, old)
+    load = scripted.hold("get_jobs", after_read=False)
+    await delete(store, "report")
+    await load.reached.wait()
+    new = await create(store, "report", "new definition")
+    load.release.set()
+    await holds(mirror, new)
+
+
+async def test_an_older_read_never_replaces_a_newer_one(
+    store: Store, scripted: ScriptedStore, mirror: Mirror
+) -> None:
+    """Two reconciles overlap (the periodic one and a resync, say): the first read v2
+    and is slow to apply it; meanwhile v3 is written and the second reads it."""
+    await create(store, "report", "v1")
+    await mirror.reconcile()
+    await update(store, "report", "v2")
+    slow_read = scripted.hold("get_jobs", after_read=True)
+    first = asyncio.create_task(mirror.reconcile())
+    await slow_read.reached.wait()
+    v3 = await update(store, "report", "v3")
+    second = asyncio.create_task(mirror.reconcile())
+    await run_ahead(second.done)
+    slow_read.release.set()
+    await asyncio.gather(first, second)
+    assert mirror.mirrored() == {"report": v3.revision}
+
+
+async def test_a_job_created_during_a_reconcile_is_not_dropped_by_it(
+    store: Store, scripted: ScriptedStore, mirror: Mirror
+) -> None:
+    """The reconcile read the active jobs before the create; the create's notification
+    is applied before that reconcile finishes."""
+    await mirror.start()
+    listing = scripted.hold("active_versions", after_read=True)
+    reconcile = asyncio.create_task(mirror.reconcile())
+    await listing.reached.wait()
+    created = await create(store, "report", "created meanwhile")
+    await run_ahead(lambda: "report" in mirror.mirrored())
+    listing.release.set()
+    await reconcile
+    await holds(mirror, created)
+
+
+async def test_a_change_whose_load_failed_is_loaded_on_retry(
+    store: Store, scripted: ScriptedStore, mirror: Mirror
+) -> None:
+    """The load a notification asked for fails: no second notification will come."""
+    await create(store, "report", "v1")
+    await mirror.start()
+    scripted.fail_once("get_jobs", asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
+    v2 = await update(store, "report", "v2")
+    await holds(mirror, v2)
+    assert scripted.tripped("get_jobs")
+
+
+async def test_a_failed_resync_after_a_reconnect_is_retried(
+    store: Store, scripted: ScriptedStore, mirror: Mirror, database_url: str
+) -> None:
+    """The listener's connection is cut; a change made before it reconnects is never
+    notified, and the resync that should find it fails once."""
+    await create(store, "report", "v1")
+    await mirror.start()
+    scripted.fail_once("active_versions", OSError("connection reset"))
+    await cut_listener(database_url)
+    v2 = await update(store, "report", "v2")
+    await holds(mirror, v2)
+    assert scripted.tripped("active_versions")
+
+
+async def cut_listener(database_url: str) -> None:
+    """Terminate the mirror's LISTEN session and wait until it is gone, as a database
+    failover or a proxy dropping the connection would."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        cut = await connection.fetchval(
+            """SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))
+               FROM pg_stat_activity
+               WHERE datname = current_database() AND query LIKE 'LISTEN %'"""
+        )
+    finally:
+        await connection.close()
+    assert cut == 1
