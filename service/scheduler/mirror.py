@@ -15,13 +15,15 @@ from uuid import UUID
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from service.domain.jobs import Catchup, Job, JobState, close_window
-from service.domain.runs import RunTrigger
+from service.domain.runs import RunTrigger, SkipReason
+from service.domain.schedules import OnceSchedule
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import TickExecutor
 from service.scheduler.runner import Runner
 from service.scheduler.trigger import NominalTicks
 from service.store import Store
 from service.store.errors import is_unavailable
+from service.store.fire_sql import Skip
 from service.store.listener import JobListener
 
 log = logging.getLogger(__name__)
@@ -252,10 +254,12 @@ class Mirror:
                 self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
 
     async def _sweep(self) -> None:
-        """Orphaned runs become `abandoned`; jobs whose window closed become completed;
-        history beyond the retention is deleted. All judged on the database's clock."""
+        """Orphaned runs become `abandoned`; jobs with nothing left to fire become
+        completed (a one-time tick nobody ran is recorded as a misfire first); history
+        beyond the retention is deleted. All judged on the database's clock."""
         ended = await self._store.ended_jobs()
         if ended:
+            await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
             now = await self._store.clock()
             for job in ended:
                 await self._store.mutate_job(job.name, _closing_window(now))
@@ -284,6 +288,17 @@ def _supersedes(job: Job, current: Job) -> bool:
     """A later revision: another incarnation (the name was deleted and created anew;
     versions start again at 1) or a higher version of the same one."""
     return job.incarnation != current.incarnation or job.version > current.version
+
+
+def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:
+    """The one-time ticks of these ended jobs, as misfires: recorded only where the
+    ledger has no row for them (no replica was up in time)."""
+    note = "not started within its misfire grace: no replica ran it"
+    return [
+        Skip(job, job.schedule.at, RunTrigger.SCHEDULE, SkipReason.MISFIRE, note)
+        for job in jobs
+        if isinstance(job.schedule, OnceSchedule)
+    ]
 
 
 def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:

@@ -147,6 +147,10 @@ class Runner:
     def runs_in_flight(self) -> int:
         return self._executor.in_flight
 
+    @property
+    def runner_id(self) -> str:
+        return self._runner_id
+
     # --- gather -------------------------------------------------------------------
 
     def fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:

@@ -247,6 +247,8 @@ class Store:
     async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
         """Record ticks that will not run as `skipped` rows; the skips recorded now (a
         tick that has a row already, or whose job is gone, records nothing)."""
+        if not skips:
+            return []
         arguments = fire_sql.skip_arguments(skips, runner, [uuid4() for _ in skips])
         rows = await self._pool.fetch(fire_sql.RECORD_SKIPS, *arguments)
         return [run_from_row(row) for row in rows]

@@ -13,7 +13,7 @@ import pytest
 from service.app import create_app
 from service.config import Settings
 from service.domain.jobs import JobSpec, create_job
-from service.domain.schedules import IntervalSchedule
+from service.domain.schedules import IntervalSchedule, OnceSchedule
 from service.store import Store
 from tests.support.receiver import Receiver
 from tests.support.waiting import eventually
@@ -311,3 +311,28 @@ async def test_queue_one_runs_one_waiting_tick_after_the_run(
 def _when(text: str | None) -> datetime:
     assert text is not None
     return datetime.fromisoformat(text)
+
+
+async def test_a_one_time_job_nobody_ran_is_recorded_and_completed_by_the_sweep(
+    settings: Settings, store: Store
+) -> None:
+    """Its tick fell while no replica was up: the sweep records the misfire, once, and
+    completes the job, which would otherwise stay active forever."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    spec = JobSpec(
+        schedule=OnceSchedule(kind="once", at=at),
+        task="log",
+        args={"message": "missed"},
+        misfire_grace_seconds=5,
+    )
+    await store.mutate_job("missed", lambda _: create_job("missed", spec, at - timedelta(hours=1)))
+    async with scheduling(settings) as client:
+
+        async def completed() -> bool:
+            job = (await client.get("/v1/jobs/missed")).json()
+            return bool(job["state"] == "completed")
+
+        await eventually(completed, 60, "the sweep to complete the job")
+        [skip] = await runs(client, "missed")
+    assert (skip["status"], skip["skip_reason"], skip["attempts"]) == ("skipped", "misfire", 0)
+    assert datetime.fromisoformat(skip["scheduled_for"]) == at
