@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 # APScheduler's own instance limit and misfire check would second-guess the gates.
 _UNLIMITED_INSTANCES = 1_000_000
+# Counting a long outage's ticks one by one stops here (a one-second job down for
+# more than a quarter of an hour); the summary row says so.
+MAX_GAP_TICKS = 1000
 _MIN_BACKOFF_SECONDS = 0.5
 _MAX_BACKOFF_SECONDS = 5.0
 
@@ -214,6 +217,7 @@ class Mirror:
             else:
                 self._drop(name)
         await self._catch_up(loaded)
+        await self._account_for_gaps(loaded)
 
     def _put(self, job: Job) -> bool:
         """Mirror `job`; False if this revision, or a later one of the same incarnation,
@@ -253,6 +257,24 @@ class Mirror:
             for name, tick in await self._store.ticks_without_runs(list(due)):
                 self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
 
+    async def _account_for_gaps(self, jobs: list[Job]) -> None:
+        """Sum up, in one `misfire` row per job, the ticks that fell while no replica was
+        up: after the job's newest ledger row (or its fence), past their deadline, and
+        before the tick this replica catches up. Live replicas record each tick they
+        see themselves, so only a gap in the cluster's life remains. Every replica may
+        do this at once; the ledger keeps one row."""
+        if not jobs:
+            return
+        now = await self._store.clock()
+        latest = await self._store.latest_ticks([job.name for job in jobs])
+        gaps = []
+        for index, job in enumerate(jobs):
+            if (skip := _gap(job, latest.get(job.name), now)) is not None:
+                gaps.append(skip)
+            if index % 100 == 99:
+                await asyncio.sleep(0)  # counting is CPU work: let ticks fire meanwhile
+        await self._store.record_skips(gaps, self._runner.runner_id)
+
     async def _sweep(self) -> None:
         """Orphaned runs become `abandoned`; jobs with nothing left to fire become
         completed (a one-time tick nobody ran is recorded as a misfire first); history
@@ -288,6 +310,25 @@ def _supersedes(job: Job, current: Job) -> bool:
     """A later revision: another incarnation (the name was deleted and created anew;
     versions start again at 1) or a higher version of the same one."""
     return job.incarnation != current.incarnation or job.version > current.version
+
+
+def _gap(job: Job, latest: datetime | None, now: datetime) -> Skip | None:
+    """The ticks after the job's newest row that no replica can run any more (past
+    their deadline) and this one will not fire or catch up, as one misfire at the last
+    of them (so the next count starts after it)."""
+    before = now - job.reach
+    if job.catchup is Catchup.LATEST and (caught := job.tick_in_grace(now)) is not None:
+        before = min(before, caught)
+    missed = job.ticks_missed(latest or job.fire_after, before, MAX_GAP_TICKS)
+    if missed is None:
+        return None
+    stopped = "at least " if missed.count == MAX_GAP_TICKS else ""
+    note = (
+        f"not started within its misfire grace: {stopped}{missed.count} ticks from"
+        f" {missed.first.isoformat()} to {missed.last.isoformat()} fell while no replica"
+        " was up"
+    )
+    return Skip(job, missed.last, RunTrigger.SCHEDULE, SkipReason.MISFIRE, note, missed.count)
 
 
 def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:

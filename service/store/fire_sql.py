@@ -59,6 +59,7 @@ class Skip:
     trigger: RunTrigger
     reason: SkipReason
     note: str
+    missed_ticks: int | None = None
 
 
 def claim_statement(*, counted: bool) -> str:
@@ -196,16 +197,18 @@ UNLOCK = "SELECT pg_advisory_unlock($1)"
 # loses only its own skips, never the statement.
 RECORD_SKIPS = f"""WITH skips AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
-                             $5::text[], $6::text[], $7::uuid[])
-            WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation, n)
+                             $5::text[], $6::text[], $7::uuid[], $9::int[])
+            WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
+                                 missed_ticks, n)
     ), jobs AS MATERIALIZED (
         SELECT name, incarnation, version, lock_key FROM tickgate_jobs
         WHERE name = ANY($1::text[]) ORDER BY name FOR KEY SHARE
     )
     INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
-        started_at, finished_at, duration_ms, attempts, runner, job_version, lock_key,
-        locked, backend_pid)
+        missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
+        lock_key, locked, backend_pid)
     SELECT s.id, s.job, s.scheduled_for, s.trigger, 'skipped', s.reason, s.note,
+        s.missed_ticks,
         clock_timestamp(), clock_timestamp(), 0, 0, $8, j.version, j.lock_key, false,
         pg_backend_pid()
     FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
@@ -224,6 +227,7 @@ def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> t
         [skip.note for skip in skips],
         [skip.job.incarnation for skip in skips],
         runner,
+        [skip.missed_ticks for skip in skips],
     )
 
 

@@ -235,6 +235,17 @@ class Store:
         )
         return {(row["job"], row["tick"]) for row in rows}
 
+    async def latest_ticks(self, names: Sequence[str]) -> dict[str, datetime]:
+        """Each job's newest ledger row's tick, for the jobs that have one (one index
+        probe per job)."""
+        rows = await self._pool.fetch(
+            """SELECT n.name, (SELECT r.scheduled_for FROM tickgate_runs r WHERE r.job = n.name
+                               ORDER BY r.scheduled_for DESC LIMIT 1) AS tick
+               FROM unnest($1::text[]) AS n (name)""",
+            list(names),
+        )
+        return {row["name"]: row["tick"] for row in rows if row["tick"] is not None}
+
     async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
         """Record a run's end through the API pool, for a run whose own connection is
         gone (with it, the job's lock). None if the run is no longer `running`: it was

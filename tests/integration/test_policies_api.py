@@ -157,13 +157,17 @@ async def _has_runs(client: httpx.AsyncClient, job: str, count: int) -> bool:
     return len(_ran(await runs(client, job))) >= count
 
 
+async def _has_rows(client: httpx.AsyncClient, job: str, count: int) -> bool:
+    return len(await runs(client, job)) >= count
+
+
 def _ran(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows that are runs, not recorded skips."""
     return [row for row in rows if row["status"] != "skipped"]
 
 
-async def plant(store: Store, name: str, catchup: str) -> None:
-    """A job whose hourly tick fell 5 s ago, while no scheduler was running."""
+async def plant(store: Store, name: str, catchup: str) -> datetime:
+    """A job whose hourly tick fell 5 s ago, while no scheduler was running; that tick."""
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
     spec = JobSpec(
         schedule=IntervalSchedule(kind="interval", every_seconds=3600, anchor=tick),
@@ -173,6 +177,7 @@ async def plant(store: Store, name: str, catchup: str) -> None:
     )
     made = tick - timedelta(hours=2)
     await store.mutate_job(name, lambda _: create_job(name, spec, made))
+    return tick
 
 
 async def test_catchup_none_skips_the_missed_tick(settings: Settings, store: Store) -> None:
@@ -180,8 +185,25 @@ async def test_catchup_none_skips_the_missed_tick(settings: Settings, store: Sto
     await plant(store, "skipped", "none")
     async with scheduling(settings) as client:
         await eventually(lambda: _has_runs(client, "caught", 1), 60, "the catch-up run")
-        assert (await runs(client, "caught"))[0]["trigger"] == "catchup"
-        assert await runs(client, "skipped") == []
+        assert _ran(await runs(client, "caught"))[0]["trigger"] == "catchup"
+        assert _ran(await runs(client, "skipped")) == []
+
+
+async def test_ticks_missed_while_no_replica_was_up_are_summed_up(
+    settings: Settings, store: Store
+) -> None:
+    """An hourly job made two hours ago, with no replica up since: the tick an hour ago
+    is summed up in a misfire row (one row for however many ticks fell); the tick 5 s
+    ago, still in its grace, is caught up."""
+    tick = await plant(store, "gap", "latest")
+    async with scheduling(settings) as client:
+        await eventually(lambda: _has_rows(client, "gap", 2), 60, "the catch-up and the gap")
+        rows = await runs(client, "gap")
+    skipped = [row for row in rows if row["status"] == "skipped"]
+    assert [(row["skip_reason"], row["missed_ticks"]) for row in skipped] == [("misfire", 1)]
+    assert datetime.fromisoformat(skipped[0]["scheduled_for"]) == tick - timedelta(hours=1)
+    [ran] = _ran(rows)
+    assert (ran["trigger"], datetime.fromisoformat(ran["scheduled_for"])) == ("catchup", tick)
 
 
 async def test_pause_note_is_kept_until_resume(client: httpx.AsyncClient) -> None:

@@ -172,3 +172,19 @@ def test_a_restart_still_produces_a_jittered_tick_not_yet_due() -> None:
 
 def _once(at: datetime) -> OnceSchedule:
     return OnceSchedule(kind="once", at=at)
+
+
+def test_ticks_missed_sums_up_a_gap_and_stops_counting_at_most() -> None:
+    every_minute = job()
+    after, before = T0, T0 + timedelta(minutes=10)
+    missed = every_minute.ticks_missed(after, before, most=100)
+    assert missed is not None
+    assert (missed.first, missed.last, missed.count) == (
+        T0 + timedelta(minutes=1),
+        T0 + timedelta(minutes=9),
+        9,
+    )
+    capped = every_minute.ticks_missed(after, before, most=3)
+    assert capped is not None
+    assert (capped.last, capped.count) == (T0 + timedelta(minutes=9), 3)
+    assert every_minute.ticks_missed(after, T0 + timedelta(seconds=30), most=100) is None
