@@ -19,7 +19,7 @@ from service.api.models import (
     decode_run_cursor,
     encode_run_cursor,
 )
-from service.domain.errors import InvalidInput, NotFound
+from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
 from service.domain.runs import SkipReason
 
@@ -39,24 +39,32 @@ async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
     return RunOut.model_validate(await services.runner.trigger_now(job), from_attributes=True)
 
 
-@router.post("/v1/jobs/{name}/backfill", operation_id="backfill_job")
+@router.post("/v1/jobs/{name}/backfill", operation_id="backfill_job", responses=CONFLICT)
 async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep) -> RunList:
     """Run every nominal tick in [from, to] that has no run yet, once each and in order
-    (trigger "backfill"), and return the runs this call made. At most 1000 ticks.
-    Called on two replicas at once, each tick still runs exactly once."""
+    (trigger "backfill"), and return the runs this call made. At most 1000 ticks; `to`
+    must not be in the future. 409 if `from` is at or before the newest tick whose run
+    retention deleted: those ticks would read as never run. Called on two replicas at
+    once, each tick still runs exactly once."""
     job = await existing_job(services, name)
-    ticks = _backfill_ticks(job, body)
+    ticks = _backfill_ticks(job, body, await services.store.clock())
     unrun = await services.store.ticks_without_runs(
         [(name, tick) for tick in ticks], unrun=list(SkipReason)
     )
+    # Read after the ledger: retention deletes rows and moves the watermark at once, so
+    # a tick found missing above because it was pruned is found covered here.
+    _refuse_pruned(body, await services.store.pruned_through(name))
     todo = [tick for tick in ticks if (name, tick) in unrun]
     runs = await services.runner.backfill(job, todo)
     return RunList(items=[RunOut.model_validate(run, from_attributes=True) for run in runs])
 
 
-def _backfill_ticks(job: Job, body: BackfillRequest) -> list[datetime]:
+def _backfill_ticks(job: Job, body: BackfillRequest, now: datetime) -> list[datetime]:
     if body.end < body.start:
         raise InvalidInput.one(("body", "to"), "must not be before `from`", body.end.isoformat())
+    if body.end > now:
+        # Backfill runs its ticks now: a future tick would run before it is due.
+        raise InvalidInput.one(("body", "to"), "must not be in the future", body.end.isoformat())
     ticks = ticks_between(job, body.start, body.end, MAX_BACKFILL_TICKS + 1)
     if len(ticks) > MAX_BACKFILL_TICKS:
         raise InvalidInput.one(
@@ -65,6 +73,14 @@ def _backfill_ticks(job: Job, body: BackfillRequest) -> list[datetime]:
             body.end.isoformat(),
         )
     return ticks
+
+
+def _refuse_pruned(body: BackfillRequest, pruned_through: datetime | None) -> None:
+    if pruned_through is not None and body.start <= pruned_through:
+        raise Conflict(
+            f"runs up to {pruned_through.isoformat()} were pruned by retention; "
+            "backfill from after it"
+        )
 
 
 @router.get("/v1/jobs/{name}/runs", operation_id="list_runs")

@@ -11,6 +11,7 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
+from service.domain.names import lock_key
 from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import fire_sql
 from service.store.connection import Connection, Pool
@@ -27,6 +28,9 @@ from service.store.rows import (
 JOBS_CHANNEL = "tickgate_jobs"
 _JOB_PLACEHOLDERS = ", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))
 _INSERT_ATTEMPTS = 3
+# Taken by the sweeper that prunes history this round. Its name is no valid job name,
+# so it is no job's lock key either (keys are derived the same way, service/domain/names.py).
+RETENTION_LOCK_KEY = lock_key("tickgate:retention")
 
 JobChangeFn = Callable[[Job | None], Job | None]
 # An update of an existing job, given the database's clock.
@@ -294,19 +298,23 @@ class Store:
 
     async def prune_runs(self, keep: int) -> int:
         """Delete runs beyond the newest `keep` per job, sparing every run younger than
-        its job's misfire grace plus 5 minutes: those rows still fence late replicas."""
-        status = await self._pool.execute(
-            """DELETE FROM tickgate_runs WHERE id IN (
-                   SELECT old.id FROM tickgate_jobs j
-                   CROSS JOIN LATERAL (
-                       SELECT id, scheduled_for FROM tickgate_runs
-                       WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
-                   WHERE old.scheduled_for
-                         < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)
-                   LIMIT 10000)""",
-            keep,
+        its job's misfire grace plus 5 minutes (those rows still fence late replicas)
+        and every run still `running` (its end is yet to be recorded on it). Return
+        how many were deleted: 0 if another replica is pruning this round."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            # One sweeper at a time: two would pick the same rows and wait on each
+            # other's row locks for nothing. The lock ends with the transaction.
+            if not await connection.fetchval(_TRY_LOCK, RETENTION_LOCK_KEY):
+                return 0
+            pruned: int = await connection.fetchval(_PRUNE_RUNS, keep)
+            return pruned
+
+    async def pruned_through(self, job: str) -> datetime | None:
+        """The newest tick of `job` whose run retention deleted, if any did."""
+        through: datetime | None = await self._pool.fetchval(
+            "SELECT through FROM tickgate_pruned WHERE job = $1", job
         )
-        return int(status.split()[-1])
+        return through
 
     async def reserve_pending(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
@@ -399,6 +407,31 @@ _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
 # one, nor one for a claim; only a delete does.
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock($1)"
+# The deletion and the watermark move together, in one statement: a backfill that
+# finds a pruned tick missing from the ledger finds the watermark covering it too.
+# The watermark only moves forward (a row older than it may still be pruned later).
+# Jobs are key-share locked in name order, as the API locks them, before their runs:
+# a job deleted meanwhile (it locks the job, then its runs) makes this wait, not deadlock.
+_PRUNE_RUNS = """WITH doomed AS (
+        SELECT old.id FROM tickgate_jobs j
+        CROSS JOIN LATERAL (
+            SELECT id, scheduled_for, status FROM tickgate_runs
+            WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
+        WHERE old.status <> 'running'
+          AND old.scheduled_for
+              < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)
+        ORDER BY j.name LIMIT 10000
+        FOR KEY SHARE OF j),
+    deleted AS (
+        DELETE FROM tickgate_runs r USING doomed WHERE r.id = doomed.id
+        RETURNING r.job, r.scheduled_for),
+    marked AS (
+        INSERT INTO tickgate_pruned (job, through)
+        SELECT job, max(scheduled_for) FROM deleted GROUP BY job
+        ON CONFLICT (job) DO UPDATE
+            SET through = greatest(tickgate_pruned.through, excluded.through))
+    SELECT count(*) FROM deleted"""
 _UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
 _LOCK_JOBS = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""

@@ -1,0 +1,145 @@
+"""Retention and backfill's bounds: no future ticks, no running rows pruned, no rerun
+of ticks whose rows retention pruned, and one sweeper pruning at a time."""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+
+from service.store import Store
+from service.store.store import RETENTION_LOCK_KEY
+
+ANCHOR = "2026-01-01T00:00:00Z"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+JOB: dict[str, Any] = {
+    "name": "kept",
+    "schedule": {"kind": "interval", "every_seconds": 60, "anchor": ANCHOR},
+    "task": "log",
+    "args": {"message": "tick"},
+}
+# The ledger's columns as the runner writes them (tests/integration/test_runner.py).
+INSERT_RUN = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
+        runner, job_version, lock_key, locked, backend_pid, skip_reason)
+    VALUES (gen_random_uuid(), $1, $2, 'schedule', $3, $2, 'x', 1, 0, true, 0, $4)"""
+
+
+def minute(n: int) -> datetime:
+    return START + timedelta(minutes=n)
+
+
+async def insert_runs(database_url: str, job: str, rows: Sequence[tuple[int, str]]) -> None:
+    """Ledger rows of `job` at (minute after START, status): history long past."""
+    skip = {"skipped": "overlap"}
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.executemany(
+            INSERT_RUN, [(job, minute(n), status, skip.get(status)) for n, status in rows]
+        )
+    finally:
+        await connection.close()
+
+
+async def ledger(client: httpx.AsyncClient, job: str) -> list[tuple[str, str]]:
+    """(scheduled_for, status) of the job's rows, oldest tick first."""
+    page = (await client.get(f"/v1/jobs/{job}/runs", params={"limit": 1000})).json()
+    return sorted((r["scheduled_for"], r["status"]) for r in page["items"])
+
+
+def iso(n: int) -> str:
+    return minute(n).isoformat().replace("+00:00", "Z")
+
+
+async def test_a_backfill_reaching_into_the_future_is_422(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    assert (await client.post("/v1/jobs", json=JOB)).status_code == 201
+    now = await store.clock()
+    body = {
+        "from": (now - timedelta(minutes=5)).isoformat(),
+        "to": (now + timedelta(minutes=5)).isoformat(),
+    }
+    response = await client.post("/v1/jobs/kept/backfill", json=body)
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "to"]
+    assert "future" in problem["msg"]
+    assert await ledger(client, "kept") == []  # no tick ran early
+
+
+async def test_retention_spares_running_rows_and_prunes_skipped_ones(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    await client.post("/v1/jobs", json=JOB)
+    history = [(0, "running"), (1, "skipped"), (2, "succeeded"), (3, "running")]
+    await insert_runs(database_url, "kept", history + [(n, "succeeded") for n in range(4, 7)])
+    # Keep 3 (minutes 4..6): of the older four, the two still running stay.
+    assert await store.prune_runs(keep=3) == 2
+    assert [status for _, status in await ledger(client, "kept")] == [
+        "running",
+        "running",
+        "succeeded",
+        "succeeded",
+        "succeeded",
+    ]
+
+
+async def test_a_backfill_over_pruned_ticks_is_409_not_a_rerun(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    await client.post("/v1/jobs", json=JOB)
+    await insert_runs(database_url, "kept", [(n, "succeeded") for n in range(12)])
+    assert await store.prune_runs(keep=3) == 9  # minutes 0..8 go; the watermark is 8
+    for start in (0, 8):  # over the pruned range, and from the watermark itself
+        body = {"from": iso(start), "to": iso(11)}
+        response = await client.post("/v1/jobs/kept/backfill", json=body)
+        assert response.status_code == 409, response.text
+        assert response.json()["detail"] == (
+            "runs up to 2026-01-01T00:08:00+00:00 were pruned by retention; backfill from after it"
+        )
+    later = await client.post(
+        "/v1/jobs/kept/backfill", json={"from": "2026-01-01T00:08:01Z", "to": iso(13)}
+    )
+    assert later.status_code == 200, later.text
+    assert [r["scheduled_for"] for r in later.json()["items"]] == [iso(12), iso(13)]
+    assert len(await ledger(client, "kept")) == 5  # 9..11 kept, 12..13 backfilled
+
+
+async def test_the_watermark_only_moves_forward_and_goes_with_its_job(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    await client.post("/v1/jobs", json=JOB)
+    await insert_runs(database_url, "kept", [(n, "succeeded") for n in range(10, 16)])
+    assert await store.prune_runs(keep=2) == 4  # through minute 13
+    await insert_runs(database_url, "kept", [(n, "succeeded") for n in range(0, 3)])
+    # Rows older than the watermark (written by a backfill-like path) prune without
+    # moving it back.
+    assert await store.prune_runs(keep=2) == 3
+    response = await client.post("/v1/jobs/kept/backfill", json={"from": iso(12), "to": iso(20)})
+    assert "2026-01-01T00:13:00+00:00" in response.json()["detail"]
+    # A job deleted and created again starts without history, so without a watermark.
+    assert (await client.delete("/v1/jobs/kept")).status_code == 204
+    await client.post("/v1/jobs", json=JOB)
+    again = await client.post("/v1/jobs/kept/backfill", json={"from": iso(0), "to": iso(1)})
+    assert again.status_code == 200, again.text
+
+
+async def test_a_sweeper_without_the_retention_lock_prunes_nothing(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    await client.post("/v1/jobs", json=JOB)
+    await insert_runs(database_url, "kept", [(n, "succeeded") for n in range(8)])
+    other_sweeper = await asyncpg.connect(database_url)
+    try:
+        await other_sweeper.execute("BEGIN")
+        assert await other_sweeper.fetchval(
+            "SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK_KEY
+        )
+        assert await store.prune_runs(keep=3) == 0  # another replica prunes this round
+        assert len(await ledger(client, "kept")) == 8
+        await other_sweeper.execute("COMMIT")  # its transaction ends, and the lock with it
+    finally:
+        await other_sweeper.close()
+    assert await store.prune_runs(keep=3) == 5
+    assert len(await ledger(client, "kept")) == 3
