@@ -297,3 +297,30 @@ async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) 
     now = await store.clock()
     assert {close_window(job, now).state for job in ended.values()} == {JobState.COMPLETED}
     assert capped.state is JobState.ACTIVE
+
+
+async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+) -> None:
+    async def nap(args: GateArgs, context: TaskContext) -> JsonValue:
+        await asyncio.sleep(0.4)
+        return None
+
+    tasks = [TaskDefinition("nap", "sleeps a little", GateArgs, nap)]
+    async with running(store, sessions, gates, metrics, tasks=tasks) as runner:
+        job = await add_job(store, "busy-history", task="nap")
+        now = tick_now()
+        past = [now - timedelta(minutes=10, seconds=n) for n in range(4, 0, -1)]
+        backfilling = asyncio.create_task(runner.backfill(job, past))
+        await eventually(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
+        runner.fire(job, now, RunTrigger.SCHEDULE)  # due while the backfill holds the lock
+        made = await asyncio.wait_for(backfilling, timeout=60)
+        runs = sorted(await finished_runs(store, "busy-history", 5), key=lambda r: r.started_at)
+    assert len(made) == 4
+    order = [run.trigger for run in runs]
+    assert order[:2] == [RunTrigger.BACKFILL, RunTrigger.SCHEDULE], order
+    assert all(run.status is RunStatus.SUCCEEDED for run in runs)
+
+
+async def _started(store: Store, job: str, count: int) -> bool:
+    return len(await runs_of(store, job)) >= count
