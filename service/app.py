@@ -129,6 +129,8 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
+    if settings.scheduler:
+        tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
     metrics = Metrics()
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:

@@ -407,6 +407,10 @@ class HttpSender:
             self._ssl = httpx.create_ssl_context()
         return self._ssl
 
+    def warm(self) -> None:
+        """Load the certificates and open the (empty) pools now, not in a first run."""
+        self._pooled("")
+
     def _pooled(self, job: str) -> httpx.AsyncClient:
         """The client whose pool `job`'s runs use; opened on first use, so a registry
         that never sends holds no sockets."""
@@ -548,4 +552,5 @@ def http_task(
         args_model=HttpArgs,
         run=sender.run,
         close=sender.aclose,
+        warm=sender.warm,
     )
