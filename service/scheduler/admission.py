@@ -10,7 +10,7 @@ misfires later (and other replicas, with room, are racing for them meanwhile).
 """
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
@@ -36,6 +36,8 @@ class Admission(Generic[T]):
         self._room = room
         self._limit = limit
         self._waiting: deque[T] = deque()
+        # No waiting tick's deadline is earlier: most calls of `expired` cost nothing.
+        self._earliest: datetime | None = None
 
     @property
     def room(self) -> int:
@@ -46,7 +48,10 @@ class Admission(Generic[T]):
 
     def offer(self, ticks: Iterable[T]) -> list[T]:
         """Queue `ticks`; return the oldest waiting ticks beyond the limit."""
-        self._waiting.extend(ticks)
+        for tick in ticks:
+            self._waiting.append(tick)
+            if self._earliest is None or tick.deadline < self._earliest:
+                self._earliest = tick.deadline
         overflow = []
         while len(self._waiting) > self._limit:
             overflow.append(self._waiting.popleft())
@@ -54,11 +59,14 @@ class Admission(Generic[T]):
 
     def expired(self, now: datetime) -> list[T]:
         """Take every waiting tick past its deadline."""
+        if self._earliest is None or now <= self._earliest:
+            return []
         kept: deque[T] = deque()
         gone: list[T] = []
         for tick in self._waiting:
             (gone if tick.deadline < now else kept).append(tick)
         self._waiting = kept
+        self._earliest = min((tick.deadline for tick in kept), default=None)
         return gone
 
     def take(self, most: int) -> list[T]:
@@ -82,9 +90,3 @@ class Admission(Generic[T]):
 
     def free(self, count: int = 1) -> None:
         self._room += count
-
-    def drain(self, keep: Callable[[T], bool]) -> list[T]:
-        """Take every waiting tick `keep` rejects."""
-        gone = [tick for tick in self._waiting if not keep(tick)]
-        self._waiting = deque(tick for tick in self._waiting if keep(tick))
-        return gone

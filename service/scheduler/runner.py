@@ -72,6 +72,7 @@ WAITING_LIMIT = 20_000
 ROOM_GATHER_SECONDS = 0.005
 SKIP_LINGER_SECONDS = 0.01
 _RETRY_AFTER_FAILURE_SECONDS = 0.5
+_HELD_BY_NO_RUN = "the job's lock stayed held by a session that ran no tick of it"
 
 
 @dataclass(frozen=True)
@@ -217,14 +218,14 @@ class Runner:
         try:
             async with self._sessions.session(ACQUIRE_SECONDS) as session:
                 undecided = self._in_time(batch)
-                claims = await session.claim([tick.claim for tick in undecided])
+                claims = await session.claim([t.claim for t in undecided]) if undecided else []
                 decided, undecided = undecided, []
                 runs = [self._settle(session, t, c) for t, c in zip(decided, claims, strict=True)]
                 await asyncio.gather(*(run for run in runs if run is not None))
         except Exception as error:  # noqa: BLE001 - logged; the ticks go round again
             # A failed claim decided nothing: no tick of it may be lost to it.
             _log_failure(f"claim of {len(undecided)} ticks", error)
-            self._again(undecided, _RETRY_AFTER_FAILURE_SECONDS)
+            self._again(undecided, _RETRY_AFTER_FAILURE_SECONDS, "its claims kept failing")
         finally:
             if undecided:
                 self._room_freed(len(undecided))
@@ -248,7 +249,7 @@ class Runner:
             return self._run_claimed(session, tick.job, claim)
         self._room_freed()
         if claim.outcome is ClaimOutcome.LOCKED:
-            self._again([tick], RETRY_SECONDS)
+            self._again([tick], RETRY_SECONDS, _HELD_BY_NO_RUN)
         elif claim.outcome is ClaimOutcome.BUSY:
             self._overlapped(tick)
         elif claim.outcome is ClaimOutcome.STALE:
@@ -259,12 +260,13 @@ class Runner:
             self._settled(tick)
         return None
 
-    def _again(self, ticks: Iterable[DueTick], after: float) -> None:
-        """Send ticks round the loop again after `after` seconds, within their deadline."""
+    def _again(self, ticks: Iterable[DueTick], after: float, why: str) -> None:
+        """Send ticks round the loop again after `after` seconds, within their deadline;
+        `why` a tick past it never ran."""
         now = self._clock.now()
         for tick in ticks:
             if tick.deadline < now:
-                self._misfire([tick], "the job's lock stayed held by someone not running it")
+                self._misfire([tick], why)
             else:
                 asyncio.get_running_loop().call_later(after, self._arrive, tick)
 
@@ -272,7 +274,7 @@ class Runner:
         """Another run of the job is in progress: after a moment's patience, the
         overlap policy decides. Whoever sees that records the skip, once."""
         if tick.queued or self._clock.now() < tick.patience_until:
-            self._again([tick], RETRY_SECONDS)
+            self._again([tick], RETRY_SECONDS, "an earlier run was still in progress")
         elif tick.job.overlap is Overlap.QUEUE_ONE:
             self._spawn(self._queue(tick))
         else:
@@ -289,7 +291,8 @@ class Runner:
             )
             if held is None or held == tick.scheduled_for:
                 deadline = self._clock.now() + timedelta(seconds=longest)
-                self._again([replace(tick, queued=True, deadline=deadline)], RETRY_SECONDS)
+                queued = replace(tick, queued=True, deadline=deadline)
+                self._again([queued], RETRY_SECONDS, "the run it waited for outlasted its wait")
             else:
                 self._skip([tick], SkipReason.OVERLAP, "another tick already waited for the run")
 
@@ -300,7 +303,8 @@ class Runner:
             jobs = await self._store.get_jobs([tick.job_name])
             current = jobs[0] if jobs else None
             if current is not None and current.is_tick(tick.scheduled_for):
-                self._again([replace(tick, claim=replace(tick.claim, job=current))], 0.0)
+                again = replace(tick, claim=replace(tick.claim, job=current))
+                self._again([again], 0.0, "the job kept changing")
             else:
                 self._settled(tick)
 
@@ -310,7 +314,7 @@ class Runner:
             yield
         except Exception as error:  # noqa: BLE001 - logged; the tick goes round again
             _log_failure(f"{what} for {tick.job_name}", error)
-            self._again([tick], _RETRY_AFTER_FAILURE_SECONDS)
+            self._again([tick], _RETRY_AFTER_FAILURE_SECONDS, f"{what} kept failing")
 
     # --- run ----------------------------------------------------------------------
 
