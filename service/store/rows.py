@@ -1,18 +1,48 @@
 """Rows become frozen domain objects the moment they leave the database."""
 
 import json
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 from service.domain.jobs import STORED, Job
 from service.domain.runs import Run
 
-JOB_COLUMNS = (
-    "name, lock_key, description, schedule, timezone, task, args, state, overlap,"
-    " timeout_seconds, misfire_grace_seconds, created_at, updated_at, fire_after, version,"
-    " retry, start_at, end_at, max_runs, jitter_seconds, catchup, pause_note, runs_started,"
-    " incarnation"
+# The one column table of tickgate_jobs: the statements' column lists, the values
+# written and the rows read all derive from it, so they cannot drift apart.
+_JOB_TABLE: tuple[tuple[str, Callable[[Job], object]], ...] = (
+    ("name", lambda job: job.name),
+    ("lock_key", lambda job: job.lock_key),
+    ("description", lambda job: job.description),
+    ("schedule", lambda job: job.schedule.model_dump(mode="json")),
+    ("timezone", lambda job: job.timezone),
+    ("task", lambda job: job.task),
+    ("args", lambda job: job.args),
+    ("state", lambda job: job.state.value),
+    ("overlap", lambda job: job.overlap.value),
+    ("timeout_seconds", lambda job: job.timeout_seconds),
+    ("misfire_grace_seconds", lambda job: job.misfire_grace_seconds),
+    ("created_at", lambda job: job.created_at),
+    ("updated_at", lambda job: job.updated_at),
+    ("fire_after", lambda job: job.fire_after),
+    ("version", lambda job: job.version),
+    ("retry", lambda job: job.retry.model_dump(mode="json")),
+    ("start_at", lambda job: job.start_at),
+    ("end_at", lambda job: job.end_at),
+    ("max_runs", lambda job: job.max_runs),
+    ("jitter_seconds", lambda job: job.jitter_seconds),
+    ("catchup", lambda job: job.catchup.value),
+    ("pause_note", lambda job: job.pause_note),
+    ("runs_started", lambda job: job.runs_started),
+    ("incarnation", lambda job: job.incarnation),
 )
+JOB_COLUMNS = ", ".join(column for column, _ in _JOB_TABLE)
+
+
+def job_values(job: Job) -> tuple[object, ...]:
+    """`job` as the values of JOB_COLUMNS, in order."""
+    return tuple(value(job) for _, value in _JOB_TABLE)
+
+
 RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"
     " attempts, runner, error, result, skip_reason, missed_ticks"

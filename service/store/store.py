@@ -22,6 +22,7 @@ from service.store.rows import (
     RUN_COLUMNS,
     SharedParts,
     job_from_row,
+    job_values,
     run_from_row,
 )
 
@@ -351,7 +352,7 @@ class Store:
         """Create `job` and notify the schedulers, in one statement; False if a job of
         that name exists (nothing is written). Conflict if its lock_key is taken."""
         try:
-            rows = await self._pool.fetch(_INSERT_JOB, *_job_values(job), JOBS_CHANNEL)
+            rows = await self._pool.fetch(_INSERT_JOB, *job_values(job), JOBS_CHANNEL)
         except asyncpg.UniqueViolationError as error:
             if error.constraint_name == _LOCK_KEY_UNIQUE:
                 raise _lock_key_conflict(job.name) from error
@@ -371,7 +372,7 @@ class Store:
             before = [job_from_row(row) for row in rows]
             changed = [a for b in before if (a := updates[b.name](b, now)) != b]
             if changed:
-                await connection.executemany(_UPDATE_JOB, [_job_values(job) for job in changed])
+                await connection.executemany(_UPDATE_JOB, [job_values(job) for job in changed])
                 await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, [j.name for j in changed])
 
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
@@ -453,39 +454,10 @@ async def _write_job(connection: Connection, name: str, job: Job | None, *, exis
     if job is None:
         await connection.execute("DELETE FROM tickgate_jobs WHERE name = $1", name)
     elif exists:
-        await connection.execute(_UPDATE_JOB, *_job_values(job))
+        await connection.execute(_UPDATE_JOB, *job_values(job))
     else:
         await connection.execute(
             f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
                 VALUES ({_JOB_PLACEHOLDERS})""",
-            *_job_values(job),
+            *job_values(job),
         )
-
-
-def _job_values(job: Job) -> tuple[object, ...]:
-    return (
-        job.name,
-        job.lock_key,
-        job.description,
-        job.schedule.model_dump(mode="json"),
-        job.timezone,
-        job.task,
-        job.args,
-        job.state.value,
-        job.overlap.value,
-        job.timeout_seconds,
-        job.misfire_grace_seconds,
-        job.created_at,
-        job.updated_at,
-        job.fire_after,
-        job.version,
-        job.retry.model_dump(mode="json"),
-        job.start_at,
-        job.end_at,
-        job.max_runs,
-        job.jitter_seconds,
-        job.catchup.value,
-        job.pause_note,
-        job.runs_started,
-        job.incarnation,
-    )
