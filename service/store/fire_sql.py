@@ -68,7 +68,8 @@ def claim_statement(*, counted: bool) -> str:
     the ledger row if the job is the one the replica scheduled from and a run cap
     leaves room; release the lock of every tick not claimed. For ticks not claimed it
     also says whether the tick has a row already (`ticked`) and whether another run of
-    the job is in progress (`busy`: the overlap policy's question).
+    the job is in progress, or an earlier tick of a queue_one job waits for one (`busy`:
+    the overlap policy's question). A tick never runs ahead of an earlier waiting tick.
 
     Rows go in (job, tick) order, so two replicas inserting the same ticks of "allow"
     jobs wait on each other in one order, never in a cycle. A claim that counts runs
@@ -90,7 +91,11 @@ def claim_statement(*, counted: bool) -> str:
             WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
                                  incarnation, version, any_version, n)
     ), gated AS MATERIALIZED (
-        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got FROM ticks
+        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got,
+               EXISTS (SELECT 1 FROM tickgate_pending p
+                       WHERE p.job = ticks.job AND p.scheduled_for < ticks.scheduled_for
+                         AND p.expires_at > clock_timestamp()) AS queued_before
+        FROM ticks
     ), current AS MATERIALIZED (
         SELECT name, incarnation, version, state, max_runs, runs_started
         FROM tickgate_jobs WHERE name = ANY($1::text[]) ORDER BY name {row_lock}
@@ -99,6 +104,7 @@ def claim_statement(*, counted: bool) -> str:
         WHERE g.got AND c.incarnation = g.incarnation
           AND (g.any_version OR (c.version = g.version AND c.state = 'active'))
           AND (c.max_runs IS NULL OR c.runs_started < c.max_runs OR g.trigger = 'manual')
+          AND NOT g.queued_before
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
             runner, job_version, lock_key, locked, backend_pid)
@@ -121,10 +127,11 @@ def claim_statement(*, counted: bool) -> str:
            claimed.id IS NULL AND EXISTS (
                SELECT 1 FROM tickgate_runs r
                WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for) AS ticked,
-           NOT g.got AND EXISTS (
+           (NOT g.got AND EXISTS (
                SELECT 1 FROM tickgate_runs r
                WHERE r.job = g.job AND r.status = 'running'
-                 AND r.scheduled_for <> g.scheduled_for AND r.trigger <> 'backfill') AS busy,
+                 AND r.scheduled_for <> g.scheduled_for AND r.trigger <> 'backfill'))
+               OR (claimed.id IS NULL AND g.queued_before) AS busy,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
            claimed.*

@@ -224,10 +224,12 @@ def _outcome_of(row: Mapping[str, Any], tick: TickClaim) -> ClaimOutcome:  # noq
         return ClaimOutcome.JOB_GONE
     if row["ticked"]:
         return ClaimOutcome.ALREADY_RAN
-    if not row["got"]:
-        return ClaimOutcome.BUSY if row["busy"] else ClaimOutcome.LOCKED
     if not row["same_revision"] and not tick.any_version:
-        return ClaimOutcome.STALE
+        return ClaimOutcome.STALE  # judged again as the job stands, before any policy
+    if row["busy"]:
+        return ClaimOutcome.BUSY
+    if not row["got"]:
+        return ClaimOutcome.LOCKED
     if row["capped"]:
         return ClaimOutcome.CAPPED
     # Lost the race for the row to a claim that committed after this statement began.
