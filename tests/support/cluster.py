@@ -2,10 +2,12 @@
 receiver, a blocking SQL connection, waiting with the replicas' logs, and the count of
 ticks delivered once, twice or never."""
 
+import asyncio
+import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -263,3 +265,198 @@ def claimed_by(sql: Sql, runner: str) -> set[Tick]:
         runner,
     )
     return {(row["job"], float(row["at"])) for row in rows}
+
+
+# --- whole-window tick accounting: deliveries and ledger rows, tick by tick ---------------
+
+EVERY_TWO_SECONDS_CRON: dict[str, Any] = {"kind": "cron", "expression": "*/2 * * * * *"}
+# Each kind of every-second job: its schedule and period (ticks are the whole seconds
+# divisible by the period: true of these crons and of intervals anchored at midnight UTC).
+SCHEDULE_KINDS: dict[str, tuple[dict[str, Any], int]] = {
+    "cron": (EVERY_SECOND_CRON, 1),
+    "interval": (EVERY_SECOND_INTERVAL, 1),
+    "cron2": (EVERY_TWO_SECONDS_CRON, 2),
+}
+RUN_STATUSES_ENDED = ("succeeded", "failed", "timed_out", "cancelled", "abandoned")
+
+
+def every_second_specs(
+    receiver: Receiver, counts: Mapping[str, int], prefix: str = ""
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """`counts[kind]` jobs of each kind of SCHEDULE_KINDS, named `<prefix><kind>-NNN`,
+    calling the receiver (answered at once); the specs and each job's period."""
+    specs: list[dict[str, Any]] = []
+    periods: dict[str, int] = {}
+    for kind, count in counts.items():
+        schedule, period = SCHEDULE_KINDS[kind]
+        for index in range(count):
+            name = f"{prefix}{kind}-{index:03d}"
+            specs.append(http_job(name, receiver, schedule))
+            periods[name] = period
+    return specs, periods
+
+
+def create_all(replicas: Sequence[Replica], jobs: Sequence[Mapping[str, Any]]) -> None:
+    """POST every job, round-robin over the replicas, many at once (bulk, quickly)."""
+    requests = [
+        ("POST", f"{replicas[i % len(replicas)].url}/v1/jobs", dict(job))
+        for i, job in enumerate(jobs)
+    ]
+    failed = [f"{status} {text}" for status, text in send_all(requests) if status != 201]
+    assert not failed, report(failed, replicas)
+
+
+def delete_all_jobs(replica: Replica) -> None:
+    """Delete every job there is (their ledger rows go with them)."""
+    response = httpx.get(f"{replica.url}/v1/jobs", params={"limit": 1000}, timeout=30)
+    assert response.status_code == 200, response.text
+    names = [job["name"] for job in response.json()["items"]]
+    requests = [("DELETE", f"{replica.url}/v1/jobs/{name}", None) for name in names]
+    failed = [f"{status} {text}" for status, text in send_all(requests) if status not in {204, 404}]
+    assert not failed, failed[:10]
+
+
+def send_all(
+    requests: Sequence[tuple[str, str, Mapping[str, Any] | None]], concurrency: int = 24
+) -> list[tuple[int, str]]:
+    """Send (method, url, json body) requests, `concurrency` at a time; each one's
+    (status, body text), in order."""
+
+    async def send_them() -> list[tuple[int, str]]:
+        gate = asyncio.Semaphore(concurrency)
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+            async def one(method: str, url: str, body: Mapping[str, Any] | None) -> tuple[int, str]:
+                async with gate:
+                    sent = await client.request(
+                        method, url, json=dict(body) if body is not None else None
+                    )
+                    return sent.status_code, sent.text
+
+            return await asyncio.gather(*(one(*request) for request in requests))
+
+    return asyncio.run(send_them())
+
+
+LEDGER_ROWS = """
+    SELECT id::text AS id, job, extract(epoch FROM scheduled_for)::float8 AS at, trigger,
+           status, skip_reason, runner, started_at, finished_at
+    FROM tickgate_runs
+    WHERE job = ANY($1::text[])
+      AND scheduled_for BETWEEN to_timestamp($2::float8) AND to_timestamp($3::float8)
+    ORDER BY job, scheduled_for
+"""
+
+
+def ledger_rows(sql: Sql, jobs: Sequence[str], first: float, last: float) -> dict[Tick, Any]:
+    """The ledger rows of `jobs` for ticks in [first, last], by (job, tick)."""
+    rows = sql.fetch(LEDGER_ROWS, list(jobs), float(first), float(last))
+    return {(row["job"], float(row["at"])): row for row in rows}
+
+
+@dataclass
+class Accounting:
+    """Every nominal tick of a window: its deliveries (the receiver's count) and its
+    ledger row. A tick is accounted for when it has exactly one row, and the row is a
+    run delivered exactly once (with the row's run id) or a skip delivered never."""
+
+    expected: list[Tick]
+    rows: dict[Tick, Any]
+    receipts: dict[Tick, list[str | None]]  # the run ids delivered, per tick
+
+    def rows_with(self, status: str, skip_reason: str | None = None) -> list[Any]:
+        return [
+            row
+            for tick in self.expected
+            if (row := self.rows.get(tick)) is not None
+            and row["status"] == status
+            and (skip_reason is None or row["skip_reason"] == skip_reason)
+        ]
+
+    def problems(
+        self, skip_reasons: Collection[str] = (), run_statuses: Collection[str] = ("succeeded",)
+    ) -> list[str]:
+        """Every tick not accounted for, or whose row is a run ending in a status not in
+        `run_statuses`, or a skip for a reason not in `skip_reasons`."""
+        problems = []
+        for tick in self.expected:
+            job, at = tick
+            name = f"{job} tick {rfc3339(at)}"
+            row = self.rows.get(tick)
+            delivered = self.receipts.get(tick, [])
+            if len(delivered) > 1:
+                problems.append(f"{name} delivered {len(delivered)} times: {delivered}")
+            if row is None:
+                problems.append(f"{name} has no ledger row (delivered {len(delivered)} times)")
+            elif row["status"] == "skipped":
+                if row["skip_reason"] not in skip_reasons:
+                    problems.append(f"{name} skipped ({row['skip_reason']}): {row_text(row)}")
+                if delivered:
+                    problems.append(f"{name} skipped but delivered: {row_text(row)}")
+            elif row["status"] not in run_statuses:
+                problems.append(f"{name} is {row['status']}: {row_text(row)}")
+            elif delivered != [row["id"]]:
+                problems.append(f"{name} delivered as {delivered}, ledger: {row_text(row)}")
+        return problems
+
+
+def row_text(row: Any) -> str:
+    started = row["started_at"].isoformat(timespec="milliseconds") if row["started_at"] else "-"
+    finished = row["finished_at"].isoformat(timespec="milliseconds") if row["finished_at"] else "-"
+    return (
+        f"{row['status']}/{row['skip_reason'] or '-'} by {row['runner']}"
+        f" started {started} finished {finished}"
+    )
+
+
+def account(
+    receiver: Receiver, sql: Sql, periods: Mapping[str, int], first: int, last: int
+) -> Accounting:
+    """Each job's nominal ticks in [first, last]: their deliveries and ledger rows."""
+    expected = [
+        (job, float(at))
+        for job, period in periods.items()
+        for at in range(first, last + 1)
+        if at % period == 0
+    ]
+    receipts: dict[Tick, list[str | None]] = {}
+    for receipt in receiver.receipts():
+        if receipt.job in periods and receipt.tick is not None:
+            receipts.setdefault((receipt.job, receipt.tick), []).append(receipt.run_id)
+    return Accounting(expected, ledger_rows(sql, list(periods), first, last), receipts)
+
+
+def await_accounting(
+    receiver: Receiver,
+    sql: Sql,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    *,
+    skip_reasons: Collection[str] = (),
+    deadline_seconds: float = 30,
+) -> Accounting:
+    """Wait (generously: rows of late runs and skips come in late on a loaded machine)
+    until every tick of the window is accounted for, or the deadline passes; the
+    accounting as it stands then."""
+    eventually(
+        lambda: not account(receiver, sql, periods, first, last).problems(skip_reasons),
+        deadline_seconds,
+    )
+    return account(receiver, sql, periods, first, last)
+
+
+def overlapping_runs(rows: Sequence[Any]) -> list[str]:
+    """Runs (not skips) of one job that overlapped in time: each must start no earlier
+    than the one before it ended (an end is recorded in the statement releasing the
+    job's lock, so the next run's claim comes after it)."""
+    runs = sorted(
+        (row for row in rows if row["status"] != "skipped"), key=lambda row: row["started_at"]
+    )
+    return [
+        f"{rfc3339(later['at'])} started at {later['started_at']:%H:%M:%S.%f}, before"
+        f" {rfc3339(earlier['at'])} ({row_text(earlier)}) ended"
+        for earlier, later in itertools.pairwise(runs)
+        if earlier["finished_at"] is None or later["started_at"] < earlier["finished_at"]
+    ]
