@@ -340,7 +340,7 @@ class MemoryDatabase:
                 error=skip.note,
                 result=None,
                 skip_reason=skip.reason,
-                missed_ticks=None,
+                missed_ticks=skip.missed_ticks,
             )
         )
 

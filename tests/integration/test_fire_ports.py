@@ -300,7 +300,9 @@ async def test_record_skips_records_each_tick_once_and_only_for_its_job(
     await backend.delete_job("skips")
     reborn = await backend.add_job("skips")
     assert await backend.ledger.record_skips([skip(job, third)], "r") == []  # old incarnation
-    assert len(await backend.ledger.record_skips([skip(reborn, third)], "r")) == 1
+    summed = Skip(reborn, third, RunTrigger.SCHEDULE, SkipReason.MISFIRE, "down", missed_ticks=4)
+    [summary] = await backend.ledger.record_skips([summed], "r")
+    assert (summary.skip_reason, summary.missed_ticks) == (SkipReason.MISFIRE, 4)
 
 
 async def test_the_queue_one_slot_is_held_until_released_or_expired(backend: Backend) -> None:
