@@ -39,11 +39,17 @@ from service.scheduler.attempts import Attempts
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.running import RunExecutor
 from service.scheduler.shielding import run_to_completion
-from service.store import Store
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.fire_sql import Skip
-from service.store.sessions import Claim, ClaimOutcome, RunSession, RunSessions, TickClaim
+from service.store.ports import (
+    Claim,
+    ClaimOutcome,
+    Ledger,
+    LockPool,
+    PinnedSession,
+    Skip,
+    TickClaim,
+)
 from service.tasks import SqlTargets, TaskRegistry
 
 log = logging.getLogger(__name__)
@@ -109,8 +115,8 @@ class Runner:
     def __init__(
         self,
         *,
-        sessions: RunSessions,
-        store: Store,
+        sessions: LockPool,
+        store: Ledger,
         tasks: TaskRegistry,
         http: httpx.AsyncClient,
         sql: SqlTargets,
@@ -241,7 +247,7 @@ class Runner:
         return [tick for tick in batch if tick.deadline >= now]
 
     def _settle(
-        self, session: RunSession, tick: DueTick, claim: Claim
+        self, session: PinnedSession, tick: DueTick, claim: Claim
     ) -> Coroutine[Any, Any, None] | None:
         """What the gate's answer means for the tick: a run, an outcome, or another round."""
         if claim.outcome is ClaimOutcome.CLAIMED:
@@ -318,7 +324,7 @@ class Runner:
 
     # --- run ----------------------------------------------------------------------
 
-    async def _run_claimed(self, session: RunSession, job: Job, claim: Claim) -> None:
+    async def _run_claimed(self, session: PinnedSession, job: Job, claim: Claim) -> None:
         try:
             await self._executor.run(session, job, claim)
         except Exception as error:  # noqa: BLE001 - logged with its traceback

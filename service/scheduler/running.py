@@ -19,10 +19,9 @@ from service.domain.runs import Run, RunStatus, RunTrigger, storable_json, stora
 from service.metrics import Metrics
 from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
 from service.scheduler.shielding import run_to_completion
-from service.store import Store
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.sessions import Claim, RunEnd, RunSession
+from service.store.ports import Claim, Ledger, PinnedSession, RunEnd
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class RunExecutor:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Ledger,
         attempts: Attempts,
         metrics: Metrics,
         record_delay: timedelta = timedelta(0),
@@ -58,7 +57,7 @@ class RunExecutor:
     def in_flight(self) -> int:
         return self._runs_by_job.total()
 
-    async def run(self, session: RunSession, job: Job, claim: Claim) -> Run | None:
+    async def run(self, session: PinnedSession, job: Job, claim: Claim) -> Run | None:
         """Run a claimed tick as `job` stands; whatever happens, record its end and
         release the job's lock if this session still holds it."""
         assert claim.run is not None, "only a claimed tick runs"
@@ -69,7 +68,7 @@ class RunExecutor:
             if pinned.hold.held:
                 await run_to_completion(self._unlock(session, pinned.hold))
 
-    async def _unlock(self, session: RunSession, hold: "LockHold") -> None:
+    async def _unlock(self, session: PinnedSession, hold: "LockHold") -> None:
         """Release the job's lock, or kill the session: a connection must never go
         back to the pool still holding an advisory lock."""
         hold.held = False
@@ -232,7 +231,7 @@ class LockHold:
 class Pinned:
     """The connection a run is pinned to, and the lock it holds there."""
 
-    session: RunSession
+    session: PinnedSession
     hold: LockHold
 
 

@@ -116,11 +116,13 @@ def claim_statement(*, counted: bool) -> str:
             missed_ticks = NULL, error = NULL, started_at = EXCLUDED.started_at,
             attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
             lock_key = EXCLUDED.lock_key, locked = EXCLUDED.locked,
-            backend_pid = EXCLUDED.backend_pid, finished_at = NULL
+            backend_pid = EXCLUDED.backend_pid, finished_at = NULL, duration_ms = NULL,
+            result = NULL
         WHERE tickgate_runs.status = 'skipped' AND EXCLUDED.trigger = 'backfill'
         RETURNING {RUN_COLUMNS}
     ){counting}
     SELECT g.got, c.name IS NOT NULL AS job_exists,
+           COALESCE(c.incarnation = g.incarnation, false) AS same_incarnation,
            COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
                AS same_revision,
            COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,

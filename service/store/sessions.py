@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
@@ -23,6 +22,7 @@ from service.store import fire_sql
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, TickClaim
+from service.store.ports import Claim, ClaimOutcome, GateFacts
 from service.store.rows import run_from_row
 from service.store.store import create_pool, init_connection
 
@@ -40,34 +40,6 @@ __all__ = [
 LockCounts = Counter[int]
 
 log = logging.getLogger(__name__)
-
-
-class ClaimOutcome(Enum):
-    """What the gate said of one tick.
-
-    CLAIMED: the ledger row is ours, run it. ALREADY_RAN: the tick has its row (a run
-    or a recorded skip). LOCKED: another session holds the job's lock and no other run
-    of the job is in progress: someone is claiming this tick, or a foreign holder has
-    the key; not an outcome, ask again. BUSY: the lock is held and another run of the
-    job is in progress: the overlap policy decides. STALE: the job is not the one the
-    tick was scheduled from (edited, or deleted and made anew): judge the tick again
-    against the job as it stands. JOB_GONE: no such job. CAPPED: `max_runs` reached.
-    """
-
-    CLAIMED = "claimed"
-    ALREADY_RAN = "already_ran"
-    LOCKED = "locked"
-    BUSY = "busy"
-    STALE = "stale"
-    JOB_GONE = "job_gone"
-    CAPPED = "capped"
-
-
-@dataclass(frozen=True)
-class Claim:
-    outcome: ClaimOutcome
-    run: Run | None = None
-    holds_lock: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,28 +184,18 @@ def _no_linger() -> float:
 
 
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
-    holds = bool(tick.lock and row["got"] and not row["released"])
-    return Claim(_outcome_of(row, tick), run_from_row(row) if row["id"] else None, holds)
-
-
-def _outcome_of(row: Mapping[str, Any], tick: TickClaim) -> ClaimOutcome:  # noqa: PLR0911
-    # One answer per condition of the gate, in the order they apply.
-    if row["id"] is not None:
-        return ClaimOutcome.CLAIMED
-    if not row["job_exists"]:
-        return ClaimOutcome.JOB_GONE
-    if row["ticked"]:
-        return ClaimOutcome.ALREADY_RAN
-    if not row["same_revision"] and not tick.any_version:
-        return ClaimOutcome.STALE  # judged again as the job stands, before any policy
-    if row["busy"]:
-        return ClaimOutcome.BUSY
-    if not row["got"]:
-        return ClaimOutcome.LOCKED
-    if row["capped"]:
-        return ClaimOutcome.CAPPED
-    # Lost the race for the row to a claim that committed after this statement began.
-    return ClaimOutcome.ALREADY_RAN
+    facts = GateFacts(
+        got=bool(row["got"]),
+        job_exists=bool(row["job_exists"]),
+        same_incarnation=bool(row["same_incarnation"]),
+        same_revision=bool(row["same_revision"]),
+        capped=bool(row["capped"]),
+        ticked=bool(row["ticked"]),
+        busy=bool(row["busy"]),
+        released=bool(row["released"]),
+        run=run_from_row(row) if row["id"] else None,
+    )
+    return facts.claim(tick)
 
 
 def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:

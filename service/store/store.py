@@ -17,6 +17,7 @@ from service.store import fire_sql
 from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, Skip
 from service.store.migrate import applied_versions, migrate
+from service.store.ports import JobUpdateFn
 from service.store.rows import (
     JOB_COLUMNS,
     RUN_COLUMNS,
@@ -34,8 +35,6 @@ _INSERT_ATTEMPTS = 3
 RETENTION_LOCK_KEY = lock_key("tickgate:retention")
 
 JobChangeFn = Callable[[Job | None], Job | None]
-# An update of an existing job, given the database's clock.
-JobUpdateFn = Callable[[Job, datetime], Job]
 
 
 @dataclass(frozen=True)

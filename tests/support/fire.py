@@ -18,6 +18,7 @@ from service.domain.schedules import CronSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
+from service.store.ports import Ledger, LockPool
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
@@ -90,14 +91,16 @@ async def runner(
 
 @asynccontextmanager
 async def running(
-    store: Store,
-    sessions: RunSessions,
+    store: Ledger,
+    sessions: LockPool,
     gates: Gates,
     metrics: Metrics,
     max_in_flight: int = 32,
     tasks: Sequence[TaskDefinition[Any]] = (),
+    runner_id: str = "test-runner",
 ) -> AsyncIterator[Runner]:
-    """A Runner (a replica's fire path) with the gate tasks, plus `tasks`."""
+    """A Runner (a replica's fire path) with the gate tasks, plus `tasks`, over any
+    implementation of the fire path's ports."""
     registry = builtin_registry(http_allow="127.0.0.1")
     registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
     registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
@@ -109,7 +112,7 @@ async def running(
             store=store,
             tasks=registry,
             http=http,
-            runner_id="test-runner",
+            runner_id=runner_id,
             metrics=metrics,
             sql=SqlTargetConnections({}),
             max_in_flight=max_in_flight,

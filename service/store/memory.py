@@ -1,0 +1,568 @@
+"""The fire path's ports in memory, with the semantics of their SQL (`fire_sql`).
+
+`MemoryDatabase` is the state every replica shares: jobs, the run ledger (one row per
+job and tick), the queue_one slots, and advisory locks owned per session (re-entrant,
+counted, all dropped when the session closes). Each replica gets its own
+`MemoryLockPool` and `MemoryLedger` over it, as each has its own pools over PostgreSQL.
+
+Sessions close as connections do: `terminate` from within, `terminate_backend` from
+outside (pg_terminate_backend); either drops the session's locks and trips its fences.
+A claim behaves as the claim statement does: the ledger it judges `ticked` and `busy`
+on is the one it began with (PostgreSQL's statement snapshot), the job is read as it
+stands when the claim decides (a row lock sees the newest version), and the row is
+written only where none is. Every call gives other tasks a turn first, as a round trip
+would. `Hooks` can hold a claim after it took its locks, or a run's end before it is
+written, so a test can interleave another replica's calls exactly there (`Pause`).
+
+No SQL, no I/O: time comes from the clock it is given, so tests decide what it reads.
+"""
+
+import asyncio
+import logging
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from itertools import count
+from typing import Generic, TypeVar
+from uuid import UUID, uuid4
+
+from service.domain.jobs import Job, JobState
+from service.domain.runs import Run, RunStatus, RunTrigger
+from service.store.ports import (
+    Claim,
+    GateFacts,
+    JobUpdateFn,
+    Ledger,
+    LockPool,
+    PinnedSession,
+    RunEnd,
+    Skip,
+    TickClaim,
+)
+
+__all__ = [
+    "Clock",
+    "Hooks",
+    "MemoryDatabase",
+    "MemoryLedger",
+    "MemoryLockPool",
+    "MemorySession",
+    "NoSuchJobError",
+    "Pause",
+    "SessionClosedError",
+]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+T = TypeVar("T")
+ClaimHook = Callable[[Sequence[TickClaim]], Awaitable[None]]
+FinishHook = Callable[[Sequence[UUID]], Awaitable[None]]
+_Tick = tuple[str, datetime]
+
+
+class SessionClosedError(ConnectionError):
+    """A call on a session that is gone: what a dead connection answers (unavailable)."""
+
+
+class NoSuchJobError(LookupError):
+    """A queue_one slot for a job that does not exist (the slot's foreign key)."""
+
+
+@dataclass
+class Hooks:
+    """Where a test may hold a call mid-flight. `before_deciding`: a claim, after it
+    took its ticks' locks and before it reads the jobs and writes rows. `before_finishing`:
+    a run's end on its pinned session, before it is written and its lock released."""
+
+    before_deciding: ClaimHook | None = None
+    before_finishing: FinishHook | None = None
+
+
+class Pause(Generic[T]):
+    """A hook that holds every call with an item `matches` accepts until `resume`."""
+
+    def __init__(self, matches: Callable[[T], bool]) -> None:
+        self._matches = matches
+        self._resumed = asyncio.Event()
+        self._arrival = asyncio.Condition()
+        self.arrivals = 0
+
+    async def __call__(self, items: Sequence[T]) -> None:
+        if not any(self._matches(item) for item in items):
+            return
+        async with self._arrival:
+            self.arrivals += 1
+            self._arrival.notify_all()
+        await self._resumed.wait()
+
+    async def reached(self, arrivals: int = 1) -> None:
+        """Wait until `arrivals` calls are held here (or were)."""
+        async with self._arrival:
+            await self._arrival.wait_for(lambda: self.arrivals >= arrivals)
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One claim as a whole: whose session, the ledger as it began, the runner its
+    rows name, and whether it counts runs (then it has one tick)."""
+
+    session: int
+    began: Mapping["_Tick", Run]
+    runner: str
+    counted: bool
+
+    def counts(self, run: Run) -> bool:
+        return self.counted and run.trigger is not RunTrigger.MANUAL
+
+
+@dataclass(frozen=True)
+class _Slot:
+    scheduled_for: datetime
+    runner: str
+    expires_at: datetime
+
+
+class MemoryDatabase:
+    """What every replica shares. Jobs are written with `put_job` / `delete_job` (the
+    API's writes; a delete takes the job's runs and slot with it, as its foreign keys
+    cascade); the fire path reaches the rest through the pools and ledgers over it."""
+
+    def __init__(self, *, clock: Clock, hooks: Hooks | None = None) -> None:
+        self.clock = clock
+        self.hooks = hooks or Hooks()
+        self._jobs: dict[str, Job] = {}
+        self._runs: dict[_Tick, Run] = {}
+        self._run_ticks: dict[UUID, _Tick] = {}
+        self._slots: dict[str, _Slot] = {}
+        self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
+        self._session_ids = count(1)
+        self._sessions: dict[int, MemorySession] = {}  # open ones
+
+    # --- what the API and tests do -------------------------------------------------
+
+    def put_job(self, job: Job) -> None:
+        self._jobs[job.name] = job
+
+    def delete_job(self, name: str) -> None:
+        self._jobs.pop(name, None)
+        self._slots.pop(name, None)
+        for tick in [tick for tick in self._runs if tick[0] == name]:
+            del self._run_ticks[self._runs.pop(tick).id]
+
+    def job(self, name: str) -> Job | None:
+        return self._jobs.get(name)
+
+    def runs(self, job: str) -> list[Run]:
+        """The job's ledger rows, newest first (as `Store.list_runs`)."""
+        rows = [run for (name, _), run in self._runs.items() if name == job]
+        return sorted(rows, key=lambda run: (run.started_at, run.id), reverse=True)
+
+    def slot(self, job: str) -> datetime | None:
+        """The tick holding the job's queue_one slot, expired or not."""
+        slot = self._slots.get(job)
+        return slot.scheduled_for if slot else None
+
+    def lock_holders(self, key: int) -> int:
+        """Sessions holding `key` (as pg_locks counts them): 0 or 1."""
+        return int(key in self._locks)
+
+    def lock_owner(self, key: int) -> int | None:
+        """The session holding `key`, if one does."""
+        held = self._locks.get(key)
+        return held[0] if held else None
+
+    def connect(self) -> "MemorySession":
+        """A session of no pool: a foreign lock holder, say."""
+        session = MemorySession(self, next(self._session_ids))
+        self._sessions[session.id] = session
+        return session
+
+    def terminate_backend(self, session: int) -> bool:
+        """What pg_terminate_backend does to a session: it closes, its locks with it."""
+        found = self._sessions.get(session)
+        if found is not None:
+            found.terminate()
+        return found is not None
+
+    def disconnected(self, session: int) -> None:
+        self._sessions.pop(session, None)
+        self.unlock_all(session)
+
+    # --- advisory locks ------------------------------------------------------------
+
+    def try_lock(self, session: int, key: int) -> bool:
+        owner, taken = self._locks.get(key, (session, 0))
+        if owner != session:
+            return False
+        self._locks[key] = (session, taken + 1)
+        return True
+
+    def unlock(self, session: int, key: int) -> bool:
+        held = self._locks.get(key)
+        if held is None or held[0] != session:
+            return False
+        if held[1] > 1:
+            self._locks[key] = (session, held[1] - 1)
+        else:
+            del self._locks[key]
+        return True
+
+    def unlock_all(self, session: int) -> int:
+        """Drop every lock of `session` (it closed); how many keys it held."""
+        keys = [key for key, (owner, _) in self._locks.items() if owner == session]
+        for key in keys:
+            del self._locks[key]
+        return len(keys)
+
+    # --- the claim -----------------------------------------------------------------
+
+    async def claim(self, session: "MemorySession", ticks: Sequence[TickClaim]) -> list[Claim]:
+        _check_batch(ticks)
+        session.check_open()
+        began = dict(self._runs)  # what `ticked` and `busy` are judged on
+        got = [not tick.lock or self.try_lock(session.id, tick.job.lock_key) for tick in ticks]
+        if self.hooks.before_deciding is not None:
+            await self.hooks.before_deciding(ticks)
+        session.check_open()  # a session closed meanwhile failed its statement
+        counted = any(tick.counted for tick in ticks)
+        statement = _Statement(session.id, began, ticks[0].runner if ticks else "", counted)
+        current = {tick.job.name: self._jobs.get(tick.job.name) for tick in ticks}
+        return [
+            self._gate(statement, tick, took, current[tick.job.name])
+            for tick, took in zip(ticks, got, strict=True)
+        ]
+
+    def _gate(self, statement: "_Statement", tick: TickClaim, got: bool, job: Job | None) -> Claim:
+        """One tick's way through the gate: one row of the claim statement."""
+        queued_before = self._queued_before(tick)
+        claimed = got and _admits(tick, job) and not queued_before
+        run = self._insert_claimed(tick, job, statement.runner) if claimed else None
+        if run is not None and job is not None and statement.counts(run):
+            self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
+        key = tick.job.lock_key
+        released = got and tick.lock and run is None and self.unlock(statement.session, key)
+        facts = GateFacts(
+            got=got,
+            job_exists=job is not None,
+            same_incarnation=job is not None and job.incarnation == tick.job.incarnation,
+            same_revision=job is not None and job.revision == tick.job.revision,
+            capped=_capped(tick, job),
+            ticked=run is None and _tick_of(tick) in statement.began,
+            busy=(not got and _busy(tick, statement.began.values()))
+            or (run is None and queued_before),
+            released=released,
+            run=run,
+        )
+        return facts.claim(tick)
+
+    def _queued_before(self, tick: TickClaim) -> bool:
+        """An earlier tick of the job holds its queue_one slot: this one may not pass it."""
+        slot = self._slots.get(tick.job.name)
+        return (
+            slot is not None
+            and slot.scheduled_for < _utc(tick.scheduled_for)
+            and slot.expires_at > self.clock()
+        )
+
+    def _insert_claimed(self, tick: TickClaim, job: Job | None, runner: str) -> Run | None:
+        """The claim's row, where the tick has none; a backfill also takes a skipped
+        row over."""
+        assert job is not None, "only an admitted tick is inserted"
+        existing = self._runs.get(_tick_of(tick))
+        fields: dict[str, object] = {
+            "id": tick.run_id,
+            "trigger": tick.trigger,
+            "status": RunStatus.RUNNING,
+            "started_at": self.clock(),
+            "finished_at": None,
+            "attempts": 1,
+            "runner": runner,
+            "error": None,
+            "skip_reason": None,
+            "missed_ticks": None,
+            "result": None,
+            "duration_ms": None,
+        }
+        if existing is None:
+            new = {"job": job.name, "scheduled_for": _utc(tick.scheduled_for)}
+            run = Run.model_validate({**new, **fields})
+        elif existing.status is RunStatus.SKIPPED and tick.trigger is RunTrigger.BACKFILL:
+            run = existing.model_copy(update=fields)
+        else:
+            return None
+        return self._write(run, replacing=existing)
+
+    def _write(self, run: Run, replacing: Run | None = None) -> Run:
+        if replacing is not None:
+            del self._run_ticks[replacing.id]
+        tick = (run.job, run.scheduled_for)
+        self._runs[tick] = run
+        self._run_ticks[run.id] = tick
+        return run
+
+    # --- ends, skips, slots, jobs --------------------------------------------------
+
+    def finish(self, run_id: UUID, end: RunEnd) -> Run | None:
+        """Record a run's end if it is still running."""
+        tick = self._run_ticks.get(run_id)
+        run = self._runs.get(tick) if tick else None
+        if run is None or run.status is not RunStatus.RUNNING:
+            return None
+        # Two readings of the clock, as the statement takes them: the end, then the duration.
+        finished_at = self.clock()
+        duration_ms = _milliseconds(self.clock() - run.started_at)
+        ended = {"status": end.status, "error": end.error, "result": end.result}
+        timing = {"finished_at": finished_at, "duration_ms": duration_ms, "attempts": end.attempts}
+        return self._write(run.model_copy(update={**ended, **timing}))
+
+    def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        ordered = sorted(skips, key=lambda skip: (skip.job.name, skip.scheduled_for))
+        return [run for skip in ordered if (run := self._record_skip(skip, runner))]
+
+    def _record_skip(self, skip: Skip, runner: str) -> Run | None:
+        job = self._jobs.get(skip.job.name)
+        tick = (skip.job.name, _utc(skip.scheduled_for))
+        if job is None or job.incarnation != skip.job.incarnation or tick in self._runs:
+            return None
+        started, finished = self.clock(), self.clock()  # two readings, as in the statement
+        return self._write(
+            Run(
+                id=uuid4(),
+                job=job.name,
+                scheduled_for=tick[1],
+                trigger=skip.trigger,
+                status=RunStatus.SKIPPED,
+                started_at=started,
+                finished_at=finished,
+                duration_ms=0,
+                attempts=0,
+                runner=runner,
+                error=skip.note,
+                result=None,
+                skip_reason=skip.reason,
+                missed_ticks=skip.missed_ticks,
+            )
+        )
+
+    def reserve_pending(self, job: str, tick: datetime, runner: str, expires_in: float) -> datetime:
+        if job not in self._jobs:
+            raise NoSuchJobError(f"no job named {job!r} to hold a slot for")
+        # The statement reads the clock twice: for the new expiry, then to judge the old.
+        expires_at = self.clock() + timedelta(seconds=expires_in)
+        slot = self._slots.get(job)
+        if slot is None or slot.expires_at < self.clock():
+            slot = _Slot(_utc(tick), runner, expires_at)
+            self._slots[job] = slot
+        return slot.scheduled_for
+
+    def release_pending(self, job: str, tick: datetime) -> None:
+        slot = self._slots.get(job)
+        if slot is not None and slot.scheduled_for == tick:
+            del self._slots[job]
+
+    def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        return [self._jobs[name] for name in dict.fromkeys(names) if name in self._jobs]
+
+    def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
+        now = self.clock()
+        for name in sorted(updates):
+            if (job := self._jobs.get(name)) is not None:
+                self._jobs[name] = updates[name](job, now)
+
+
+class MemorySession(PinnedSession):
+    """One pinned session: its id owns the locks it takes. Its calls take turns, as
+    statements on one connection do."""
+
+    def __init__(self, database: MemoryDatabase, session_id: int) -> None:
+        self._database = database
+        self.id = session_id
+        self._closed = False
+        self._listeners: list[Callable[[], None]] = []
+        self._turn = asyncio.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"session {self.id} is closed")
+
+    @contextmanager
+    def fenced(self, on_lost: Callable[[], None]) -> Iterator[None]:
+        if self._closed:
+            on_lost()  # it died before the fence went up
+        else:
+            self._listeners.append(on_lost)
+        try:
+            yield
+        finally:
+            if on_lost in self._listeners:
+                self._listeners.remove(on_lost)
+
+    async def claim(self, ticks: Sequence[TickClaim]) -> list[Claim]:
+        await _round_trip()
+        async with self._turn:
+            return await self._database.claim(self, ticks)
+
+    async def finish(
+        self, run_id: UUID, outcome: RunEnd, release_lock: int | None
+    ) -> tuple[Run | None, bool]:
+        await _round_trip()
+        async with self._turn:
+            if self._database.hooks.before_finishing is not None:
+                await self._database.hooks.before_finishing([run_id])
+            self.check_open()
+            finished = self._database.finish(run_id, outcome)
+            released = release_lock is not None and self._database.unlock(self.id, release_lock)
+            return finished, released
+
+    async def unlock(self, key: int) -> bool:
+        await _round_trip()
+        async with self._turn:
+            self.check_open()
+            return self._database.unlock(self.id, key)
+
+    def try_lock(self, key: int) -> bool:
+        """pg_try_advisory_lock on this session: what a foreign lock holder does."""
+        self.check_open()
+        return self._database.try_lock(self.id, key)
+
+    def terminate(self) -> None:
+        """Close the session, dropping its locks; the fences hear of it from the loop."""
+        self._closed = True
+        self._database.disconnected(self.id)
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            asyncio.get_running_loop().call_soon(listener)
+
+
+class MemoryLockPool(LockPool):
+    """One replica's lock pool: at most `size` sessions out at once."""
+
+    def __init__(self, database: MemoryDatabase, size: int = 8) -> None:
+        self._database = database
+        self._free = asyncio.Semaphore(size)
+
+    @asynccontextmanager
+    async def session(self, wait_seconds: float) -> AsyncIterator[MemorySession]:
+        async with asyncio.timeout(wait_seconds):
+            await self._free.acquire()
+        session = self._database.connect()
+        try:
+            yield session
+        finally:
+            self._free.release()
+            self._reset(session)
+
+    def _reset(self, session: MemorySession) -> None:
+        # The real pool's safety net: a session must never outlive its claim's locks.
+        if not session.closed and self._database.unlock_all(session.id):
+            log.error("session %d went back to the pool holding a lock; releasing", session.id)
+        session.terminate()  # a fresh session next time: nothing carries over
+
+
+class MemoryLedger(Ledger):
+    """One replica's calls over the API pool."""
+
+    def __init__(self, database: MemoryDatabase) -> None:
+        self._database = database
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        await _round_trip()
+        return self._database.record_skips(skips, runner)
+
+    async def reserve_pending(
+        self, job: str, tick: datetime, runner: str, expires_in_seconds: float
+    ) -> datetime | None:
+        await _round_trip()
+        return self._database.reserve_pending(job, tick, runner, expires_in_seconds)
+
+    async def release_pending(self, job: str, tick: datetime) -> None:
+        await _round_trip()
+        self._database.release_pending(job, tick)
+
+    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        await _round_trip()
+        return self._database.get_jobs(names)
+
+    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
+        await _round_trip()
+        return self._database.finish(run_id, end)
+
+    async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
+        await _round_trip()
+        self._database.update_jobs(updates)
+
+
+async def _round_trip() -> None:
+    # A statement's round trip: other tasks run meanwhile, as they would over a socket.
+    await asyncio.sleep(0)
+
+
+def _check_batch(ticks: Sequence[TickClaim]) -> None:
+    if len({tick.job.name for tick in ticks}) != len(ticks):
+        raise ValueError("a claim takes at most one tick per job")
+    if len(ticks) > 1 and any(tick.counted for tick in ticks):
+        raise ValueError("a claim that counts runs goes alone")
+
+
+def _admits(tick: TickClaim, job: Job | None) -> bool:
+    """The job is the tick's incarnation, its version unless any will do, and a run
+    cap leaves room."""
+    if job is None or job.incarnation != tick.job.incarnation:
+        return False
+    if not tick.any_version and (
+        job.version != tick.job.version or job.state is not JobState.ACTIVE
+    ):
+        return False
+    return (
+        job.max_runs is None or job.runs_started < job.max_runs or tick.trigger is RunTrigger.MANUAL
+    )
+
+
+def _capped(tick: TickClaim, job: Job | None) -> bool:
+    if job is None or job.max_runs is None or tick.trigger is RunTrigger.MANUAL:
+        return False
+    return job.runs_started >= job.max_runs
+
+
+def _busy(tick: TickClaim, runs: Iterable[Run]) -> bool:
+    """Another run of the job, not a backfill, is in progress."""
+    return any(
+        run.job == tick.job.name
+        and run.status is RunStatus.RUNNING
+        and run.scheduled_for != tick.scheduled_for
+        and run.trigger is not RunTrigger.BACKFILL
+        for run in runs
+    )
+
+
+def _tick_of(tick: TickClaim) -> _Tick:
+    return tick.job.name, _utc(tick.scheduled_for)
+
+
+def _utc(moment: datetime) -> datetime:
+    # timestamptz comes back in UTC whatever zone it went in with.
+    return moment.astimezone(UTC)
+
+
+def _milliseconds(elapsed: timedelta) -> int:
+    """round(extract(epoch FROM elapsed) * 1000): halves away from zero."""
+    micros = Decimal(elapsed // timedelta(microseconds=1))
+    return int((micros / 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))

@@ -1,0 +1,211 @@
+"""The ports of the fire path: exactly the store calls the runner makes, as Protocols.
+
+Three of them. `LockPool` hands out `PinnedSession`s: one connection each, which owns
+the advisory locks it takes, so a tick's lock, claim, end and unlock all go over it.
+`Ledger` is what goes over the API pool: skips, the queue_one slot, the job re-read of
+a stale tick, a run's end recorded elsewhere and a job's completion.
+
+PostgreSQL (`sessions.RunSessions`, `store.Store`) is the implementation, and the truth;
+`memory` holds an in-memory one with the same semantics, so races can be replayed
+step by step in tests. The contracts below are what both must keep: the fire path
+relies on nothing else. Nothing here talks SQL.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Protocol
+from uuid import UUID
+
+from service.domain.jobs import Job
+from service.domain.runs import Run
+from service.store.fire_sql import RunEnd, Skip, TickClaim
+
+__all__ = [
+    "Claim",
+    "ClaimOutcome",
+    "GateFacts",
+    "JobUpdateFn",
+    "Ledger",
+    "LockPool",
+    "PinnedSession",
+    "RunEnd",
+    "Skip",
+    "TickClaim",
+]
+
+# An update of an existing job, given the store's clock.
+JobUpdateFn = Callable[[Job, datetime], Job]
+
+
+class ClaimOutcome(Enum):
+    """What the gate said of one tick.
+
+    CLAIMED: the ledger row is ours, run it. ALREADY_RAN: the tick has its row (a run
+    or a recorded skip). LOCKED: another session holds the job's lock and no other run
+    of the job is in progress: someone is claiming this tick, or a foreign holder has
+    the key; not an outcome, ask again. BUSY: the lock is held and another run of the
+    job is in progress: the overlap policy decides. STALE: the job is not the one the
+    tick was scheduled from (edited, or deleted and made anew): judge the tick again
+    against the job as it stands. JOB_GONE: no such job. CAPPED: `max_runs` reached.
+    """
+
+    CLAIMED = "claimed"
+    ALREADY_RAN = "already_ran"
+    LOCKED = "locked"
+    BUSY = "busy"
+    STALE = "stale"
+    JOB_GONE = "job_gone"
+    CAPPED = "capped"
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: ClaimOutcome
+    run: Run | None = None
+    holds_lock: bool = False
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """What the gate found out about one tick (see `fire_sql.claim_statement`), from
+    which its Claim follows. Every implementation of the gate reports these.
+
+    got: the lock was taken (or the tick takes none). job_exists: a job of its name is
+    there. same_incarnation / same_revision: of the tick's incarnation / (incarnation,
+    version). capped: its run cap is used up, for a tick that counts. ticked: not
+    claimed, and the tick had a row when the claim began. busy: not claimed, and either
+    the lock was not taken while another run of the job, not a backfill, was in
+    progress when the claim began, or an earlier tick of the job holds its queue_one
+    slot. released: the lock was taken and given back, the tick not being claimed.
+    run: the row claimed, if it was.
+    """
+
+    got: bool
+    job_exists: bool
+    same_incarnation: bool
+    same_revision: bool
+    capped: bool
+    ticked: bool
+    busy: bool
+    released: bool
+    run: Run | None
+
+    def claim(self, tick: TickClaim) -> Claim:
+        holds = tick.lock and self.got and not self.released
+        return Claim(self._outcome(tick), self.run, holds)
+
+    def _outcome(self, tick: TickClaim) -> ClaimOutcome:  # noqa: PLR0911
+        # One answer per condition of the gate, in the order they apply.
+        if self.run is not None:
+            return ClaimOutcome.CLAIMED
+        if not self.job_exists:
+            return ClaimOutcome.JOB_GONE
+        if self.ticked:
+            return ClaimOutcome.ALREADY_RAN
+        if not self.same_incarnation or not (self.same_revision or tick.any_version):
+            return ClaimOutcome.STALE  # judged again as the job stands, before any policy
+        if self.busy:
+            return ClaimOutcome.BUSY
+        if not self.got:
+            return ClaimOutcome.LOCKED
+        if self.capped:
+            return ClaimOutcome.CAPPED
+        # Lost the race for the row to a claim that committed after this one began.
+        return ClaimOutcome.ALREADY_RAN
+
+
+class PinnedSession(Protocol):
+    """One connection of the lock pool. Advisory locks belong to the session that
+    took them: re-entrant within it (taken twice, released twice), invisible to any
+    other, and all gone the moment the session closes."""
+
+    @property
+    def closed(self) -> bool:
+        """The session is gone (closed by the server, the network or `terminate`),
+        and every lock it held with it. Calls on a closed session raise an error that
+        `errors.is_unavailable` recognises."""
+        ...
+
+    def fenced(self, on_lost: Callable[[], None]) -> AbstractContextManager[None]:
+        """While the block runs, call `on_lost` (soon, from the event loop) if the
+        session closes; at once if it is closed already."""
+        ...
+
+    async def claim(self, ticks: Sequence[TickClaim]) -> list[Claim]:
+        """Pass ticks through the gate at once; one Claim per tick, in order.
+
+        At most one tick per job, and a tick that counts against `max_runs` goes
+        alone (ValueError otherwise). Per tick: try the job's lock if it `lock`s, never
+        waiting; read the job as it stands; write a `running` ledger row if the job is
+        the tick's incarnation and (unless `any_version`) its active version, a cap
+        leaves room, and the tick has no row yet (a backfill may take over a `skipped`
+        row; nothing else may replace a row). A counting claim counts its run. A lock
+        taken for a tick not claimed is given back in the same call, so only CLAIMED
+        ticks may hold one (`holds_lock`). `ticked` and `busy` are judged on the
+        ledger as it was when the claim began (see GateFacts)."""
+        ...
+
+    async def finish(
+        self, run_id: UUID, outcome: RunEnd, release_lock: int | None
+    ) -> tuple[Run | None, bool]:
+        """Record how a `running` run ended (times from the store's clock) and, in
+        the same step, release `release_lock` once if given. The finished run, or None
+        if it was not `running` (the lock is released all the same); and whether this
+        session held the lock to release."""
+        ...
+
+    async def unlock(self, key: int) -> bool:
+        """Release `key` once; False if this session did not hold it."""
+        ...
+
+    def terminate(self) -> None:
+        """Close the session hard, dropping every lock it holds. Safe to repeat."""
+        ...
+
+
+class LockPool(Protocol):
+    """The lock pool: one PinnedSession per claim in flight."""
+
+    def session(self, wait_seconds: float) -> AbstractAsyncContextManager[PinnedSession]:
+        """A session of its own for the block; TimeoutError if none frees up within
+        `wait_seconds`. A session given back still holding a lock has them all
+        released (a bug in the caller, and logged); a closed one is never reused."""
+        ...
+
+
+class Ledger(Protocol):
+    """The fire path's calls over the API pool: none holds a lock."""
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        """Record ticks that will not run as `skipped` rows (attempts 0, duration 0, the
+        note as the error); return those recorded now. A tick that has a row already,
+        or whose job is gone or of another incarnation, records nothing."""
+        ...
+
+    async def reserve_pending(
+        self, job: str, tick: datetime, runner: str, expires_in_seconds: float
+    ) -> datetime | None:
+        """queue_one: take the job's one waiting slot for `tick` unless another tick
+        holds it and it has not expired; return the tick that holds it now. Holding it
+        already does not extend its expiry. The job must exist (else an error)."""
+        ...
+
+    async def release_pending(self, job: str, tick: datetime) -> None:
+        """Give the slot back, if `tick` holds it."""
+        ...
+
+    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        """The jobs of these names that exist, each once, in no particular order."""
+        ...
+
+    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
+        """`PinnedSession.finish` without a lock: for a run whose session is gone."""
+        ...
+
+    async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
+        """Apply each update to its job, if the job still exists, all at once; each
+        is given the store's clock. What they return is stored as it is."""
+        ...

@@ -1,0 +1,584 @@
+"""The fire path's ports, held to one contract on two backends: real PostgreSQL and the
+in-memory fake. Where they disagree, PostgreSQL is right and the fake is fixed.
+
+The first part asks the ports directly, one gate answer at a time. The second drives
+two Runners ("replicas") over one backend through races, each held at the exact step
+where it matters (see tests/support/backends.py), so the interleaving is chosen, not
+hoped for.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from uuid import uuid4
+
+import pytest
+
+from service.domain.jobs import Job, Overlap, complete_job
+from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
+from service.scheduler import runner as runner_module
+from service.scheduler.running import LOCK_LOST
+from service.store import Store
+from service.store.errors import UNAVAILABLE
+from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
+from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
+from tests.support.fire import Gates, lock_pool, skipped, tick_now
+from tests.support.waiting import eventually
+
+SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
+
+
+@pytest.fixture
+async def postgres_backend(database_url: str, store: Store) -> AsyncIterator[PostgresBackend]:
+    async with lock_pool(database_url, 8) as sessions:
+        yield PostgresBackend(database_url, store, sessions)
+
+
+@pytest.fixture
+def memory_backend() -> MemoryBackend:
+    return MemoryBackend()
+
+
+@pytest.fixture(params=["postgres", "memory"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    chosen: Backend = request.getfixturevalue(f"{request.param}_backend")
+    return chosen
+
+
+def tick(
+    job: Job,
+    at: datetime,
+    trigger: RunTrigger = RunTrigger.SCHEDULE,
+    *,
+    lock: bool = True,
+) -> TickClaim:
+    """A tick as a replica asks for it: manual runs and backfills take any version."""
+    any_version = trigger in {RunTrigger.MANUAL, RunTrigger.BACKFILL}
+    return TickClaim(job, at, trigger, "r", uuid4(), lock, any_version)
+
+
+# --- the gate, one answer at a time -------------------------------------------------
+
+
+async def test_two_sessions_claiming_the_same_ticks_let_each_through_once(
+    backend: Backend,
+) -> None:
+    jobs = [await backend.add_job(f"same-{index}") for index in range(3)]
+    at = tick_now()
+    async with backend.sessions.session(5) as first, backend.sessions.session(5) as second:
+        won = await first.claim([tick(job, at) for job in jobs])
+        lost = await second.claim([tick(job, at) for job in jobs])
+        assert [(c.outcome, c.holds_lock) for c in won] == [(ClaimOutcome.CLAIMED, True)] * 3
+        # The lock is held, but the ledger already has the tick: it ran, or runs.
+        assert [(c.outcome, c.holds_lock) for c in lost] == [(ClaimOutcome.ALREADY_RAN, False)] * 3
+        assert [await backend.locks_on(job.lock_key) for job in jobs] == [1, 1, 1]
+        ended = [
+            await first.finish(claim.run.id, SUCCEEDED, job.lock_key)
+            for claim, job in zip(won, jobs, strict=True)
+            if claim.run
+        ]
+        assert [(run.status if run else None, released) for run, released in ended] == [
+            (RunStatus.SUCCEEDED, True)
+        ] * 3
+        late = await second.claim([tick(job, at) for job in jobs])
+        assert [(c.outcome, c.holds_lock) for c in late] == [(ClaimOutcome.ALREADY_RAN, False)] * 3
+        # A run ends once: a second end records nothing and has no lock to release.
+        assert await first.finish(won[0].run.id if won[0].run else uuid4(), SUCCEEDED, None) == (
+            None,
+            False,
+        )
+    for job, claim in zip(jobs, won, strict=True):
+        assert await backend.locks_on(job.lock_key) == 0
+        [run] = await backend.runs_of(job.name)
+        assert claim.run is not None
+        assert (run.id, run.status, run.result, run.attempts) == (
+            claim.run.id,
+            RunStatus.SUCCEEDED,
+            {"ok": True},
+            1,
+        )
+        assert run.finished_at is not None
+        assert run.finished_at >= run.started_at
+        assert run.duration_ms is not None
+
+
+async def test_a_held_lock_is_locked_without_a_run_in_progress_and_busy_with_one(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("contended")
+    first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
+    async with backend.sessions.session(5) as holder, backend.sessions.session(5) as other:
+        async with backend.foreign_lock(job.lock_key):
+            [locked] = await other.claim([tick(job, first)])
+        assert (locked.outcome, locked.holds_lock, locked.run) == (ClaimOutcome.LOCKED, False, None)
+        [running_one] = await holder.claim([tick(job, first)])
+        assert running_one.outcome is ClaimOutcome.CLAIMED
+        [busy] = await other.claim([tick(job, second)])
+        assert (busy.outcome, busy.holds_lock) == (ClaimOutcome.BUSY, False)
+        # The tick's own row answers before the lock does.
+        [ran] = await other.claim([tick(job, first)])
+        assert ran.outcome is ClaimOutcome.ALREADY_RAN
+        assert running_one.run is not None
+        await holder.finish(running_one.run.id, SUCCEEDED, job.lock_key)
+        # A running backfill holds the lock but makes no scheduled tick wait on it.
+        [backfill] = await holder.claim(
+            [tick(job, second - timedelta(hours=1), RunTrigger.BACKFILL)]
+        )
+        assert (backfill.outcome, backfill.holds_lock) == (ClaimOutcome.CLAIMED, True)
+        [waits] = await other.claim([tick(job, third)])
+        assert waits.outcome is ClaimOutcome.LOCKED
+        assert await holder.unlock(job.lock_key)
+    assert [run.scheduled_for for run in await backend.runs_of("contended")] == [
+        second - timedelta(hours=1),
+        first,
+    ]
+
+
+async def test_a_tick_of_an_edited_or_recreated_job_is_stale(backend: Backend) -> None:
+    original = await backend.add_job("changing")
+    edited = await backend.edit_job("changing", description="edited")
+    assert (original.version, edited.version) == (1, 2)
+    at = tick_now()
+    async with backend.sessions.session(5) as session:
+        [stale] = await session.claim([tick(original, at)])
+        assert (stale.outcome, stale.holds_lock) == (ClaimOutcome.STALE, False)
+        assert await backend.locks_on(original.lock_key) == 0
+        # A manual run takes the job as it stands, whichever version the caller saw.
+        [manual] = await session.claim([tick(original, at, RunTrigger.MANUAL)])
+        assert manual.outcome is ClaimOutcome.CLAIMED
+        assert manual.run is not None
+        await session.finish(manual.run.id, SUCCEEDED, original.lock_key)
+        await backend.delete_job("changing")
+        reborn = await backend.add_job("changing")
+        assert reborn.version == original.version  # only the incarnation tells them apart
+        [other_incarnation] = await session.claim([tick(original, at + timedelta(seconds=1))])
+        assert (other_incarnation.outcome, other_incarnation.holds_lock) == (
+            ClaimOutcome.STALE,
+            False,
+        )
+    assert await backend.runs_of("changing") == []  # the delete took the old runs along
+    assert await backend.locks_on(original.lock_key) == 0
+
+
+async def test_two_claims_of_a_lockless_tick_in_flight_at_once_let_one_through(
+    backend: Backend,
+) -> None:
+    """ "allow" jobs take no lock: only the ledger's uniqueness stands between two
+    claims of one tick. Both held before deciding, both began with no row: one writes
+    it, the other loses the race for it (and says ALREADY_RAN)."""
+    job = await backend.add_job("allowed", overlap=Overlap.ALLOW)
+    at = tick_now()
+    async with (
+        backend.sessions.session(5) as first,
+        backend.sessions.session(5) as second,
+        backend.hold_claims(job) as held,
+    ):
+        claims = [asyncio.create_task(first.claim([tick(job, at, lock=False)]))]
+        await held.reached(1)
+        claims.append(asyncio.create_task(second.claim([tick(job, at, lock=False)])))
+        await held.reached(2)
+        await held.resume()
+        decided = [claim for [claim] in await asyncio.gather(*claims)]
+    assert sorted((c.outcome.value, c.holds_lock) for c in decided) == [
+        ("already_ran", False),
+        ("claimed", False),
+    ]
+    assert [run.id for run in await backend.runs_of("allowed")] == [
+        claim.run.id for claim in decided if claim.run
+    ]
+    assert await backend.locks_on(job.lock_key) == 0
+
+
+async def test_a_backfill_tick_of_a_recreated_job_is_stale(backend: Backend) -> None:
+    original = await backend.add_job("reborn")
+    await backend.delete_job("reborn")
+    await backend.add_job("reborn")
+    async with backend.sessions.session(5) as session:
+        [claim] = await session.claim([tick(original, tick_now(), RunTrigger.BACKFILL)])
+    assert await backend.runs_of("reborn") == []
+    assert claim.outcome is ClaimOutcome.STALE
+
+
+async def test_a_tick_of_a_deleted_job_is_gone_and_leaves_no_lock(backend: Backend) -> None:
+    job = await backend.add_job("deleted")
+    await backend.delete_job("deleted")
+    async with backend.sessions.session(5) as session:
+        [gone] = await session.claim([tick(job, tick_now())])
+    assert (gone.outcome, gone.holds_lock, gone.run) == (ClaimOutcome.JOB_GONE, False, None)
+    assert await backend.locks_on(job.lock_key) == 0
+
+
+async def test_a_capped_job_claims_no_more_scheduled_ticks_but_manual_runs(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("capped", max_runs=1)
+    other = await backend.add_job("uncapped")
+    first, second = tick_now() - timedelta(seconds=1), tick_now()
+    async with backend.sessions.session(5) as session:
+        with pytest.raises(ValueError, match="alone"):
+            await session.claim([tick(job, first), tick(other, first)])
+        with pytest.raises(ValueError, match="one tick per job"):
+            await session.claim([tick(other, first), tick(other, second)])
+        [counted] = await session.claim([tick(job, first)])
+        assert counted.outcome is ClaimOutcome.CLAIMED
+        assert counted.run is not None
+        assert (current := await backend.job("capped")) is not None
+        assert current.runs_started == 1
+        await session.finish(counted.run.id, SUCCEEDED, job.lock_key)
+        [capped] = await session.claim([tick(job, second)])
+        assert (capped.outcome, capped.holds_lock) == (ClaimOutcome.CAPPED, False)
+        [manual] = await session.claim([tick(job, second, RunTrigger.MANUAL)])
+        assert manual.outcome is ClaimOutcome.CLAIMED
+        assert await session.unlock(job.lock_key)
+    assert (current := await backend.job("capped")) is not None
+    assert current.runs_started == 1  # manual runs never count
+    assert await backend.locks_on(job.lock_key) == 0
+
+
+async def test_a_skipped_tick_is_claimed_by_a_backfill_but_not_by_a_schedule(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("missed")
+    at = tick_now() - timedelta(minutes=5)
+    skip = Skip(job, at, RunTrigger.SCHEDULE, SkipReason.MISFIRE, "nobody had room")
+    [skipped_run] = await backend.ledger.record_skips([skip], "r")
+    async with backend.sessions.session(5) as session:
+        [scheduled] = await session.claim([tick(job, at)])
+        [manual] = await session.claim([tick(job, at, RunTrigger.MANUAL)])
+        backfill = tick(job, at, RunTrigger.BACKFILL)
+        [taken] = await session.claim([backfill])
+        [again] = await session.claim([tick(job, at, RunTrigger.BACKFILL)])
+        assert await session.unlock(job.lock_key)
+    assert (scheduled.outcome, scheduled.holds_lock) == (ClaimOutcome.ALREADY_RAN, False)
+    assert manual.outcome is ClaimOutcome.ALREADY_RAN
+    assert (taken.outcome, again.outcome) == (ClaimOutcome.CLAIMED, ClaimOutcome.ALREADY_RAN)
+    [row] = await backend.runs_of("missed")
+    assert row == taken.run
+    assert (row.id, row.trigger, row.status) == (
+        backfill.run_id,
+        RunTrigger.BACKFILL,
+        RunStatus.RUNNING,
+    )
+    assert (row.skip_reason, row.error, row.attempts, row.finished_at) == (None, None, 1, None)
+    assert row.started_at > skipped_run.started_at
+    # Nothing of the skip is left behind on the running row.
+    assert (row.duration_ms, row.result, skipped_run.duration_ms) == (None, None, 0)
+
+
+async def test_record_skips_records_each_tick_once_and_only_for_its_job(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("skips")
+    gone = await backend.add_job("gone")
+    await backend.delete_job("gone")
+    first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
+
+    def skip(of: Job, at: datetime) -> Skip:
+        return Skip(of, at, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "still running")
+
+    recorded = await backend.ledger.record_skips([skip(job, second), skip(job, first)], "r")
+    assert [run.scheduled_for for run in recorded] == [first, second]
+    for run in recorded:
+        assert (run.status, run.skip_reason, run.error) == (
+            RunStatus.SKIPPED,
+            SkipReason.OVERLAP,
+            "still running",
+        )
+        assert (run.attempts, run.duration_ms, run.runner) == (0, 0, "r")
+        assert run.finished_at is not None
+        assert run.started_at <= run.finished_at  # two readings of the clock, not one
+    assert await backend.ledger.record_skips([skip(job, first), skip(job, second)], "r") == []
+    async with backend.sessions.session(5) as session:
+        [claim] = await session.claim([tick(job, third)])
+        assert await session.unlock(job.lock_key)
+    assert claim.outcome is ClaimOutcome.CLAIMED
+    assert await backend.ledger.record_skips([skip(job, third), skip(gone, third)], "r") == []
+    await backend.delete_job("skips")
+    reborn = await backend.add_job("skips")
+    assert await backend.ledger.record_skips([skip(job, third)], "r") == []  # old incarnation
+    summed = Skip(reborn, third, RunTrigger.SCHEDULE, SkipReason.MISFIRE, "down", missed_ticks=4)
+    [summary] = await backend.ledger.record_skips([summed], "r")
+    assert (summary.skip_reason, summary.missed_ticks) == (SkipReason.MISFIRE, 4)
+
+
+async def test_the_queue_one_slot_is_held_until_released_or_expired(backend: Backend) -> None:
+    await backend.add_job("queue", overlap=Overlap.QUEUE_ONE)
+    first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
+    ledger = backend.ledger
+    assert await ledger.reserve_pending("queue", first, "a", 60) == first
+    assert await ledger.reserve_pending("queue", second, "b", 60) == first
+    assert await ledger.reserve_pending("queue", first, "b", 60) == first
+    await ledger.release_pending("queue", second)  # not the holder: nothing changes
+    assert await ledger.reserve_pending("queue", second, "b", 60) == first
+    await ledger.release_pending("queue", first)
+    assert await ledger.reserve_pending("queue", second, "b", 0.2) == second
+    assert await ledger.reserve_pending("queue", third, "a", 60) == second
+    await backend.pass_time(0.4)
+    assert await ledger.reserve_pending("queue", third, "a", 60) == third  # second expired
+    assert await backend.slot_of("queue") == third
+    await backend.delete_job("queue")  # the slot goes with its job
+    with pytest.raises(backend.missing_job):
+        await ledger.reserve_pending("queue", third, "a", 60)
+    await backend.add_job("queue", overlap=Overlap.QUEUE_ONE)
+    assert await ledger.reserve_pending("queue", first, "a", 60) == first
+
+
+async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("in-order", overlap=Overlap.QUEUE_ONE)
+    waiting, later = tick_now() - timedelta(seconds=2), tick_now()
+    assert await backend.ledger.reserve_pending("in-order", waiting, "a", 60) == waiting
+    async with backend.sessions.session(5) as session:
+        [passing] = await session.claim([tick(job, later)])
+        assert (passing.outcome, passing.holds_lock) == (ClaimOutcome.BUSY, False)
+        [first] = await session.claim([tick(job, waiting)])
+        assert first.outcome is ClaimOutcome.CLAIMED
+        assert await session.unlock(job.lock_key)
+    assert [run.scheduled_for for run in await backend.runs_of("in-order")] == [waiting]
+
+
+async def test_locks_are_reentrant_per_session_and_counted(backend: Backend) -> None:
+    job = await backend.add_job("twice")
+    first, second = tick_now() - timedelta(seconds=1), tick_now()
+    async with backend.sessions.session(5) as session:
+        [one] = await session.claim([tick(job, first)])
+        # The session's own lock is no obstacle: it is taken again, not waited for.
+        [two] = await session.claim([tick(job, second)])
+        assert [(c.outcome, c.holds_lock) for c in (one, two)] == [(ClaimOutcome.CLAIMED, True)] * 2
+        assert await backend.locks_on(job.lock_key) == 1
+        assert await session.unlock(job.lock_key)
+        assert await backend.locks_on(job.lock_key) == 1
+        assert await session.unlock(job.lock_key)
+        assert await backend.locks_on(job.lock_key) == 0
+        assert not await session.unlock(job.lock_key)
+
+
+async def test_terminate_drops_the_sessions_locks_and_trips_its_fence(backend: Backend) -> None:
+    job = await backend.add_job("killed")
+    first, second = tick_now() - timedelta(seconds=1), tick_now()
+    lost = asyncio.Event()
+    async with backend.sessions.session(5) as doomed, backend.sessions.session(5) as other:
+        [claim] = await doomed.claim([tick(job, first)])
+        assert claim.holds_lock
+        with doomed.fenced(lost.set):
+            doomed.terminate()
+            await asyncio.wait_for(lost.wait(), 5)
+        assert doomed.closed
+        doomed.terminate()  # again: harmless
+        await eventually(
+            lambda: _none_hold(backend, job.lock_key), 30, "the lock to go with its session"
+        )
+        # The running row of the dead session stays; only the lock said "busy".
+        [next_one] = await other.claim([tick(job, second)])
+        assert (next_one.outcome, next_one.holds_lock) == (ClaimOutcome.CLAIMED, True)
+        with pytest.raises(UNAVAILABLE):
+            await doomed.claim([tick(job, second + timedelta(seconds=1))])
+        fence_went_up_late = asyncio.Event()
+        with doomed.fenced(fence_went_up_late.set):
+            assert fence_went_up_late.is_set()  # a dead session trips a fence at once
+        assert await other.unlock(job.lock_key)
+
+
+async def _none_hold(backend: Backend, key: int) -> bool:
+    return await backend.locks_on(key) == 0
+
+
+async def test_a_run_ends_through_the_ledger_once(backend: Backend) -> None:
+    job = await backend.add_job("elsewhere")
+    async with backend.sessions.session(5) as session:
+        [claim] = await session.claim([tick(job, tick_now())])
+        assert claim.run is not None
+        ended = await backend.ledger.finish_run(claim.run.id, SUCCEEDED)
+        assert ended is not None
+        assert (ended.status, ended.result) == (RunStatus.SUCCEEDED, {"ok": True})
+        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED) is None
+        assert await backend.ledger.finish_run(uuid4(), SUCCEEDED) is None
+        # The lock is the session's to give back: an end elsewhere leaves it held.
+        assert await session.finish(claim.run.id, SUCCEEDED, job.lock_key) == (None, True)
+    assert await backend.locks_on(job.lock_key) == 0
+
+
+async def test_jobs_are_read_and_updated_by_name(backend: Backend) -> None:
+    await backend.add_job("kept")
+    seen: list[datetime] = []
+
+    def finish(current: Job, now: datetime) -> Job:
+        seen.append(now)
+        return complete_job(current, now)
+
+    assert [job.name for job in await backend.ledger.get_jobs(["kept", "missing", "kept"])] == [
+        "kept"
+    ]
+    await backend.ledger.update_jobs({"kept": finish, "missing": finish})
+    assert len(seen) == 1
+    assert seen[0].tzinfo is not None
+    [job] = await backend.ledger.get_jobs(["kept"])
+    assert (job.state.value, job.version, job.updated_at) == ("completed", 2, seen[0])
+
+
+async def test_a_full_pool_times_out_and_a_session_given_back_drops_its_locks(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("pooled")
+    async with backend.lock_pool(1) as pool:
+        async with pool.session(5) as session:
+            [claim] = await session.claim([tick(job, tick_now())])
+            assert claim.holds_lock
+            with pytest.raises(TimeoutError):
+                async with pool.session(0.1):
+                    pass
+        # Given back still holding the lock (a bug the pool survives): released.
+        assert await backend.locks_on(job.lock_key) == 0
+        async with pool.session(5) as session:
+            assert not session.closed
+
+
+# --- two replicas racing --------------------------------------------------------------
+
+
+async def test_a_claim_held_after_taking_the_lock_makes_the_other_replica_ask_again(
+    backend: Backend, gates: Gates
+) -> None:
+    """Replica A has taken the job's lock and not yet written the tick's row when B
+    claims the same tick: B hears LOCKED and must ask again, not drop the tick; it
+    then finds A's row. The tick ends with exactly one row."""
+    job = await backend.add_job("contested")
+    at = tick_now()
+    async with replicas(backend, gates) as (a, b):
+        async with backend.hold_claims(job) as held:
+            a.fire(job, at)
+            await held.reached(1)
+            assert await backend.locks_on(job.lock_key) == 1  # A's, taken mid-claim
+            b.fire(job, at)
+            await held.reached(2)  # B's claim began before A's row was written
+            assert await backend.runs_of("contested") == []
+            await held.resume()
+        await eventually(
+            lambda: b.outcomes("contested", at)[-1:] == [ClaimOutcome.ALREADY_RAN],
+            30,
+            "B to find A's row",
+        )
+        gates["default"].set()
+        [run] = await _finished_runs(backend, "contested", 1)
+    assert a.outcomes("contested", at) == [ClaimOutcome.CLAIMED]
+    assert b.outcomes("contested", at)[0] is ClaimOutcome.LOCKED
+    assert (run.runner, run.status) == ("a", RunStatus.SUCCEEDED)
+    assert skipped(b.metrics, "misfire") == 0
+
+
+@pytest.mark.parametrize("patient", [True, False], ids=["patient", "impatient"])
+async def test_a_run_whose_end_is_recorded_late_leaves_the_next_tick_an_outcome(
+    backend: Backend, gates: Gates, patient: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's run has returned, but its end (and unlock) is not yet recorded when the next
+    tick reaches B: B sees BUSY. Within its patience B asks again and runs the tick once
+    the end is in; past it, the overlap policy records a skip. Never nothing."""
+    patience = timedelta(seconds=60 if patient else 0)
+    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", patience)
+    job = await backend.add_job("late-end")
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    async with replicas(backend, gates) as (a, b):
+        a.fire(job, first)
+        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        [started] = await backend.runs_of("late-end")
+        async with backend.hold_finish(started.id) as held:
+            gates["default"].set()
+            await held.reached(1)
+            b.fire(job, second)
+            await eventually(
+                lambda: ClaimOutcome.BUSY in b.outcomes("late-end", second), 30, "B to see BUSY"
+            )
+            if not patient:
+                await eventually(lambda: _has_run(backend, "late-end", second), 30, "a skip")
+            await held.resume()
+        runs = await _finished_runs(backend, "late-end", 2)
+    late = (RunStatus.SUCCEEDED, None) if patient else (RunStatus.SKIPPED, SkipReason.OVERLAP)
+    assert [(r.scheduled_for, r.status, r.skip_reason, r.runner) for r in runs] == [
+        (first, RunStatus.SUCCEEDED, None, "a"),
+        (second, *late, "b"),
+    ]
+    assert len(gates.started) == (2 if patient else 1)
+
+
+async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run(
+    backend: Backend, gates: Gates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both replicas fire every tick. While the first runs, the second takes the job's
+    one waiting slot (both replicas wait with it), the third finds the slot taken and is
+    skipped, once. The second runs after the first has ended."""
+    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    job = await backend.add_job("queued", overlap=Overlap.QUEUE_ONE)
+    first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
+    async with replicas(backend, gates) as both:
+        for replica in both:
+            replica.fire(job, first)
+        await eventually(lambda: gates.started == ["default"], 30, "the first run")
+        for replica in both:
+            replica.fire(job, second)
+        await eventually(lambda: _slot_is(backend, "queued", second), 30, "the slot")
+        for replica in both:
+            replica.fire(job, third)
+        await eventually(lambda: _has_run(backend, "queued", third), 30, "the third's skip")
+        await eventually(
+            lambda: all(ClaimOutcome.BUSY in r.outcomes("queued", second) for r in both),
+            30,
+            "both replicas to wait with the second tick",
+        )
+        assert gates.started == ["default"], "the second tick must wait, not overlap"
+        gates["default"].set()
+        runs = await _finished_runs(backend, "queued", 3)
+        await eventually(lambda: _slot_is(backend, "queued", None), 30, "the slot's release")
+    assert [(r.scheduled_for, r.status, r.skip_reason) for r in runs] == [
+        (first, RunStatus.SUCCEEDED, None),
+        (second, RunStatus.SUCCEEDED, None),
+        (third, RunStatus.SKIPPED, SkipReason.OVERLAP),
+    ]
+    assert runs[0].finished_at is not None
+    assert runs[0].finished_at <= runs[1].started_at
+    assert sum(skipped(r.metrics, "overlap") for r in both) == 1
+    assert sum(skipped(r.metrics, "misfire") for r in both) == 0
+
+
+async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
+    backend: Backend, gates: Gates
+) -> None:
+    """The session holding A's run and its lock is closed from outside: the run is
+    cancelled at once (it could overlap the next one otherwise) and its end recorded
+    through the ledger; B, free to take the lock, runs the next tick."""
+    job = await backend.add_job("fenced")
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    async with replicas(backend, gates) as (a, b):
+        a.fire(job, first)
+        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        await backend.kill_lock_holder(job.lock_key)
+        [cancelled] = await _finished_runs(backend, "fenced", 1)
+        assert cancelled.error == LOCK_LOST
+        assert a.runner.runs_in_flight == 0
+        gates["default"].set()
+        b.fire(job, second)
+        runs = await _finished_runs(backend, "fenced", 2)
+    assert [(r.scheduled_for, r.status, r.error, r.runner) for r in runs] == [
+        (first, RunStatus.CANCELLED, LOCK_LOST, "a"),
+        (second, RunStatus.SUCCEEDED, None, "b"),
+    ]
+    assert b.outcomes("fenced", second) == [ClaimOutcome.CLAIMED]
+
+
+async def _slot_is(backend: Backend, job: str, at: datetime | None) -> bool:
+    return await backend.slot_of(job) == at
+
+
+async def _has_run(backend: Backend, job: str, at: datetime) -> bool:
+    return any(run.scheduled_for == at for run in await backend.runs_of(job))
+
+
+async def _finished_runs(backend: Backend, job: str, count: int) -> list[Run]:
+    """The job's runs in tick order, once there are `count` and none is running."""
+
+    async def done() -> bool:
+        runs = await backend.runs_of(job)
+        return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
+
+    await eventually(done, 30, f"{count} finished runs of {job}")
+    return sorted(await backend.runs_of(job), key=lambda run: run.scheduled_for)
