@@ -22,8 +22,8 @@ class FaultFigures:
     deliveries of any tick, anywhere in the test (so 0 means no tick ran twice);
     `misses`: expected ticks that never arrived; `misses_allowed`: how many of those the
     requirement tolerates (ticks the faulty replica had claimed when it was hit, and
-    ticks the `skip` overlap policy dropped because the job's previous run was still in
-    progress by the ledger).
+    ticks the ledger records as skipped by the `skip` overlap policy); `unaccounted`:
+    expected ticks with no ledger row at all (a tick lost in silence; never allowed).
     """
 
     test: str
@@ -34,6 +34,7 @@ class FaultFigures:
     duplicates: int = 0
     misses: int = 0
     misses_allowed: int = 0
+    unaccounted: int = 0
     notes: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 

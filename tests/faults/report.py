@@ -20,8 +20,10 @@ and inject the faults below, while a loopback receiver counts every delivery on 
 of a tick, a run id or an idempotency key; a *miss* is an expected tick that never
 arrived. *Allowed* misses are the ticks the faulty replica had already claimed when it
 was hit (the requirement tolerates losing those, never running anything twice), plus any
-tick that came while the job's previous run was still in progress by the ledger, which
-the default `skip` overlap policy drops by design (a 1 s job stalled on a loaded runner).
+tick the ledger records as skipped by the default `skip` overlap policy (it came while
+the job's previous run was still in progress: a 1 s job stalled on a loaded runner).
+An *unaccounted* tick has no ledger row at all, neither a run nor a recorded skip: every
+tick must have one, so any is out of bounds.
 """
 
 FAULT_COLUMNS = (
@@ -30,6 +32,7 @@ FAULT_COLUMNS = (
     "duplicates",
     "misses",
     "misses allowed",
+    "unaccounted",
     "within bounds",
     "seconds",
 )
@@ -78,8 +81,10 @@ def _number(record: Mapping[str, Any], key: str) -> int:
 
 
 def _within_bounds(record: Mapping[str, Any]) -> bool:
-    return _number(record, "duplicates") == 0 and _number(record, "misses") <= _number(
-        record, "misses_allowed"
+    return (
+        _number(record, "duplicates") == 0
+        and _number(record, "unaccounted") == 0
+        and _number(record, "misses") <= _number(record, "misses_allowed")
     )
 
 
@@ -99,6 +104,7 @@ def _totals(faults: Sequence[dict[str, Any]], fuzz: Sequence[dict[str, Any]]) ->
         total(faults, "ticks_expected"),
         total(faults, "duplicates"),
         f"{total(faults, 'misses')} (of {total(faults, 'misses_allowed')} allowed)",
+        total(faults, "unaccounted"),
         "yes" if all(_within_bounds(record) for record in faults) else "**no**",
         total(fuzz, "cases"),
         total(fuzz, "server_errors"),
@@ -109,6 +115,7 @@ def _totals(faults: Sequence[dict[str, Any]], fuzz: Sequence[dict[str, Any]]) ->
         "ticks expected",
         "duplicates",
         "misses",
+        "unaccounted",
         "all within bounds",
         "fuzz cases",
         "5xx",
@@ -126,6 +133,7 @@ def _fault_section(test: str, runs: Sequence[dict[str, Any]]) -> str:
             _number(run, "duplicates"),
             _number(run, "misses"),
             _number(run, "misses_allowed"),
+            _number(run, "unaccounted"),
             "yes" if _within_bounds(run) else "**no**",
             run.get("seconds", ""),
         )

@@ -22,7 +22,6 @@ from tests.support.cluster import (
     extra_deliveries,
     http_job,
     logs,
-    overlap_skips,
     report,
     run_by_id,
     sleep_until,
@@ -149,7 +148,8 @@ def test_postgres_restart_mid_run(tmp_path: Path, receiver: Receiver) -> None:
         in_gap = tally(receiver, periods, gap[0], gap[1])
         ledger = Sql(dsn)
         try:
-            ticks.overlap_skipped = overlap_skips(ledger, ticks.missing)
+            ticks.account(ledger)
+            in_gap.account(ledger)
         finally:
             ledger.close()
     finally:
@@ -159,6 +159,7 @@ def test_postgres_restart_mid_run(tmp_path: Path, receiver: Receiver) -> None:
     figures.duplicates = extra_deliveries(receiver)
     figures.misses = len(ticks.missing)
     figures.misses_allowed = len(ticks.overlap_skipped)
+    figures.unaccounted = len(ticks.unaccounted) + len(in_gap.unaccounted)
     figures.notes = {
         "overlap_skips": len(ticks.overlap_skipped),
         "replicas": 3,
@@ -173,5 +174,6 @@ def test_postgres_restart_mid_run(tmp_path: Path, receiver: Receiver) -> None:
     assert resumed_after <= RESUME_WITHIN_SECONDS
     assert (fenced["status"], fenced["error"]) == ("cancelled", LOCK_LOST), fenced
     problems = ticks.unexplained(lambda tick: False) + in_gap.duplicated
+    problems += [f"{job} tick {at} has no ledger row" for job, at in in_gap.unaccounted]
     assert not problems, report(problems, replicas)
     assert not receiver.duplicates(), report(receiver.duplicates(), replicas)

@@ -169,6 +169,7 @@ def test_one_replica_cut_off_from_postgres_then_back(
     figures.duplicates = extra_deliveries(receiver, manual_jobs=["slow", "ping"])
     figures.misses = len(ticks.missing)
     figures.misses_allowed = len(in_flight_at_cut) + len(ticks.overlap_skipped)
+    figures.unaccounted = len(ticks.unaccounted)
     figures.notes = {
         "replicas": 3,
         "connections_cut": proxy.connections_cut,

@@ -138,6 +138,7 @@ def test_kill_9_of_one_replica_loses_at_most_its_in_flight_ticks(
     figures.duplicates = extra_deliveries(receiver)
     figures.misses = len(ticks.missing)
     figures.misses_allowed = len(in_flight_ticks) + len(ticks.overlap_skipped)
+    figures.unaccounted = len(ticks.unaccounted)
     figures.notes = {
         "replicas": 3,
         "jobs": len(periods),

@@ -64,11 +64,11 @@ def test_a_table_per_test_and_totals_with_fuzz_records(tmp_path: Path) -> None:
     write_reliability(log, out)
     text = out.read_text()
     assert text.startswith("# Reliability")
-    assert "| 2 | 2 | 150 | 1 | 2 (of 3 allowed) | **no** | 2200 | 1 |" in text
+    assert "| 2 | 2 | 150 | 1 | 2 (of 3 allowed) | 0 | **no** | 2200 | 1 |" in text
     assert "## Replica crash" in text
-    assert "| 1 | 100 | 0 | 2 | 3 | yes | 20.5 |" in text
+    assert "| 1 | 100 | 0 | 2 | 3 | 0 | yes | 20.5 |" in text
     assert "## PostgreSQL restart" in text
-    assert "| 1 | 50 | 1 | 0 | 0 | **no** | 30.0 |" in text
+    assert "| 1 | 50 | 1 | 0 | 0 | 0 | **no** | 30.0 |" in text
     assert "Observed: replicas 3." in text
     assert "| run 1 | 2146 | 0 |" in text
     assert "| auth | 54 | 1 |" in text

@@ -86,6 +86,7 @@ def test_sigterm_during_a_long_run(
     figures.duplicates = extra_deliveries(receiver, manual_jobs=["long"])
     figures.misses = len(ticks.missing)
     figures.misses_allowed = len(ticks.overlap_skipped)
+    figures.unaccounted = len(ticks.unaccounted)
     figures.notes = {"run": run["status"], "exit_seconds": round(exited_at - signalled_at, 1)}
     record(figures)
 

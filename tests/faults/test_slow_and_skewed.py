@@ -77,6 +77,7 @@ def test_a_slow_replica_and_skewed_clocks_cause_no_duplicate(
     figures.duplicates = extra_deliveries(receiver)
     figures.misses = len(ticks.missing)
     figures.misses_allowed = len(ticks.overlap_skipped)
+    figures.unaccounted = len(ticks.unaccounted)
     figures.notes = {
         "replicas": 3,
         "overlap_skips": len(ticks.overlap_skipped),

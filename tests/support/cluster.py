@@ -153,26 +153,38 @@ Tick = tuple[str, float]
 
 @dataclass
 class Tally:
-    """Deliveries of the expected (job, tick) pairs in a window.
+    """Deliveries and ledger rows of the expected (job, tick) pairs in a window.
 
-    `overlap_skipped`: missing ticks that came while an earlier run of the same job was
-    still in progress, holding its lock: the `skip` overlap policy drops those by design
-    (on a loaded machine a 1 s job's run can stall past its next tick).
+    `overlap_skipped`: missing ticks the ledger records as skipped by the overlap policy
+    (an earlier run of the job was still in progress). `unaccounted`: expected ticks
+    with no ledger row at all, neither a run nor a recorded skip: a tick lost in silence.
     """
 
     expected: int = 0
+    ticks: list[Tick] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
     missing: list[Tick] = field(default_factory=list)
     overlap_skipped: set[Tick] = field(default_factory=set)
+    unaccounted: list[Tick] = field(default_factory=list)
 
     def unexplained(self, may_miss: Callable[[Tick], bool]) -> list[str]:
-        """Every duplicate, and every missing tick neither the requirement (`may_miss`)
-        nor the overlap policy excuses."""
-        return self.duplicated + [
-            f"{job} tick {rfc3339(at)} never arrived"
-            for job, at in self.missing
-            if not may_miss((job, at)) and (job, at) not in self.overlap_skipped
-        ]
+        """Every duplicate, every tick without a ledger row, and every missing tick
+        neither the requirement (`may_miss`) nor the overlap policy excuses."""
+        return (
+            self.duplicated
+            + [f"{job} tick {rfc3339(at)} has no ledger row" for job, at in self.unaccounted]
+            + [
+                f"{job} tick {rfc3339(at)} never arrived"
+                for job, at in self.missing
+                if not may_miss((job, at)) and (job, at) not in self.overlap_skipped
+            ]
+        )
+
+    def account(self, sql: Sql) -> None:
+        """Read from the ledger which missing ticks are overlap skips, and which
+        expected ticks have no row."""
+        self.overlap_skipped = overlap_skips(sql, self.missing)
+        self.unaccounted = without_rows(sql, self.ticks)
 
 
 def tally(
@@ -191,6 +203,7 @@ def tally(
             if tick % period or skip(tick):
                 continue
             result.expected += 1
+            result.ticks.append((job, float(tick)))
             count = counts[(job, float(tick))]
             if count > 1:
                 result.duplicated.append(f"{job} tick {rfc3339(tick)} arrived {count} times")
@@ -229,7 +242,7 @@ def await_ticks(
 
     def counted() -> Tally:
         result = tally(receiver, periods, first, last, skip)
-        result.overlap_skipped = overlap_skips(sql, result.missing)
+        result.account(sql)
         return result
 
     eventually(lambda: not counted().unexplained(may_miss), 15)
@@ -237,24 +250,32 @@ def await_ticks(
 
 
 def overlap_skips(sql: Sql, missing: Sequence[Tick]) -> set[Tick]:
-    """The missing ticks that came while an earlier run of the same job was still in
-    progress by the ledger. Only runs that ended normally count: there the recorded end
-    is when the lock was released (one statement). An `abandoned` or lock-lost run's end
-    is recorded later than its lock died, so it excuses nothing."""
+    """The missing ticks the ledger records as skipped for overlap."""
     if not missing:
         return set()
     rows = sql.fetch(
         """SELECT t.job, t.at FROM unnest($1::text[], $2::float8[]) AS t (job, at)
-           WHERE EXISTS (
-               SELECT 1 FROM tickgate_runs r
-               WHERE r.job = t.job AND r.scheduled_for < to_timestamp(t.at)
-                 AND r.status IN ('succeeded', 'failed', 'timed_out')
-                 AND r.started_at <= to_timestamp(t.at)
-                 AND r.finished_at > to_timestamp(t.at))""",
+           JOIN tickgate_runs r ON r.job = t.job AND r.scheduled_for = to_timestamp(t.at)
+           WHERE r.status = 'skipped' AND r.skip_reason = 'overlap'""",
         [job for job, _ in missing],
         [at for _, at in missing],
     )
     return {(row["job"], float(row["at"])) for row in rows}
+
+
+def without_rows(sql: Sql, ticks: Sequence[Tick]) -> list[Tick]:
+    """The ticks that have no ledger row, neither a run nor a recorded skip."""
+    if not ticks:
+        return []
+    rows = sql.fetch(
+        """SELECT t.job, t.at FROM unnest($1::text[], $2::float8[]) AS t (job, at)
+           WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
+                             WHERE r.job = t.job AND r.scheduled_for = to_timestamp(t.at))
+           ORDER BY t.job, t.at""",
+        [job for job, _ in ticks],
+        [at for _, at in ticks],
+    )
+    return [(row["job"], float(row["at"])) for row in rows]
 
 
 def claimed_by(sql: Sql, runner: str) -> set[Tick]:
