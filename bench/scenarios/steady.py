@@ -73,9 +73,11 @@ def window_start(warmup_seconds: float) -> float:
 
 
 def scrape_metrics(replicas: Sequence[Replica]) -> dict[str, dict[str, float]]:
-    """Tickgate's own counters summed over replicas (its view, beside the receiver's)."""
+    """Tickgate's own counters summed over replicas (its view, beside the receiver's),
+    and the quantiles of its lock-held-after-return histogram."""
     skipped: defaultdict[str, float] = defaultdict(float)
     runs: defaultdict[str, float] = defaultdict(float)
+    held: defaultdict[str, float] = defaultdict(float)
     with httpx.Client(timeout=30) as client:
         for replica in replicas:
             try:
@@ -85,7 +87,31 @@ def scrape_metrics(replicas: Sequence[Replica]) -> dict[str, dict[str, float]]:
             for line in text.splitlines():
                 _count_metric(line, "tickgate_ticks_skipped_total{", "reason", skipped)
                 _count_metric(line, "tickgate_runs_total{", "status", runs)
-    return {"ticks_skipped_by_reason": dict(skipped), "runs_by_status": dict(runs)}
+                _count_metric(line, "tickgate_lock_held_after_return_seconds_bucket{", "le", held)
+    return {
+        "ticks_skipped_by_reason": dict(skipped),
+        "runs_by_status": dict(runs),
+        "lock_held_after_task_returned_ms": _histogram_quantiles(held),
+    }
+
+
+def _histogram_quantiles(buckets: dict[str, float]) -> dict[str, float]:
+    """p50 / p99 of a Prometheus histogram's cumulative buckets, in ms, interpolated
+    within the bucket as Prometheus' histogram_quantile does."""
+    bounds = sorted((float(le), count) for le, count in buckets.items() if le != "+Inf")
+    total = buckets.get("+Inf", 0.0)
+    if not total:
+        return {}
+    quantiles = {}
+    for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        rank, low, below = q * total, 0.0, 0.0
+        for bound, count in bounds:
+            if count >= rank:
+                share = (rank - below) / (count - below) if count > below else 1.0
+                quantiles[name] = round((low + (bound - low) * share) * 1000, 2)
+                break
+            low, below = bound, count
+    return quantiles
 
 
 def _count_metric(line: str, prefix: str, label: str, into: defaultdict[str, float]) -> None:

@@ -337,7 +337,12 @@ class Runner:
 
     def _settled(self, tick: DueTick) -> None:
         """The tick has its outcome here, or needs none."""
-        self._unsettled -= Counter({tick.job_name: 1})
+        # By hand: Counter's `-=` walks every key, and this runs for every tick.
+        left = self._unsettled[tick.job_name] - 1
+        if left > 0:
+            self._unsettled[tick.job_name] = left
+        else:
+            self._unsettled.pop(tick.job_name, None)
         if tick.queued:
             self._spawn(self._release_slot(tick))
 
