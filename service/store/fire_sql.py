@@ -126,18 +126,21 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
                AS same_revision,
            COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,
-           claimed.id IS NULL AND EXISTS (
-               SELECT 1 FROM tickgate_runs r
-               WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for) AS ticked,
-           (NOT g.got AND EXISTS (
-               SELECT 1 FROM tickgate_runs r
-               WHERE r.job = g.job AND r.status = 'running'
-                 AND r.scheduled_for <> g.scheduled_for AND r.trigger <> 'backfill'))
+           claimed.id IS NULL AND ticked.found IS NOT NULL AS ticked,
+           (NOT g.got AND running.found IS NOT NULL)
                OR (claimed.id IS NULL AND g.queued_before) AS busy,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
            claimed.*
     FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM tickgate_runs r
+        WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for LIMIT 1) AS ticked ON true
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM tickgate_runs r
+        WHERE r.job = g.job AND r.status = 'running' AND r.scheduled_for <> g.scheduled_for
+          AND r.trigger <> 'backfill' LIMIT 1) AS running ON NOT g.got
     ORDER BY g.n"""
 
 

@@ -39,6 +39,9 @@ __all__ = [
 # Sessions that may hold advisory locks, by backend pid, and how many each holds.
 LockCounts = Counter[int]
 
+# How long the first end of several runs sharing a session waits for the others.
+FINISH_LINGER_SECONDS = 0.005
+
 log = logging.getLogger(__name__)
 
 
@@ -62,7 +65,8 @@ class RunSession:
         # A connection runs one statement at a time; runs sharing it take turns, and
         # ends that queue up meanwhile are recorded together by whoever goes next.
         self._turn = asyncio.Lock()
-        self._endings = Coalescer(self._record_endings, _no_linger)
+        self._endings = Coalescer(self._record_endings, self._finish_linger)
+        self._open_runs = 0  # claimed here and not yet recorded
 
     @property
     def closed(self) -> bool:
@@ -128,6 +132,8 @@ class RunSession:
             raise
 
     def _took(self, claim: Claim) -> Claim:
+        if claim.run is not None:
+            self._open_runs += 1
         if claim.holds_lock:
             self._lock_counts[self._pid] += 1
         return claim
@@ -145,9 +151,17 @@ class RunSession:
         Ends that runs sharing this session queue meanwhile go in the same statement."""
         return await self._endings.submit(_Ending(run_id, outcome, release_lock))
 
+    def _finish_linger(self) -> float:
+        """A lone run's end is written at once. Runs of one crowd, sharing the session,
+        end within moments of each other: waiting FINISH_LINGER_SECONDS for them writes
+        their ends in one statement (one commit for all), and keeps each lock no more
+        than that past its run's end, far below a tick."""
+        return FINISH_LINGER_SECONDS if self._open_runs > 1 else 0.0
+
     async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
         """Record the ends in one statement; per end, the run and whether its lock
         was released."""
+        self._open_runs -= len(endings)
         async with self._turn:
             rows = await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
         results = []
@@ -174,13 +188,6 @@ class RunSession:
         # Already closed and detached from its pool proxy: nothing is left to close.
         with suppress(asyncpg.InterfaceError):
             self._connection.terminate()
-
-
-def _no_linger() -> float:
-    """A run's end is written at once: its lock must not outlive its task by more than
-    a round trip, or the job's next tick finds it held. Ends that come while a write is
-    in flight on the session still go together, in the next statement."""
-    return 0.0
 
 
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:

@@ -9,10 +9,13 @@ ALTER TABLE tickgate_runs
     ADD COLUMN missed_ticks integer CHECK (missed_ticks >= 1),
     ADD CONSTRAINT tickgate_runs_skip_reason CHECK ((status = 'skipped') = (skip_reason IS NOT NULL));
 
--- "Is an earlier run of this job still in progress?" is asked of every tick that finds
--- the job's lock held.
+-- "Is another run of this job in progress?" is asked of every tick that finds the job's
+-- lock held: one probe by job. It replaces the index of running rows by start, which the
+-- planner preferred for that question, scanning every running row per tick; the orphan
+-- sweep reads all running rows through this one as well.
 CREATE INDEX tickgate_runs_running_job ON tickgate_runs (job, scheduled_for)
     WHERE status = 'running';
+DROP INDEX tickgate_runs_running;
 
 -- A job's identity that survives no delete: versions restart at 1 when a name is
 -- deleted and created again; incarnations never repeat.
