@@ -101,7 +101,8 @@ def _bounded(result: JsonValue) -> Outcome:
     """A result is stored when it is JSON and at most 64 KiB encoded."""
     try:
         size = len(json.dumps(result, allow_nan=False).encode())
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
+        # RecursionError: nested deeper than JSON can be written here (or stored).
         return Outcome(RunStatus.FAILED, f"the task returned a result that is not JSON: {error}")
     if size > MAX_RESULT_BYTES:
         return Outcome(RunStatus.SUCCEEDED, result={"truncated": True, "bytes": size})

@@ -21,6 +21,7 @@ from service.domain.runs import Run
 from service.store import fire_sql
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection, Pool
+from service.store.errors import is_unavailable
 from service.store.fire_sql import RunEnd, TickClaim
 from service.store.ports import Claim, ClaimOutcome, GateFacts
 from service.store.rows import run_from_row
@@ -160,10 +161,40 @@ class RunSession:
 
     async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
         """Record the ends in one statement; per end, the run and whether its lock
-        was released."""
+        was released. If the database refuses the statement for what one end holds,
+        each end is recorded alone, so no run is left `running` by another's bytes."""
         self._open_runs -= len(endings)
+        try:
+            rows = await self._finishing(endings)
+        except (asyncpg.PostgresError, asyncpg.DataError) as error:
+            if is_unavailable(error):
+                raise
+            log.warning(
+                "%d run ends refused together (%r); recording each alone", len(endings), error
+            )
+            rows = [row for ending in endings for row in await self._finishing_alone(ending)]
+        return self._finished(rows, endings)
+
+    async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
+        # A refused statement ran nothing: no run was finished, no lock released.
         async with self._turn:
-            rows = await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
+            return list(await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings)))
+
+    async def _finishing_alone(self, ending: _Ending) -> list[Any]:
+        """One end; if the database refuses even that, the run is recorded with the
+        refusal as its error and no result."""
+        try:
+            return await self._finishing([ending])
+        except (asyncpg.PostgresError, asyncpg.DataError) as error:
+            if is_unavailable(error):
+                raise
+            why = f"the run's result or error could not be stored: {type(error).__name__}"
+            bare = RunEnd(ending.end.status, why, None, ending.end.attempts)
+            return await self._finishing([_Ending(ending.run_id, bare, ending.release_lock)])
+
+    def _finished(
+        self, rows: Sequence[Any], endings: Sequence[_Ending]
+    ) -> list[tuple[Run | None, bool]]:
         results = []
         for row, ending in zip(rows, endings, strict=True):
             released = bool(ending.release_lock is not None and row["released"])

@@ -326,3 +326,50 @@ async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
 
 async def _started(store: Store, job: str, count: int) -> bool:
     return len(await runs_of(store, job)) >= count
+
+
+async def test_an_end_the_database_refuses_is_recorded_alone_and_spares_the_batch(
+    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    """Whatever the database refuses in one run's end (here a constraint the test adds),
+    the other runs of its batch are recorded, and so is that run, without the bytes."""
+
+    async def poisoned(args: GateArgs, context: TaskContext) -> JsonValue:
+        raise RuntimeError("poison")
+
+    async def nested(args: GateArgs, context: TaskContext) -> JsonValue:
+        deep: JsonValue = []
+        for _ in range(5000):
+            deep = [deep]
+        return deep
+
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "ALTER TABLE tickgate_runs ADD CONSTRAINT refuse_poison"
+            " CHECK (error IS NULL OR error NOT LIKE '%poison%')"
+        )
+    finally:
+        await connection.close()
+    tasks = [
+        TaskDefinition("poisoned", "fails with an error the database refuses", GateArgs, poisoned),
+        TaskDefinition("nested", "returns JSON too deep to write", GateArgs, nested),
+    ]
+    async with running(store, sessions, gates, metrics, tasks=tasks) as runner:
+        jobs = [
+            await add_job(store, "poisoned", task="poisoned"),
+            await add_job(store, "nested", task="nested"),
+            await add_job(store, "healthy"),
+        ]
+        gates["default"].set()
+        tick = tick_now()
+        for job in jobs:
+            runner.fire(job, tick, RunTrigger.SCHEDULE)
+        [bad] = await finished_runs(store, "poisoned", 1)
+        [deep] = await finished_runs(store, "nested", 1)
+        [good] = await finished_runs(store, "healthy", 1)
+    assert (bad.status, bad.result) == (RunStatus.FAILED, None)
+    assert bad.error == "the run's result or error could not be stored: CheckViolationError"
+    assert deep.status is RunStatus.FAILED
+    assert "not JSON" in (deep.error or "")
+    assert good.status is RunStatus.SUCCEEDED
