@@ -189,9 +189,10 @@ class RunExecutor:
         while True:
             try:
                 return await self._store.finish_run(run.id, end)
-            except Exception as error:
-                if not is_unavailable(error):
-                    raise
+            except Exception as error:  # noqa: BLE001 - retried, then logged
+                # Whatever went wrong (a pool connection caught mid-break by the same
+                # outage raises asyncpg's internal errors too), the end is worth
+                # another try: a row left `running` makes the job look busy.
                 if time.monotonic() + backoff > deadline:
                     log.warning(
                         "run %s not recorded (%r); the orphan sweep will mark it abandoned",

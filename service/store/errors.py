@@ -8,6 +8,9 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,
+    # A connection caught mid-operation by a break is left in a state asyncpg calls
+    # internal ("another operation is in progress"); it is a broken link, not a bug.
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError,
     asyncpg.exceptions.OperatorInterventionError,
