@@ -1,4 +1,4 @@
-"""Hands every due tick of APScheduler's to our fire path, one call per nominal tick."""
+"""Hands APScheduler's wake-ups to the mirror."""
 
 from collections.abc import Callable
 from datetime import datetime
@@ -7,21 +7,18 @@ from typing import Any
 from apscheduler.executors.base import BaseExecutor
 
 
-class TickExecutor(BaseExecutor):  # type: ignore[misc]
-    """Replaces APScheduler's run-the-callable executors.
+class WakeExecutor(BaseExecutor):  # type: ignore[misc]
+    """Replaces APScheduler's run-the-callable executors: a wake-up calls `on_wake`
+    at once, on the event loop, and the mirror takes every tick due from its timetable.
+    No instance count or misfire check here: overlap is the advisory lock's business,
+    cluster-wide, and a tick's grace is the runner's."""
 
-    We need the nominal tick of each fire (APScheduler passes run times only to the
-    executor), and we keep no per-job instance count here: overlap is the advisory
-    lock's business, cluster-wide, not this process's.
-    """
-
-    def __init__(self, on_tick: Callable[[str, datetime], None]) -> None:
+    def __init__(self, on_wake: Callable[[], None]) -> None:
         super().__init__()
-        self._on_tick = on_tick
+        self._on_wake = on_wake
 
     def submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        for run_time in run_times:
-            self._on_tick(job.id, run_time)
+        self._on_wake()
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        raise NotImplementedError("submit_job hands ticks over directly")
+        raise NotImplementedError("submit_job wakes the mirror directly")

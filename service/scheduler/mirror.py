@@ -1,4 +1,5 @@
-"""Each replica's in-memory copy of the active jobs, kept in an APScheduler 3 scheduler.
+"""Each replica's in-memory copy of the active jobs: a timetable of their next ticks,
+woken by the replica's one APScheduler 3 job at the next instant a tick falls due.
 
 Changes arrive by LISTEN/NOTIFY within moments; a periodic full reconcile, comparing
 revisions, covers notifications lost while the listener was down. Loads and reconciles
@@ -6,7 +7,6 @@ run one at a time: each then applies a later state of the database than the one 
 """
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
@@ -18,9 +18,10 @@ from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.runs import RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
 from service.scheduler.clock import ReplicaClock
-from service.scheduler.executor import TickExecutor
+from service.scheduler.executor import WakeExecutor
 from service.scheduler.runner import Runner
-from service.scheduler.trigger import NominalTicks
+from service.scheduler.timetable import Timetable
+from service.scheduler.trigger import NextDue
 from service.store import Store
 from service.store.errors import is_unavailable
 from service.store.fire_sql import Skip
@@ -28,8 +29,8 @@ from service.store.listener import JobListener
 
 log = logging.getLogger(__name__)
 
-# APScheduler's own instance limit and misfire check would second-guess the gates.
-_UNLIMITED_INSTANCES = 1_000_000
+# The id of the one APScheduler job: it wakes the mirror when a tick falls due.
+_WAKE = "tickgate-wake"
 # Counting a long outage's ticks one by one stops here (a one-second job down for
 # more than a quarter of an hour); the summary row says so.
 MAX_GAP_TICKS = 1000
@@ -54,7 +55,8 @@ class Mirror:
         self._dsn = dsn
         self._reconcile_seconds = reconcile_seconds
         self._run_history = run_history
-        self._jobs: dict[str, Job] = {}
+        self._timetable = Timetable(self._clock)
+        self._armed_at: datetime | None = None  # when the wake-up job fires next
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
         # Held by each load and reconcile from its read to its last change: applied out
@@ -64,8 +66,9 @@ class Mirror:
         self._loops: list[asyncio.Task[None]] = []
         self._scheduler = AsyncIOScheduler(
             timezone=UTC,
-            executors={"default": TickExecutor(self._on_tick)},
-            job_defaults={"coalesce": False, "max_instances": _UNLIMITED_INSTANCES},
+            executors={"default": WakeExecutor(self._wake_up)},
+            # One wake-up takes every tick due by then, however late it comes.
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         self.last_sync: datetime | None = None
         self._stopping = False
@@ -76,11 +79,11 @@ class Mirror:
         return self.last_sync is not None
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._timetable)
 
     def mirrored(self) -> dict[str, tuple[UUID, int]]:
         """Name to revision of every job this replica would fire."""
-        return {name: job.revision for name, job in self._jobs.items()}
+        return self._timetable.revisions()
 
     @property
     def healthy(self) -> bool:
@@ -89,9 +92,11 @@ class Mirror:
 
     async def start(self) -> None:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
-        # The first sync queues every job before APScheduler starts: it then files them
-        # all at once, instead of waking up once per job added.
         in_sync = await self._guarded(self._listen_and_sync(), "listening for job changes")
+        # Filed now, the wake-up job first fires at the timetable's earliest tick.
+        self._scheduler.add_job(
+            _never_called, trigger=NextDue(lambda: self._timetable.earliest), id=_WAKE
+        )
         self._scheduler.start()
         await self._guarded(self._sweep(), "sweeping runs")
         self._loops = [
@@ -119,7 +124,7 @@ class Mirror:
         """Make the mirror equal the database's active jobs, by revision."""
         async with self._loading:
             revisions = await self._store.active_versions()
-            for name in set(self._jobs) - set(revisions):
+            for name in set(self._timetable.revisions()) - set(revisions):
                 self._drop(name)
             stale = [n for n, r in revisions.items() if self._revision(n) != r]
             if stale:
@@ -127,14 +132,22 @@ class Mirror:
             self.last_sync = datetime.now(UTC)
 
     def _revision(self, name: str) -> tuple[UUID, int] | None:
-        job = self._jobs.get(name)
+        job = self._timetable.get(name)
         return job.revision if job else None
 
-    def _on_tick(self, name: str, fire_time: datetime) -> None:
-        job = self._jobs.get(name)
-        if job is not None:
-            # The nominal tick is what this replica's clock reads at the fire time.
-            self._runner.fire(job, self._clock.local(fire_time), RunTrigger.SCHEDULE)
+    def _wake_up(self) -> None:
+        """A tick fell due: hand over every tick due by now, then sleep until the next."""
+        for due in self._timetable.due(datetime.now(UTC)):
+            self._runner.fire(due.job, due.tick, RunTrigger.SCHEDULE)
+        self._armed_at = self._timetable.earliest
+
+    def _arm(self, at: datetime | None) -> None:
+        """Make sure the wake-up job fires by `at` (a newly filed tick's due time)."""
+        if at is None or not self._scheduler.running:
+            return  # not started yet: the wake-up job is filed with the earliest tick
+        if self._armed_at is None or at < self._armed_at:
+            self._armed_at = at
+            self._scheduler.modify_job(_WAKE, next_run_time=at)
 
     def _on_notify(self, name: str) -> None:
         self._changed.add(name)
@@ -152,7 +165,7 @@ class Mirror:
         self._lost.clear()
         self._listener = await JobListener.open(self._dsn, self._on_notify, self._on_listener_lost)
         await self.reconcile()
-        log.info("scheduler synced: %d active jobs mirrored", len(self._jobs))
+        log.info("scheduler synced: %d active jobs mirrored", len(self._timetable))
 
     async def _relisten_forever(self, in_sync: bool) -> None:
         """Reconnect with backoff whenever the listener drops (a database restart, say),
@@ -222,21 +235,14 @@ class Mirror:
     def _put(self, job: Job) -> bool:
         """Mirror `job`; False if this revision, or a later one of the same incarnation,
         is already mirrored."""
-        current = self._jobs.get(job.name)
+        current = self._timetable.get(job.name)
         if current is not None and not _supersedes(job, current):
             return False
-        self._jobs[job.name] = job
-        self._scheduler.add_job(
-            _never_called,
-            trigger=NominalTicks(job, self._clock),
-            id=job.name,
-            replace_existing=True,
-        )
+        self._arm(self._timetable.put(job, datetime.now(UTC)))
         return True
 
     def _drop(self, name: str) -> None:
-        if self._jobs.pop(name, None) is not None and self._scheduler.get_job(name):
-            self._scheduler.remove_job(name)
+        self._timetable.drop(name)
 
     async def _catch_up(self, jobs: Iterable[Job]) -> None:
         """Fire, once, the latest tick of each job that nobody ran and is still in grace.
@@ -350,9 +356,4 @@ def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:
 
 
 def _never_called() -> None:
-    """APScheduler wants a callable; TickExecutor hands ticks to the runner instead."""
-
-
-# APScheduler inspects the callable's signature for every job it files; a ready-made
-# one saves that per-job introspection when a replica loads 100k jobs.
-_never_called.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
+    """APScheduler wants a callable; WakeExecutor wakes the mirror instead."""

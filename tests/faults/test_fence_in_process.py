@@ -25,7 +25,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner
 from service.scheduler import running as running_module
 from service.scheduler.clock import ReplicaClock
-from service.scheduler.trigger import NominalTicks
+from service.scheduler.timetable import Timetable
 from service.store import Store
 from service.store.sessions import RunEnd, RunSessions
 from service.store.targets import SqlTargetConnections
@@ -209,12 +209,13 @@ def test_a_skewed_clock_fires_ticks_early_or_late_by_its_offset() -> None:
     tick = datetime(2026, 6, 1, 12, 0, 1, tzinfo=UTC)
     for offset_ms in (2000, -2000, 0):
         clock = ReplicaClock(timedelta(milliseconds=offset_ms))
-        fire = NominalTicks(job, clock).get_next_fire_time(None, now - clock.offset)
+        timetable = Timetable(clock)
+        fire = timetable.put(job, now - clock.offset)
         # A clock `offset` ahead reads `tick` at true time tick - offset.
         assert fire == tick - clock.offset
         assert fire is not None
-        assert clock.local(fire) == tick
-        following = NominalTicks(job, clock).get_next_fire_time(fire, fire)
+        assert [due.tick for due in timetable.due(fire)] == [tick]
+        following = timetable.earliest
         assert following is not None
         assert clock.local(following) == tick + timedelta(seconds=1)
 

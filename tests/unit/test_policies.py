@@ -18,7 +18,7 @@ from service.domain.jobs import (
 )
 from service.domain.retry import RetryPolicy
 from service.domain.schedules import CronSchedule, OnceSchedule
-from service.scheduler.trigger import NominalTicks
+from service.scheduler.timetable import first_tick
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 EVERY_MINUTE = CronSchedule(kind="cron", expression="* * * * *")
@@ -166,8 +166,7 @@ def test_a_restart_still_produces_a_jittered_tick_not_yet_due() -> None:
     jittered = job(jitter_seconds=3000, misfire_grace_seconds=60)
     tick = late_jittered_tick(jittered)
     now = tick + timedelta(seconds=120)  # past the grace from the tick, not from its due
-    trigger = NominalTicks(jittered.model_copy(update={"schedule": _once(tick)}))
-    assert trigger.get_next_fire_time(None, now) == tick
+    assert first_tick(jittered.model_copy(update={"schedule": _once(tick)}), now) == tick
 
 
 def _once(at: datetime) -> OnceSchedule:
