@@ -17,6 +17,7 @@ from service.scheduler.membership import Membership
 from service.store import Store
 from service.store.members import MemberSession, SeedTakenError
 from service.store.members_sql import MEMBER_LOCK_CLASS
+from tests.support.db import with_database
 from tests.support.waiting import eventually
 
 POLL_SECONDS = 0.2
@@ -262,3 +263,16 @@ async def test_heartbeats_report_and_sweep_long_dead_members(database_url: str) 
         await admin.close()
         await first.close()
         await second.close()
+
+
+async def test_a_replica_that_cannot_join_owns_everything_and_keeps_trying(
+    database_url: str,
+) -> None:
+    unreachable = with_database(database_url, "tickgate_no_such_database")
+    member = Membership(dsn=unreachable, runner_id="r", version="test", poll_seconds=POLL_SECONDS)
+    await member.start()
+    try:
+        assert member.members == Members.unknown()
+        assert not member.joined
+    finally:
+        await member.stop()
