@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(
         32, ge=1, le=1000, description="Runs in flight per replica, and the size of its lock pool."
     )
+    takeover_seconds: float = Field(
+        3,
+        ge=0.5,
+        le=600,
+        description="A job's standby replica claims a tick that still has no ledger row "
+        "this long after it was due (its owner died or stalls).",
+    )
     shutdown_grace_seconds: float = Field(
         30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
     )

@@ -12,8 +12,9 @@ import asyncpg
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
 from service.domain.names import lock_key
+from service.domain.ownership import Members, Role
 from service.domain.runs import Run, RunStatus, SkipReason
-from service.store import fire_sql
+from service.store import fire_sql, members_sql
 from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, Skip
 from service.store.migrate import applied_versions, migrate
@@ -189,6 +190,22 @@ class Store:
             f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])", list(names)
         )
         return [self._shared.job_from_row(row) for row in rows]
+
+    async def owned_versions(self, members: Members) -> dict[str, tuple[tuple[UUID, int], Role]]:
+        """Name to revision and role of every active job this replica owns or stands by
+        for among `members` (see `members_sql`): what its mirror should hold. Alone, or
+        with no view yet, that is every active job, each as OWNER."""
+        rows = await self._pool.fetch(members_sql.OWNED_VERSIONS, *_ranking(members))
+        return {row["name"]: ((row["incarnation"], row["version"]), _role(row)) for row in rows}
+
+    async def get_owned_jobs(
+        self, names: Sequence[str], members: Members
+    ) -> list[tuple[Job, Role]]:
+        """The jobs of these names that exist (in any state) and that this replica owns or
+        stands by for among `members`, each with its role; shared parts held once, as by
+        `get_jobs`."""
+        rows = await self._pool.fetch(members_sql.OWNED_JOBS, *_ranking(members), list(names))
+        return [(self._shared.job_from_row(_without_rank(row)), _role(row)) for row in rows]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(
@@ -443,6 +460,22 @@ _INSERT_JOB = f"""WITH inserted AS (
         ON CONFLICT (name) DO NOTHING
         RETURNING name)
     SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
+
+
+def _ranking(members: Members) -> tuple[list[int], int | None]:
+    """The ranking statements' arguments: the other live members, and this replica."""
+    return list(members.others), members.own
+
+
+def _role(row: Mapping[str, Any]) -> Role:
+    role = Role.of_rank(row["rank"])
+    if role is None:  # the statements return ranks 0 and 1 only
+        raise ValueError(f"rank {row['rank']} is neither owner nor standby")
+    return role
+
+
+def _without_rank(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {column: value for column, value in row.items() if column != "rank"}
 
 
 def _lock_key_conflict(name: str) -> Conflict:

@@ -359,17 +359,20 @@ def test_settings_env(
     assert env["TICKGATE_REQUIRE_DATABASE_URL"]["value"] == "1"
     assert env["TICKGATE_API_POOL_SIZE"]["value"] == "10"
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "32"
+    assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "3"
     assert "TICKGATE_APPLY_JOBS" not in env
     changed = render(
         SCENARIOS["defaults"]
         | {
             "maxConcurrentRuns": 16,
+            "takeoverSeconds": 1.5,
             "logFormat": "text",
             "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
         }
     )
     env = env_of(container(changed))
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "16"
+    assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "1.5"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
     assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"
 
@@ -509,6 +512,7 @@ def test_duplicate_job_names_fail(helm: ModuleType, chart: Any) -> None:
         ({"replicacount": 3}, "replicacount"),
         ({"database": {"uri": DSN}}, "uri"),
         ({"shutdownGraceSeconds": 2.5}, "/shutdownGraceSeconds"),
+        ({"takeoverSeconds": 0.1}, "/takeoverSeconds"),
         (
             {"jobs": [{"name": "x", "schedule": {"kind": "cron", "expression": "* * * * *"}}]},
             "task",

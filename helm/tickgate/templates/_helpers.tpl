@@ -110,6 +110,8 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
   value: {{ .Values.apiPoolSize | quote }}
 - name: TICKGATE_MAX_CONCURRENT_RUNS
   value: {{ .Values.maxConcurrentRuns | quote }}
+- name: TICKGATE_TAKEOVER_SECONDS
+  value: {{ .Values.takeoverSeconds | quote }}
 - name: TICKGATE_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: TICKGATE_LOG_FORMAT

@@ -1,0 +1,118 @@
+"""Which replica fires which job: the cluster's live members, and a replica's role for
+a job among them.
+
+Ownership only saves work. Any replica may claim any tick, and the gate (the job's
+advisory lock plus its ledger row) lets one claim through whoever makes it. A stale view,
+or two replicas that disagree, costs duplicate claims the gate refuses, or a tick its
+standby claims late; never a second run. Ownership itself is computed by PostgreSQL (see
+`service/store/members_sql.py`), so every replica ranks members the same way.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Self
+
+
+class Role(StrEnum):
+    """A replica's part in firing one job.
+
+    OWNER claims the job's ticks when they are due. STANDBY claims a tick only if it
+    still has no ledger row `TICKGATE_TAKEOVER_SECONDS` after it was due: its owner died
+    or stalls. A replica that is neither does not mirror the job at all.
+    """
+
+    OWNER = "owner"
+    STANDBY = "standby"
+
+    @classmethod
+    def of_rank(cls, rank: int) -> "Role | None":
+        """
+        The role of a replica that ranks `rank` for a job.
+
+        :param rank: how many live members score higher for the job than this replica
+        :return: OWNER for rank 0, STANDBY for rank 1, None beyond (not mirrored here)
+        """
+        return _ROLES_BY_RANK.get(rank)
+
+
+_ROLES_BY_RANK = {0: Role.OWNER, 1: Role.STANDBY}
+
+
+@dataclass(frozen=True)
+class Members:
+    """
+    The cluster's live members, as one replica last saw them.
+
+    A member is identified by its `seed`, a number drawn once per membership (a replica
+    that loses its connection joins again under a new seed). `own` is the seed of the
+    replica holding this view, None until it has joined; `seeds` are every live member's
+    seeds in ascending order, `own` included. Two views compare equal exactly when they
+    hold the same members, so a change of view is `new != old`.
+
+    A replica with no view yet, or alone in its view, owns every job: it then behaves as
+    if ownership did not exist.
+
+    :raises ValueError: if `seeds` is not strictly ascending, or leaves out `own`, or a
+        view without `own` names members
+    """
+
+    own: int | None
+    seeds: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if list(self.seeds) != sorted(set(self.seeds)):
+            raise ValueError(f"seeds must be strictly ascending: {self.seeds}")
+        if self.own is None and self.seeds:
+            raise ValueError("a view with members belongs to a replica that joined")
+        if self.own is not None and self.own not in self.seeds:
+            raise ValueError(f"own seed {self.own} missing from {self.seeds}")
+
+    @classmethod
+    def unknown(cls) -> Self:
+        """The view of a replica that has not joined yet: it owns everything."""
+        return cls(None, ())
+
+    @classmethod
+    def seen(cls, own: int, live: Iterable[int]) -> Self:
+        """
+        The view of the replica `own` that read `live` from the database.
+
+        :param own: this replica's seed; counted live even if `live` misses it (it
+            holds its own lock, so it is)
+        :param live: seeds of the live members, in any order, repeats allowed
+        """
+        return cls(own, tuple(sorted({own, *live})))
+
+    @property
+    def others(self) -> tuple[int, ...]:
+        """Seeds of the live members other than this replica, ascending."""
+        return tuple(seed for seed in self.seeds if seed != self.own)
+
+    @property
+    def alone(self) -> bool:
+        """No other live member is known: this replica owns every job."""
+        return not self.others
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a member reports of itself at each heartbeat, for display."""
+
+    runs_in_flight: int = 0
+    last_sync: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    """One live member as its row in `tickgate_members` describes it: who it is
+    (`runner_id`, its Tickgate `version`), since when, and its latest heartbeat."""
+
+    seed: int
+    runner_id: str
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    runs_in_flight: int
+    last_sync: datetime | None

@@ -1,0 +1,148 @@
+"""This replica's membership of the cluster, and its view of the live members.
+
+A member is live while its own connection holds its advisory lock (see
+`service/store/members_sql.py`); this module keeps that connection, heartbeats on it and
+reads who else is live, every MEMBERSHIP_POLL_SECONDS. The view only steers which jobs a
+replica mirrors and when it claims them: correctness rests on the gate alone.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from service.domain.ownership import Heartbeat, Member, Members
+from service.scheduler.backoff import Backoff
+from service.store.errors import is_unavailable
+from service.store.members import MemberSession
+
+log = logging.getLogger(__name__)
+
+# How often a member heartbeats and reads the live members: a member that dies is out
+# of every other's view within about this long after PostgreSQL ends its session.
+MEMBERSHIP_POLL_SECONDS = 1.0
+
+
+def _nothing_to_report() -> Heartbeat:
+    return Heartbeat()
+
+
+def _ignore(_members: Members) -> None:
+    """The default `on_change`: nobody listens."""
+
+
+class Membership:
+    """
+    Keeps this replica a live member of the cluster and its view of the members current.
+
+    `start` joins (once, within its deadlines) and then polls in the background: each
+    poll heartbeats and reads the live members. When the view changes, `on_change` gets
+    the new one. If the membership connection dies, the replica joins again with
+    backoff, under a new seed, and keeps its last view meanwhile. Before the first join
+    the view is `Members.unknown()`: this replica owns every job.
+
+    :param dsn: the database; the membership holds one connection of its own
+    :param runner_id: this replica's name, shown with its membership
+    :param version: the Tickgate version this replica runs, shown likewise
+    :param on_change: called with each new view, in the event loop; it must not block
+        (set an event, say) and should not raise (an error is logged and dropped)
+    :param heartbeat: what this replica reports at each poll (runs in flight, last sync)
+    :param poll_seconds: the pause between polls
+    """
+
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        runner_id: str,
+        version: str,
+        on_change: Callable[[Members], None] = _ignore,
+        heartbeat: Callable[[], Heartbeat] = _nothing_to_report,
+        poll_seconds: float = MEMBERSHIP_POLL_SECONDS,
+    ) -> None:
+        self._dsn = dsn
+        self._runner_id = runner_id
+        self._version = version
+        self._on_change = on_change
+        self._heartbeat = heartbeat
+        self._poll_seconds = poll_seconds
+        self._session: MemberSession | None = None
+        self._members = Members.unknown()
+        self._peers: tuple[Member, ...] = ()
+        self._loop: asyncio.Task[None] | None = None
+
+    @property
+    def members(self) -> Members:
+        """The current view: the live members as last read, this replica included."""
+        return self._members
+
+    @property
+    def peers(self) -> tuple[Member, ...]:
+        """The live members' rows as last read (empty before the first read)."""
+        return self._peers
+
+    @property
+    def joined(self) -> bool:
+        """This replica holds a live membership, as far as it knows."""
+        return self._session is not None and not self._session.closed
+
+    async def start(self) -> None:
+        """Join and read the members once, so that the first sync already knows them,
+        then keep polling in the background. A first poll that fails is retried there."""
+        first_poll_ok = await self._poll_guarded()
+        self._loop = asyncio.create_task(self._poll_forever(first_poll_ok))
+
+    async def stop(self) -> None:
+        """Stop polling and leave: the connection closes, and the lock with it."""
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+        await self._leave()
+        log.info("left the cluster")
+
+    async def _poll_forever(self, last_ok: bool) -> None:
+        backoff = Backoff()
+        while True:
+            if last_ok:
+                backoff.reset()
+                await asyncio.sleep(self._poll_seconds)
+            else:
+                await self._leave()
+                await backoff.pause()
+            last_ok = await self._poll_guarded()
+
+    async def _poll_guarded(self) -> bool:
+        """One poll; False if it failed, which is logged (the next one tries again)."""
+        try:
+            await self._poll()
+        except Exception as error:
+            # Whatever went wrong, membership must live on: the loop joins again.
+            if is_unavailable(error):
+                log.warning("membership poll failed, database unavailable (%r)", error)
+            else:
+                log.exception("membership poll failed")
+            return False
+        return True
+
+    async def _poll(self) -> None:
+        if self._session is None or self._session.closed:
+            self._session = await MemberSession.join(self._dsn, self._runner_id, self._version)
+            log.info("joined the cluster as member %d", self._session.seed)
+        live = await self._session.heartbeat(self._heartbeat())
+        self._see(self._session.seed, live)
+
+    def _see(self, own: int, live: list[Member]) -> None:
+        self._peers = tuple(live)
+        members = Members.seen(own, (member.seed for member in live))
+        if members == self._members:
+            return
+        log.info("live members: %s (this replica: %d)", list(members.seeds), own)
+        self._members = members
+        try:
+            self._on_change(members)
+        except Exception:
+            log.exception("the membership change callback failed")
+
+    async def _leave(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()

@@ -1,0 +1,278 @@
+"""Cluster membership and job ownership, on real PostgreSQL: members are live exactly while
+their lock is held, and rendezvous hashing gives each job one owner and one standby."""
+
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from service.domain.jobs import JobSpec, create_job, pause_job
+from service.domain.ownership import Heartbeat, Members, Role
+from service.domain.schedules import CronSchedule
+from service.scheduler.membership import Membership
+from service.store import Store
+from service.store.members import MemberSession, SeedTakenError
+from service.store.members_sql import MEMBER_LOCK_CLASS
+from tests.support.db import with_database
+from tests.support.waiting import eventually
+
+POLL_SECONDS = 0.2
+PATIENCE_SECONDS = 30
+JOB_COUNT = 1000
+
+Ownership = dict[str, tuple[tuple[UUID, int], Role]]
+
+
+@asynccontextmanager
+async def cluster(database_url: str, size: int) -> AsyncIterator[list[Membership]]:
+    """`size` started memberships; every one stopped on the way out."""
+    members = [
+        Membership(
+            dsn=database_url,
+            runner_id=f"replica-{index}",
+            version="test",
+            poll_seconds=POLL_SECONDS,
+        )
+        for index in range(size)
+    ]
+    try:
+        for member in members:
+            await member.start()
+        yield members
+    finally:
+        for member in members:
+            await member.stop()
+
+
+def views_agree(members: Sequence[Membership], size: int) -> bool:
+    views = {member.members.seeds for member in members}
+    return len(views) == 1 and len(views.pop()) == size
+
+
+async def settled(members: Sequence[Membership], size: int) -> list[Members]:
+    await eventually(
+        lambda: views_agree(members, size), PATIENCE_SECONDS, f"{size} members in every view"
+    )
+    return [member.members for member in members]
+
+
+async def lock_holder(database_url: str, seed: int) -> int | None:
+    """The backend pid holding member `seed`'s lock, read from pg_locks."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        pid: int | None = await connection.fetchval(
+            """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND classid = $1::oid AND objid = $2::oid AND objsubid = 2
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())""",
+            MEMBER_LOCK_CLASS,
+            seed,
+        )
+        return pid
+    finally:
+        await connection.close()
+
+
+async def terminate_backend(database_url: str, pid: int) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        assert await connection.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await connection.close()
+
+
+async def add_jobs(store: Store, count: int, *, paused: int = 0) -> list[str]:
+    """`count` active jobs plus `paused` paused ones; returns the active jobs' names."""
+    now = datetime.now(UTC)
+    spec = JobSpec(schedule=CronSchedule(kind="cron", expression="0 3 * * *"), task="log")
+    names = [f"job-{index:04d}" for index in range(count + paused)]
+    for index, name in enumerate(names):
+        job = create_job(name, spec, now)
+        assert await store.insert_job(pause_job(job, now) if index >= count else job)
+    return names[:count]
+
+
+async def ownership(store: Store, views: Sequence[Members]) -> list[Ownership]:
+    return [await store.owned_versions(view) for view in views]
+
+
+def holders(owned: Sequence[Ownership], role: Role) -> dict[str, list[int]]:
+    """Per job, the indexes of the members holding it in `role`."""
+    found: dict[str, list[int]] = {}
+    for index, jobs in enumerate(owned):
+        for name, (_, held) in jobs.items():
+            if held is role:
+                found.setdefault(name, []).append(index)
+    return found
+
+
+@pytest.mark.parametrize("size", [2, 3])
+async def test_members_see_each_other(database_url: str, size: int) -> None:
+    async with cluster(database_url, size) as members:
+        views = await settled(members, size)
+        assert sorted(view.own for view in views if view.own is not None) == list(views[0].seeds)
+        assert all(member.joined for member in members)
+        runners = {peer.runner_id for peer in members[0].peers}
+        assert runners == {f"replica-{index}" for index in range(size)}
+
+
+async def test_a_killed_member_leaves_every_view_and_rejoins(database_url: str) -> None:
+    async with cluster(database_url, 3) as members:
+        views = await settled(members, 3)
+        victim, old_seed = members[0], views[0].own
+        assert old_seed is not None
+        pid = await lock_holder(database_url, old_seed)
+        assert pid is not None
+        await terminate_backend(database_url, pid)
+
+        def dropped() -> bool:
+            return all(old_seed not in member.members.seeds for member in members[1:])
+
+        await eventually(dropped, PATIENCE_SECONDS, "the killed member out of the others' views")
+        await settled(members, 3)
+        assert victim.members.own not in (None, old_seed)
+        assert await lock_holder(database_url, old_seed) is None
+
+
+async def test_a_stopped_member_releases_its_lock(database_url: str) -> None:
+    async with cluster(database_url, 2) as members:
+        views = await settled(members, 2)
+        await members[0].stop()
+        await settled(members[1:], 1)
+        assert views[0].own is not None
+        assert await lock_holder(database_url, views[0].own) is None
+        assert not members[0].joined
+
+
+async def test_each_job_has_one_owner_and_one_standby(database_url: str, store: Store) -> None:
+    active = await add_jobs(store, JOB_COUNT, paused=20)
+    async with cluster(database_url, 3) as members:
+        owned = await ownership(store, await settled(members, 3))
+    owners, standbys = holders(owned, Role.OWNER), holders(owned, Role.STANDBY)
+    assert sorted(owners) == sorted(standbys) == active
+    assert all(len(owners[name]) == 1 and len(standbys[name]) == 1 for name in active)
+    assert all(owners[name] != standbys[name] for name in active)
+    shares = Counter(index for [index] in owners.values())
+    assert all(0.20 * JOB_COUNT <= shares[index] <= 0.47 * JOB_COUNT for index in range(3))
+
+
+async def test_a_leaver_moves_only_its_own_jobs_to_their_standby(
+    database_url: str, store: Store
+) -> None:
+    await add_jobs(store, JOB_COUNT)
+    async with cluster(database_url, 3) as members:
+        before = await ownership(store, await settled(members, 3))
+        await members[2].stop()
+        after = await ownership(store, await settled(members[:2], 2))
+    owners, standbys = holders(before, Role.OWNER), holders(before, Role.STANDBY)
+    owners_after = holders(after, Role.OWNER)
+    for name, [owner] in owners.items():
+        expected = standbys[name] if owner == 2 else [owner]
+        assert owners_after[name] == expected, name
+    # Two members: each job has both, one as owner and one as standby.
+    assert all(len(jobs) == JOB_COUNT for jobs in after)
+
+
+async def test_get_owned_jobs_agrees_with_owned_versions(database_url: str, store: Store) -> None:
+    active = await add_jobs(store, 200, paused=5)
+    async with cluster(database_url, 3) as members:
+        views = await settled(members, 3)
+    for view in views:
+        jobs = await store.get_owned_jobs(active, view)
+        assert {job.name: (job.revision, role) for job, role in jobs} == (
+            await store.owned_versions(view)
+        )
+
+
+async def test_alone_or_with_no_view_a_replica_owns_everything(
+    database_url: str, store: Store
+) -> None:
+    names = await add_jobs(store, 50, paused=3)
+    everything = {
+        name: (revision, Role.OWNER) for name, revision in (await store.active_versions()).items()
+    }
+    async with cluster(database_url, 1) as [member]:
+        [alone] = await settled([member], 1)
+    for view in (alone, Members.unknown()):
+        assert await store.owned_versions(view) == everything
+        jobs = await store.get_owned_jobs([*names, "missing"], view)
+        assert {job.name: (job.revision, role) for job, role in jobs} == everything
+
+
+async def test_the_member_lock_is_the_two_int_form(database_url: str) -> None:
+    session = await MemberSession.join(database_url, "r", "test")
+    try:
+        assert await lock_holder(database_url, session.seed) is not None
+        [me] = await session.live_members()
+        assert (me.seed, me.runner_id, me.version) == (session.seed, "r", "test")
+        # A job lock whose bigint key has the same high and low halves is another lock.
+        job_key = (MEMBER_LOCK_CLASS << 32) | session.seed
+        other = await asyncpg.connect(database_url)
+        try:
+            assert await other.fetchval("SELECT pg_try_advisory_lock($1::bigint)", job_key)
+        finally:
+            await other.close()
+    finally:
+        await session.close()
+    assert await lock_holder(database_url, session.seed) is None
+
+
+async def test_a_seed_whose_lock_is_taken_is_no_member(database_url: str) -> None:
+    foreign = await asyncpg.connect(database_url)
+    try:
+        # A fresh database draws seed 1 first.
+        assert await foreign.fetchval("SELECT pg_try_advisory_lock($1, 1)", MEMBER_LOCK_CLASS)
+        with pytest.raises(SeedTakenError):
+            await MemberSession.join(database_url, "r", "test")
+        session = await MemberSession.join(database_url, "r", "test")
+        try:
+            assert [m.seed for m in await session.live_members()] == [session.seed]
+        finally:
+            await session.close()
+    finally:
+        await foreign.close()
+
+
+async def test_heartbeats_report_and_sweep_long_dead_members(database_url: str) -> None:
+    first = await MemberSession.join(database_url, "first", "test")
+    second = await MemberSession.join(database_url, "second", "test")
+    admin = await asyncpg.connect(database_url)
+    try:
+        long_ago = datetime.now(UTC) - timedelta(hours=2)
+        dead = await admin.fetchval(
+            """INSERT INTO tickgate_members (runner_id, version, heartbeat_at)
+               VALUES ('dead', 'test', $1) RETURNING seed""",
+            long_ago,
+        )
+        # Live whatever its heartbeat says: only the lock counts.
+        await admin.execute(
+            "UPDATE tickgate_members SET heartbeat_at = $1 WHERE seed = $2", long_ago, first.seed
+        )
+        synced = datetime.now(UTC)
+        live = await second.heartbeat(Heartbeat(runs_in_flight=7, last_sync=synced))
+        assert [m.seed for m in live] == [first.seed, second.seed]
+        seeds = {row["seed"] for row in await admin.fetch("SELECT seed FROM tickgate_members")}
+        assert seeds == {first.seed, second.seed}
+        assert dead not in seeds
+        [_, me] = await first.live_members()
+        assert (me.runs_in_flight, me.last_sync) == (7, synced)
+    finally:
+        await admin.close()
+        await first.close()
+        await second.close()
+
+
+async def test_a_replica_that_cannot_join_owns_everything_and_keeps_trying(
+    database_url: str,
+) -> None:
+    unreachable = with_database(database_url, "tickgate_no_such_database")
+    member = Membership(dsn=unreachable, runner_id="r", version="test", poll_seconds=POLL_SECONDS)
+    await member.start()
+    try:
+        assert member.members == Members.unknown()
+        assert not member.joined
+    finally:
+        await member.stop()
