@@ -16,9 +16,12 @@ from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.guards import BearerAuth, BodyLimits, Tokens
 from service.config import Settings, split_names, token_scopes
+from service.domain.ownership import Heartbeat
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.scheduler.clock import ReplicaClock
+from service.scheduler.departure import Departure
+from service.scheduler.membership import Membership
 from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
 from service.store.sessions import RunSessions
@@ -147,22 +150,57 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         record_delay=timedelta(milliseconds=settings.test_record_delay_ms),
         clock=clock,
         max_in_flight=settings.max_concurrent_runs,
+        takeover_seconds=settings.takeover_seconds,
     )
-    mirror = None
+    mirror = departure = None
     if settings.scheduler:
-        mirror = Mirror(
-            store=store,
-            runner=runner,
-            dsn=dsn,
-            reconcile_seconds=settings.reconcile_seconds,
-            run_history=settings.run_history,
-            clock=clock,
-        )
-        stack.push_async_callback(mirror.stop)
-    stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
-    if mirror is not None:
-        stack.callback(mirror.pause)
-        await mirror.start()
+        mirror, departure = await _open_scheduler(stack, settings, store, runner, clock)
+    else:
+        stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     return Services(
-        store=store, tasks=tasks, settings=settings, runner=runner, metrics=metrics, mirror=mirror
+        store=store,
+        tasks=tasks,
+        settings=settings,
+        runner=runner,
+        metrics=metrics,
+        mirror=mirror,
+        departure=departure,
     )
+
+
+async def _open_scheduler(
+    stack: AsyncExitStack, settings: Settings, store: Store, runner: Runner, clock: ReplicaClock
+) -> tuple[Mirror, Departure]:
+    """Join the cluster, then mirror what is ranked here. At shutdown the replica
+    leaves first and hands its jobs over (`Departure`), stops producing ticks, gives
+    runs in flight their grace, then stops the mirror."""
+    dsn = str(settings.database_url)
+
+    def heartbeat() -> Heartbeat:
+        return Heartbeat(runs_in_flight=runner.runs_in_flight, last_sync=mirror.last_sync)
+
+    membership = Membership(
+        dsn=dsn,
+        runner_id=settings.runner_id,
+        version=version("tickgate"),
+        on_change=lambda _members: mirror.members_changed(),
+        heartbeat=heartbeat,
+    )
+    mirror = Mirror(
+        store=store,
+        runner=runner,
+        dsn=dsn,
+        reconcile_seconds=settings.reconcile_seconds,
+        run_history=settings.run_history,
+        clock=clock,
+        members=lambda: membership.members,
+    )
+    stack.push_async_callback(mirror.stop)
+    stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
+    stack.callback(mirror.pause)
+    stack.push_async_callback(membership.stop)
+    departure = Departure(membership, mirror, runner)
+    stack.push_async_callback(departure.finished)
+    await membership.start()
+    await mirror.start()
+    return mirror, departure

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from service.config import Settings
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
+from service.scheduler.departure import Departure
 from service.store import Store
 from service.tasks import TaskRegistry
 
@@ -33,14 +34,18 @@ class Services:
     runner: Runner
     metrics: Metrics
     mirror: Mirror | None = None
+    departure: Departure | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     now: Callable[[], datetime] = field(default=utc_now)
 
     def begin_shutdown(self) -> None:
+        """Readiness fails at once; the scheduler hands its jobs over, then starts no
+        new run (at once without a scheduler: no manual run starts)."""
         self.lifecycle.shutting_down = True
-        self.runner.accepting = False
-        if self.mirror is not None:
-            self.mirror.pause()
+        if self.departure is not None:
+            self.departure.begin()
+        else:
+            self.runner.accepting = False
 
 
 async def _services(request: Request) -> Services:

@@ -4,6 +4,10 @@ woken by the replica's one APScheduler 3 job at the next instant a tick falls du
 Changes arrive by LISTEN/NOTIFY within moments; a periodic full reconcile, comparing
 revisions, covers notifications lost while the listener was down. Loads and reconciles
 run one at a time: each then applies a later state of the database than the one before.
+
+A replica mirrors only the jobs it owns or stands by for among the live members (see
+`service/domain/ownership.py`); a change of members reconciles at once, and `Roles`
+hands jobs over without a gap.
 """
 
 import asyncio
@@ -15,10 +19,13 @@ from uuid import UUID
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from service.domain.jobs import Catchup, Job, JobState, close_window
+from service.domain.ownership import Members
 from service.domain.runs import RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
+from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import WakeExecutor
+from service.scheduler.roles import Roles
 from service.scheduler.runner import Runner
 from service.scheduler.timetable import Timetable
 from service.scheduler.trigger import NextDue
@@ -34,8 +41,6 @@ _WAKE = "tickgate-wake"
 # Counting a long outage's ticks one by one stops here (a one-second job down for
 # more than a quarter of an hour); the summary row says so.
 MAX_GAP_TICKS = 1000
-_MIN_BACKOFF_SECONDS = 0.5
-_MAX_BACKOFF_SECONDS = 5.0
 
 
 class Mirror:
@@ -48,6 +53,7 @@ class Mirror:
         reconcile_seconds: float,
         run_history: int,
         clock: ReplicaClock | None = None,
+        members: Callable[[], Members] = Members.unknown,
     ) -> None:
         self._store = store
         self._clock = clock or ReplicaClock()
@@ -56,6 +62,9 @@ class Mirror:
         self._reconcile_seconds = reconcile_seconds
         self._run_history = run_history
         self._timetable = Timetable(self._clock)
+        self._members = members
+        self._roles = Roles(on_dropped=self._timetable.drop)
+        self._members_changed = asyncio.Event()
         self._armed_at: datetime | None = None  # when the wake-up job fires next
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
@@ -103,6 +112,7 @@ class Mirror:
             asyncio.create_task(self._relisten_forever(in_sync)),
             asyncio.create_task(self._apply_changes_forever()),
             asyncio.create_task(self._maintain_forever()),
+            asyncio.create_task(self._follow_members_forever()),
         ]
 
     def pause(self) -> None:
@@ -120,13 +130,19 @@ class Mirror:
         if self._listener:
             await self._listener.close()
 
+    def members_changed(self) -> None:
+        """The live members changed: reconcile soon, to mirror what is ranked here now."""
+        self._members_changed.set()
+
     async def reconcile(self) -> None:
-        """Make the mirror equal the database's active jobs, by revision."""
+        """Make the mirror equal the active jobs ranked here, by revision and role."""
         async with self._loading:
-            revisions = await self._store.active_versions()
-            for name in set(self._timetable.revisions()) - set(revisions):
-                self._drop(name)
-            stale = [n for n, r in revisions.items() if self._revision(n) != r]
+            owned = await self._store.owned_versions(self._members())
+            for name in self._timetable.revisions():
+                self._roles.assign(name, owned[name][1] if name in owned else None)
+            stale = [
+                name for name, (revision, _) in owned.items() if self._revision(name) != revision
+            ]
             if stale:
                 await self._apply(stale)
             self.last_sync = datetime.now(UTC)
@@ -138,7 +154,8 @@ class Mirror:
     def _wake_up(self) -> None:
         """A tick fell due: hand over every tick due by now, then sleep until the next."""
         for due in self._timetable.due(datetime.now(UTC)):
-            self._runner.fire(due.job, due.tick, RunTrigger.SCHEDULE)
+            standby = self._roles.stands_by(due.job.name)
+            self._runner.fire(due.job, due.tick, RunTrigger.SCHEDULE, standby=standby)
         self._armed_at = self._timetable.earliest
 
     def _arm(self, at: datetime | None) -> None:
@@ -172,7 +189,7 @@ class Mirror:
         and resync in full: notifications sent meanwhile are lost. Until a resync
         succeeds, the mirror may miss those changes for good, so a failed one is tried
         again even when the new listener is up."""
-        backoff = _Backoff()
+        backoff = Backoff()
         while True:
             if in_sync and self.healthy:
                 await self._lost.wait()
@@ -181,7 +198,7 @@ class Mirror:
             in_sync = await self._guarded(self._listen_and_sync(), "reconnecting the listener")
 
     async def _apply_changes_forever(self) -> None:
-        backoff = _Backoff()
+        backoff = Backoff()
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -194,6 +211,17 @@ class Mirror:
                 await backoff.pause()
             else:
                 backoff.reset()
+
+    async def _follow_members_forever(self) -> None:
+        backoff = Backoff()
+        while True:
+            await self._members_changed.wait()
+            self._members_changed.clear()
+            if await self._guarded(self.reconcile(), "following a change of members"):
+                backoff.reset()
+            else:
+                self._members_changed.set()
+                await backoff.pause()
 
     async def _maintain_forever(self) -> None:
         while True:
@@ -220,17 +248,22 @@ class Mirror:
 
     async def _apply(self, names: list[str]) -> None:
         """Mirror these jobs as they stand now. Only with `_loading` held."""
-        jobs = {job.name: job for job in await self._store.get_jobs(names)}
+        ranked = await self._store.get_ranked_jobs(names, self._members())
+        found = {job.name: (job, role) for job, role in ranked}
         loaded = []
         for name in names:
-            job = jobs.get(name)
-            if job is not None and job.state is JobState.ACTIVE:
+            job, role = found.get(name, (None, None))
+            if job is None or job.state is not JobState.ACTIVE:
+                self._drop(name)
+            elif role is not None or self._timetable.get(name) is not None:
+                # A job leaving the rank is kept up to date while it is handed over.
+                self._roles.assign(name, role)
                 if self._put(job):
                     loaded.append(job)
-            else:
-                self._drop(name)
-        await self._catch_up(loaded)
+        # Gaps first: each is counted up to the newest row, which a catch-up run would
+        # otherwise become.
         await self._account_for_gaps(loaded)
+        await self._catch_up(loaded)
 
     def _put(self, job: Job) -> bool:
         """Mirror `job`; False if this revision, or a later one of the same incarnation,
@@ -243,6 +276,7 @@ class Mirror:
 
     def _drop(self, name: str) -> None:
         self._timetable.drop(name)
+        self._roles.forget(name)
 
     async def _catch_up(self, jobs: Iterable[Job]) -> None:
         """Fire, once, the latest tick of each job that nobody ran and is still in grace.
@@ -261,7 +295,8 @@ class Mirror:
                 due[(job.name, tick)] = job
         if due:
             for name, tick in await self._store.ticks_without_runs(list(due)):
-                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
+                standby = self._roles.stands_by(name)
+                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP, standby=standby)
 
     async def _account_for_gaps(self, jobs: list[Job]) -> None:
         """Sum up, in one `misfire` row per job, the ticks that fell while no replica was
@@ -296,20 +331,6 @@ class Mirror:
         pruned = await self._store.prune_runs(self._run_history)
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
-
-
-class _Backoff:
-    """Pauses between retries that double from _MIN to _MAX_BACKOFF_SECONDS."""
-
-    def __init__(self) -> None:
-        self._seconds = _MIN_BACKOFF_SECONDS
-
-    def reset(self) -> None:
-        self._seconds = _MIN_BACKOFF_SECONDS
-
-    async def pause(self) -> None:
-        await asyncio.sleep(self._seconds)
-        self._seconds = min(self._seconds * 2, _MAX_BACKOFF_SECONDS)
 
 
 def _supersedes(job: Job, current: Job) -> bool:

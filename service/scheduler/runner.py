@@ -39,6 +39,7 @@ from service.scheduler.attempts import Attempts
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.running import RunExecutor
 from service.scheduler.shielding import run_to_completion
+from service.scheduler.standby import Standby
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.ports import (
@@ -126,6 +127,7 @@ class Runner:
         record_delay: timedelta = timedelta(0),
         clock: ReplicaClock | None = None,
         max_in_flight: int = 32,
+        takeover_seconds: float = 3.0,
     ) -> None:
         self._sessions = sessions
         self._store = store
@@ -148,6 +150,13 @@ class Runner:
         self._arrived: list[DueTick] = []
         self._unsettled: Counter[str] = Counter()
         self._dispatch_planned = False
+        self._standby: Standby[DueTick] = Standby(
+            ledger=store,
+            takeover_seconds=takeover_seconds,
+            claim=self._taken_over,
+            settled=self._settled,
+            spawn=self._spawn,
+        )
         self.accepting = True
 
     @property
@@ -160,14 +169,20 @@ class Runner:
 
     # --- gather -------------------------------------------------------------------
 
-    def fire(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> None:
-        """Hand over one due tick of `job`; it is claimed once it is due here. Never
-        raises. Ticks that fall due together are claimed together, in batches, in
-        this replica's own random order, so racing replicas each win a share."""
+    def fire(
+        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, standby: bool = False
+    ) -> None:
+        """Hand over one due tick of `job`; it is claimed once it is due here (if this
+        replica is the job's `standby`, only if it still has no ledger row the takeover
+        time after that). Never raises. Ticks that fall due together are claimed
+        together, in batches, in this replica's own random order, so racing replicas
+        each win a share."""
         tick = self._due_tick(job, scheduled_for, trigger)
         self._unsettled[job.name] += 1
         wait = self._hold_back_seconds(job, scheduled_for)
-        if wait > 0:
+        if standby:
+            self._standby.hold(tick, wait)
+        elif wait > 0:
             asyncio.get_running_loop().call_later(wait, self._arrive, tick)
         else:
             self._arrive(tick)
@@ -182,6 +197,12 @@ class Runner:
         delay makes this replica late on purpose. Due is by this replica's clock."""
         wait = (job.due(scheduled_for) - self._clock.now()).total_seconds()
         return max(0.0, wait) + self._fire_delay.total_seconds()
+
+    def _taken_over(self, tick: DueTick) -> None:
+        """A standby claims a tick its owner left: late, so an earlier run may be
+        ending just now; the overlap policy's patience counts from here."""
+        patience = min(self._clock.now() + OVERLAP_PATIENCE, tick.deadline)
+        self._arrive(replace(tick, patience_until=patience))
 
     def _arrive(self, tick: DueTick) -> None:
         if not self.accepting:

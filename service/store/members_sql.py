@@ -80,7 +80,7 @@ OWNED_VERSIONS = f"""SELECT j.name, j.incarnation, j.version, ranked.rank
     FROM tickgate_jobs j {_RANKED}
     WHERE j.state = 'active' AND ranked.rank < 2"""
 
-# The jobs of the names $3 (any state) that the member $2 owns or stands by for.
-OWNED_JOBS = f"""SELECT {JOB_COLUMNS}, ranked.rank
+# The jobs of the names $3 (any state), each with the member $2's rank for it.
+RANKED_JOBS = f"""SELECT {JOB_COLUMNS}, ranked.rank
     FROM tickgate_jobs j {_RANKED}
-    WHERE j.name = ANY($3::text[]) AND ranked.rank < 2"""
+    WHERE j.name = ANY($3::text[])"""

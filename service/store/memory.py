@@ -377,6 +377,9 @@ class MemoryDatabase:
     def get_jobs(self, names: Sequence[str]) -> list[Job]:
         return [self._jobs[name] for name in dict.fromkeys(names) if name in self._jobs]
 
+    def ticks_without_runs(self, ticks: Sequence[_Tick]) -> set[_Tick]:
+        return {(job, tick) for job, tick in ticks if (job, _utc(tick)) not in self._runs}
+
     def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
         now = self.clock()
         for name in sorted(updates):
@@ -500,6 +503,10 @@ class MemoryLedger(Ledger):
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
         await _round_trip()
         return self._database.get_jobs(names)
+
+    async def ticks_without_runs(self, ticks: Sequence[_Tick]) -> set[_Tick]:
+        await _round_trip()
+        return self._database.ticks_without_runs(ticks)
 
     async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
         await _round_trip()

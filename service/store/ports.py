@@ -201,6 +201,12 @@ class Ledger(Protocol):
         """The jobs of these names that exist, each once, in no particular order."""
         ...
 
+    async def ticks_without_runs(
+        self, ticks: Sequence[tuple[str, datetime]]
+    ) -> set[tuple[str, datetime]]:
+        """Which of these (job, tick) pairs have no ledger row yet, of any kind."""
+        ...
+
     async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
         """`PinnedSession.finish` without a lock: for a run whose session is gone."""
         ...

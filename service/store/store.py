@@ -198,14 +198,17 @@ class Store:
         rows = await self._pool.fetch(members_sql.OWNED_VERSIONS, *_ranking(members))
         return {row["name"]: ((row["incarnation"], row["version"]), _role(row)) for row in rows}
 
-    async def get_owned_jobs(
+    async def get_ranked_jobs(
         self, names: Sequence[str], members: Members
-    ) -> list[tuple[Job, Role]]:
-        """The jobs of these names that exist (in any state) and that this replica owns or
-        stands by for among `members`, each with its role; shared parts held once, as by
-        `get_jobs`."""
-        rows = await self._pool.fetch(members_sql.OWNED_JOBS, *_ranking(members), list(names))
-        return [(self._shared.job_from_row(_without_rank(row)), _role(row)) for row in rows]
+    ) -> list[tuple[Job, Role | None]]:
+        """The jobs of these names that exist (in any state), each with this replica's
+        role for it among `members` (None: neither owner nor standby); shared parts held
+        once, as by `get_jobs`."""
+        rows = await self._pool.fetch(members_sql.RANKED_JOBS, *_ranking(members), list(names))
+        return [
+            (self._shared.job_from_row(_without_rank(row)), Role.of_rank(row["rank"]))
+            for row in rows
+        ]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(

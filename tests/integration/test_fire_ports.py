@@ -540,6 +540,27 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
     assert sum(skipped(r.metrics, "misfire") for r in both) == 0
 
 
+async def test_a_standby_claims_only_the_ticks_its_owner_left(
+    backend: Backend, gates: Gates
+) -> None:
+    """B stands by for the job: a tick its owner A ran is settled without a claim; a
+    tick nobody ran is claimed by B once the takeover time has passed."""
+    job = await backend.add_job("stood-by")
+    ran, left = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    gates["default"].set()
+    async with replicas(backend, gates, takeover_seconds=0.2) as (a, b):
+        a.fire(job, ran)
+        await _finished_runs(backend, "stood-by", 1)
+        b.fire(job, ran, standby=True)
+        b.fire(job, left, standby=True)
+        runs = await _finished_runs(backend, "stood-by", 2)
+    assert [(r.scheduled_for, r.status, r.runner) for r in runs] == [
+        (ran, RunStatus.SUCCEEDED, "a"),
+        (left, RunStatus.SUCCEEDED, "b"),
+    ]
+    assert b.outcomes("stood-by", ran) == []  # never claimed: the ledger had its row
+
+
 async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
     backend: Backend, gates: Gates
 ) -> None:

@@ -176,13 +176,13 @@ async def test_a_leaver_moves_only_its_own_jobs_to_their_standby(
     assert all(len(jobs) == JOB_COUNT for jobs in after)
 
 
-async def test_get_owned_jobs_agrees_with_owned_versions(database_url: str, store: Store) -> None:
+async def test_get_ranked_jobs_agrees_with_owned_versions(database_url: str, store: Store) -> None:
     active = await add_jobs(store, 200, paused=5)
     async with cluster(database_url, 3) as members:
         views = await settled(members, 3)
     for view in views:
-        jobs = await store.get_owned_jobs(active, view)
-        assert {job.name: (job.revision, role) for job, role in jobs} == (
+        jobs = await store.get_ranked_jobs(active, view)
+        assert {job.name: (job.revision, role) for job, role in jobs if role} == (
             await store.owned_versions(view)
         )
 
@@ -198,7 +198,7 @@ async def test_alone_or_with_no_view_a_replica_owns_everything(
         [alone] = await settled([member], 1)
     for view in (alone, Members.unknown()):
         assert await store.owned_versions(view) == everything
-        jobs = await store.get_owned_jobs([*names, "missing"], view)
+        jobs = await store.get_ranked_jobs([*names, "missing"], view)
         assert {job.name: (job.revision, role) for job, role in jobs} == everything
 
 

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
+from service.domain.ownership import Members, Role
 from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
@@ -77,11 +78,14 @@ class ScriptedStore(Store):
         """Whether the failure scripted for `read` has happened."""
         return read not in self._failures
 
-    async def active_versions(self) -> dict[str, tuple[UUID, int]]:
-        return await self._scripted("active_versions", super().active_versions)
+    async def owned_versions(self, members: Members) -> dict[str, tuple[tuple[UUID, int], Role]]:
+        return await self._scripted("owned_versions", partial(super().owned_versions, members))
 
-    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
-        return await self._scripted("get_jobs", partial(super().get_jobs, names))
+    async def get_ranked_jobs(
+        self, names: Sequence[str], members: Members
+    ) -> list[tuple[Job, Role | None]]:
+        call = partial(super().get_ranked_jobs, names, members)
+        return await self._scripted("get_ranked_jobs", call)
 
     async def _scripted(self, read: str, call: Callable[[], Awaitable[T]]) -> T:
         if (error := self._failures.pop(read, None)) is not None:
@@ -197,7 +201,7 @@ async def test_a_notified_delete_and_create_leave_the_new_job_mirrored(
     old = await create(store, "report", "old definition")
     await mirror.start()
     await holds(mirror, old)
-    load = scripted.hold("get_jobs", after_read=False)
+    load = scripted.hold("get_ranked_jobs", after_read=False)
     await delete(store, "report")
     await load.reached.wait()
     new = await create(store, "report", "new definition")
@@ -213,7 +217,7 @@ async def test_an_older_read_never_replaces_a_newer_one(
     await create(store, "report", "v1")
     await mirror.reconcile()
     await update(store, "report", "v2")
-    slow_read = scripted.hold("get_jobs", after_read=True)
+    slow_read = scripted.hold("get_ranked_jobs", after_read=True)
     first = asyncio.create_task(mirror.reconcile())
     await slow_read.reached.wait()
     v3 = await update(store, "report", "v3")
@@ -230,7 +234,7 @@ async def test_a_job_created_during_a_reconcile_is_not_dropped_by_it(
     """The reconcile read the active jobs before the create; the create's notification
     is applied before that reconcile finishes."""
     await mirror.start()
-    listing = scripted.hold("active_versions", after_read=True)
+    listing = scripted.hold("owned_versions", after_read=True)
     reconcile = asyncio.create_task(mirror.reconcile())
     await listing.reached.wait()
     created = await create(store, "report", "created meanwhile")
@@ -246,10 +250,10 @@ async def test_a_change_whose_load_failed_is_loaded_on_retry(
     """The load a notification asked for fails: no second notification will come."""
     await create(store, "report", "v1")
     await mirror.start()
-    scripted.fail_once("get_jobs", asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
+    scripted.fail_once("get_ranked_jobs", asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
     v2 = await update(store, "report", "v2")
     await holds(mirror, v2)
-    assert scripted.tripped("get_jobs")
+    assert scripted.tripped("get_ranked_jobs")
 
 
 async def test_a_failed_resync_after_a_reconnect_is_retried(
@@ -259,11 +263,11 @@ async def test_a_failed_resync_after_a_reconnect_is_retried(
     notified, and the resync that should find it fails once."""
     await create(store, "report", "v1")
     await mirror.start()
-    scripted.fail_once("active_versions", OSError("connection reset"))
+    scripted.fail_once("owned_versions", OSError("connection reset"))
     await cut_listener(database_url)
     v2 = await update(store, "report", "v2")
     await holds(mirror, v2)
-    assert scripted.tripped("active_versions")
+    assert scripted.tripped("owned_versions")
 
 
 async def cut_listener(database_url: str) -> None:

@@ -359,8 +359,8 @@ class Replica:
     claims: "RecordingPool"
     metrics: Metrics
 
-    def fire(self, job: Job, tick: datetime) -> None:
-        self.runner.fire(job, tick, RunTrigger.SCHEDULE)
+    def fire(self, job: Job, tick: datetime, *, standby: bool = False) -> None:
+        self.runner.fire(job, tick, RunTrigger.SCHEDULE, standby=standby)
 
     def outcomes(self, job: str, tick: datetime) -> list[ClaimOutcome]:
         return self.claims.outcomes(job, tick)
@@ -368,7 +368,7 @@ class Replica:
 
 @asynccontextmanager
 async def replicas(
-    backend: Backend, gates: Gates, names: str = "ab"
+    backend: Backend, gates: Gates, names: str = "ab", takeover_seconds: float = 3.0
 ) -> AsyncIterator[list[Replica]]:
     """A replica per letter of `names` (its runner id), each with its own lock pool
     over `backend`, all with the same gate tasks."""
@@ -378,7 +378,14 @@ async def replicas(
             claims = RecordingPool(await stack.enter_async_context(backend.lock_pool()))
             metrics = Metrics()
             runner = await stack.enter_async_context(
-                running(backend.ledger, claims, gates, metrics, runner_id=name)
+                running(
+                    backend.ledger,
+                    claims,
+                    gates,
+                    metrics,
+                    runner_id=name,
+                    takeover_seconds=takeover_seconds,
+                )
             )
             started.append(Replica(runner, claims, metrics))
         yield started

@@ -98,6 +98,7 @@ async def running(
     max_in_flight: int = 32,
     tasks: Sequence[TaskDefinition[Any]] = (),
     runner_id: str = "test-runner",
+    takeover_seconds: float = 3.0,
 ) -> AsyncIterator[Runner]:
     """A Runner (a replica's fire path) with the gate tasks, plus `tasks`, over any
     implementation of the fire path's ports."""
@@ -116,6 +117,7 @@ async def running(
             metrics=metrics,
             sql=SqlTargetConnections({}),
             max_in_flight=max_in_flight,
+            takeover_seconds=takeover_seconds,
         )
         yield runner
         await runner.shutdown(grace_seconds=0)
