@@ -128,10 +128,10 @@ def _takeover_problems(
 def test_members_joining_and_leaving_mid_crowd_run_no_tick_twice(
     database_url: str, tmp_path: Path, receiver: Receiver, sql: Sql
 ) -> None:
-    """Two replicas fire 200 one-second jobs; a third joins, then one of the first two
+    """Two replicas fire 100 one-second jobs; a third joins, then one of the first two
     stops: ownership moves twice, and every tick still runs exactly once."""
     with serve_many(tmp_path, 2, database_url=database_url) as replicas:
-        specs, periods = every_second_specs(receiver, {"cron": 100, "interval": 100})
+        specs, periods = every_second_specs(receiver, {"cron": 50, "interval": 50})
         create_all(replicas, specs)
         first = next_whole_second(time.time(), 4)
         last = first + 24
