@@ -7,13 +7,14 @@ a loopback address, so even a broken guard could not send traffic elsewhere.
 """
 
 import ipaddress
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpcore
 import httpx
 import pytest
+from aiohappyeyeballs import AddrInfoType
 
 from service.app import create_app
 from service.config import Settings
@@ -26,29 +27,26 @@ from tests.support.waiting import eventually
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
 
-class LoopbackOnly(httpcore.AsyncNetworkBackend):
-    """The real network, for loopback addresses only; anything else is refused."""
+class LoopbackOnly:
+    """Opens sockets (the `http` task's `network` seam) for loopback addresses only;
+    anything else is refused."""
 
     def __init__(self) -> None:
-        self.inner = httpcore.AnyIOBackend()
         self.connects: list[str] = []
         self.refused: list[str] = []
 
-    async def connect_tcp(
-        self, host: str, port: int, *args: Any, **kwargs: Any
-    ) -> httpcore.AsyncNetworkStream:
+    def __call__(self, addr_info: AddrInfoType) -> socket.socket:
+        family, kind, proto, _, address = addr_info
+        host = str(address[0])
         try:
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:  # a name: the guard must hand over vetted addresses only
             loopback = False
         if not loopback:
             self.refused.append(host)
-            raise httpcore.ConnectError(f"test safety net: no connection to {host}")
+            raise OSError(f"test safety net: no connection to {host}")
         self.connects.append(host)
-        return await self.inner.connect_tcp(host, port, *args, **kwargs)
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+        return socket.socket(family, kind, proto)
 
 
 class Names:
@@ -273,6 +271,69 @@ async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     assert "authorization" not in sent["/away-landed"]
     assert "x-api-key" not in sent["/away-landed"]
     assert sent["/away-landed"]["x-plain"] == "p"
+
+
+async def test_a_name_is_tried_at_each_vetted_address_in_turn(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    """Nothing listens on 127.0.0.2: the connect falls back to the next vetted address."""
+    port = receiver.url.rsplit(":", 1)[1]
+
+    async def two_addresses(host: str, port: int) -> list[IPAddress]:
+        return [ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")]
+
+    registry = guarded(network, allow="127.0.0.0/8", resolve=two_addresses)
+    async with tickgate(settings, registry) as client:
+        run = await run_job(client, "two", url=f"http://two.test:{port}/two")
+    assert run["status"] == "succeeded", run
+    assert network.connects == ["127.0.0.2", "127.0.0.1"]
+    [receipt] = receiver.receipts()
+    assert receipt.headers["host"] == f"two.test:{port}"
+
+
+async def test_a_redirect_to_a_legacy_ip_spelling_connects_to_its_address(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    """`2130706433` is 127.0.0.1 to the guard, as to the OS; the Host header keeps it."""
+    port = receiver.url.rsplit(":", 1)[1]
+    receiver.respond("/legacy", status=307, location=f"http://2130706433:{port}/landed")
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "legacy", url=f"{receiver.url}/legacy")
+    assert run["status"] == "succeeded", run
+    _, landed = receiver.receipts()
+    assert (landed.method, landed.path) == ("POST", "/landed")
+    assert landed.headers["host"] == f"2130706433:{port}"
+    assert set(network.connects) == {"127.0.0.1"}
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_authorization(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    url = f"http://user:p%40ss@127.0.0.1:{port}/auth"
+    headers = {"Authorization": "Bearer replaced", "Content-Type": "text/plain"}
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "auth", url=url, headers=headers, body="plain")
+    assert run["status"] == "succeeded", run
+    [receipt] = receiver.receipts()
+    assert receipt.headers["authorization"] == "Basic dXNlcjpwQHNz"  # user:p@ss
+    assert receipt.content_type == "text/plain"  # the job's own content type is kept
+    assert receipt.body == b'"plain"'
+    assert receipt.headers["host"] == f"127.0.0.1:{port}"
+
+
+async def test_cookies_a_target_sets_are_not_sent_by_later_runs(
+    settings: Settings, network: LoopbackOnly
+) -> None:
+    names = Names({"cookie.test": "127.0.0.1"})  # a client keeps no cookies for an IP
+    with receiving(keep_alive=True) as target:
+        target.respond("/cookie", headers=(("Set-Cookie", "session=s3cret; Path=/"),))
+        port = target.url.rsplit(":", 1)[1]
+        async with tickgate(settings, guarded(network, resolve=names)) as client:
+            runs = [await run_job(client, "cookie", url=f"http://cookie.test:{port}/cookie")]
+            runs.append(await trigger(client, "cookie"))
+        assert [run["status"] for run in runs] == ["succeeded"] * 2
+        assert [r.headers.get("cookie") for r in target.receipts()] == [None, None]
 
 
 @pytest.mark.parametrize(
