@@ -8,9 +8,8 @@ variant it reports requests/s and CPU seconds of this process per 1,000 requests
 
 - `task`: the `http` task as the service runs it (`http_task(...).run`, args parsed per
   run as the runner does);
-- `aiohttp`: aiohttp's client (installed by hand, not a dependency) behind the same
-  SSRF guard: the host vetted once per hop, a resolver that answers only the vetted
-  addresses, no DNS cache; skipped when aiohttp is not installed.
+- `httpx`: for comparison, the same request through httpx's client (the task's client
+  until it moved to aiohttp), the host vetted but not pinned.
 
 Repeats run the variants interleaved and report medians, so a busy box skews them alike.
 """
@@ -18,7 +17,6 @@ Repeats run the variants interleaved and report medians, so a busy box skews the
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import statistics
 import time
@@ -40,7 +38,7 @@ from service.tasks.http import (
     request_headers,
     shown,
 )
-from service.tasks.netguard import Allowlist, VettedTarget, vet
+from service.tasks.netguard import Allowlist, vet
 
 Run = Callable[[dict[str, JsonValue], TaskContext], Awaitable[JsonValue]]
 
@@ -84,158 +82,41 @@ def task_variant(allow: Allowlist) -> Variant:
     return Variant("task", run, definition.close)
 
 
-def httpcore_variant(allow: Allowlist) -> Variant:
-    """httpcore's pools used directly (no httpx client or transport) behind the same
-    pinned network backend: a prototype of the lighter path."""
-    import httpcore
+def httpx_variant(allow: Allowlist) -> Variant:
+    """For comparison: httpx's client (and httpcore's pools under it) as the task used it
+    until it moved to aiohttp: 16 pools keeping 4 connections each, a job always in the
+    same one. The host is vetted but not pinned (httpx connects by name), so this is the
+    cost of httpx's request machinery; the target is an IP literal, so no DNS lookup is
+    skipped or added."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=4, keepalive_expiry=15.0)
+    clients = [httpx.AsyncClient(trust_env=False, limits=limits) for _ in range(16)]
 
-    from service.tasks.http import (
-        KEEPALIVE_CONNECTIONS,
-        KEEPALIVE_SECONDS,
-        POOL_SHARDS,
-        PinnedBackend,
-        pinning,
-    )
+    async def close() -> None:
+        for each in clients:
+            await each.aclose()
 
-    backend = PinnedBackend(httpcore.AnyIOBackend())
-    ssl_context = httpx.create_ssl_context()
-    pools = [
-        httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            network_backend=backend,
-            max_connections=None,
-            max_keepalive_connections=KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_SECONDS,
+    async def run(raw: dict[str, JsonValue], context: TaskContext) -> JsonValue:
+        args = HttpArgs.model_validate(raw)
+        url = httpx.URL(str(args.url))
+        await vet(url, allow)
+        client = clients[hash(context.job) % len(clients)]
+        request = client.build_request(
+            args.method,
+            url,
+            headers=request_headers(args, context),
+            json=request_body(args, context),
+            timeout=args.timeout_seconds,
         )
-        for _ in range(POOL_SHARDS)
-    ]
-
-    async def run(raw: dict[str, JsonValue], context: TaskContext) -> JsonValue:
-        args = HttpArgs.model_validate(raw)
-        url = httpx.URL(str(args.url))
-        with pinning() as pins:
-            target = await vet(url, allow)
-            pins[target.host] = target
-            body = json.dumps(
-                request_body(args, context), ensure_ascii=False, separators=(",", ":")
-            ).encode()
-            headers = [
-                (b"Host", url.netloc),
-                (b"Accept", b"*/*"),
-                (b"Accept-Encoding", b"gzip, deflate"),
-                (b"Connection", b"keep-alive"),
-                *((k.encode(), v.encode()) for k, v in request_headers(args, context).items()),
-                (b"Content-Length", str(len(body)).encode()),
-                (b"Content-Type", b"application/json"),
-            ]
-            t = args.timeout_seconds
-            pool = pools[hash(context.job) % len(pools)]
-            async with pool.stream(
-                args.method.encode(),
-                httpcore.URL(
-                    scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-                ),
-                headers=headers,
-                content=body,
-                extensions={"timeout": {"connect": t, "read": t, "write": t, "pool": t}},
-            ) as response:
-                size = 0
-                async for chunk in response.aiter_stream():
-                    size += len(chunk)
-                if not args.succeeded(response.status):
-                    raise HttpTaskError(f"{args.method} {shown(url)} answered {response.status}")
-                return {"status": response.status, "bytes": size}
-
-    async def close() -> None:
-        for pool in pools:
-            await pool.aclose()
-
-    return Variant("httpcore", run, close)
-
-
-def aiohttp_variant(allow: Allowlist) -> Variant | None:
-    """aiohttp behind the guard: vet each hop, then a resolver that answers the vetted
-    addresses of the current exchange only (a contextvar, as the task's pinning)."""
-    try:
-        import aiohttp
-        from aiohttp.abc import AbstractResolver, ResolveResult
-    except ImportError:
-        return None
-    from contextvars import ContextVar
-
-    pins: ContextVar[dict[str, VettedTarget]] = ContextVar("bench_pins")
-
-    class PinnedResolver(AbstractResolver):
-        async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[ResolveResult]:
-            target = pins.get({}).get(host)
-            if target is None or target.port != port:
-                raise OSError(f"{host}:{port} was not vetted")
-            return [
-                ResolveResult(
-                    hostname=host,
-                    host=str(address),
-                    port=port,
-                    family=2 if address.version == 4 else 10,
-                    proto=0,
-                    flags=0,
-                )
-                for address in target.addresses
-            ]
-
-        async def close(self) -> None:
-            return None
-
-    sessions: list[aiohttp.ClientSession] = []
-
-    def session() -> aiohttp.ClientSession:
-        if not sessions:
-            connector = aiohttp.TCPConnector(
-                resolver=PinnedResolver(),
-                use_dns_cache=False,
-                limit=0,
-                keepalive_timeout=15.0,
-                ssl=httpx.create_ssl_context(),
-            )
-            sessions.append(
-                aiohttp.ClientSession(
-                    connector=connector, auto_decompress=False, trust_env=False
-                )
-            )
-        return sessions[0]
-
-    async def run(raw: dict[str, JsonValue], context: TaskContext) -> JsonValue:
-        args = HttpArgs.model_validate(raw)
-        url = httpx.URL(str(args.url))
-        token = pins.set({})
+        response = await client.send(request, stream=True)
         try:
-            target = await vet(url, allow)
-            pins.get()[target.host] = target
-            body = json.dumps(
-                request_body(args, context), ensure_ascii=False, separators=(",", ":")
-            ).encode()
-            headers = request_headers(args, context) | {"Content-Type": "application/json"}
-            async with session().request(
-                args.method,
-                str(url),
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=args.timeout_seconds),
-            ) as response:
-                size = 0
-                async for chunk in response.content.iter_any():
-                    size += len(chunk)
-                if not args.succeeded(response.status):
-                    raise HttpTaskError(f"{args.method} {shown(url)} answered {response.status}")
-                return {"status": response.status, "bytes": size}
+            size = sum([len(chunk) async for chunk in response.aiter_raw()])
         finally:
-            pins.reset(token)
+            await response.aclose()
+        if not args.succeeded(response.status_code):
+            raise HttpTaskError(f"{args.method} {shown(url)} answered {response.status_code}")
+        return {"status": response.status_code, "bytes": size}
 
-    async def close() -> None:
-        for each in sessions:
-            await each.close()
-
-    return Variant("aiohttp", run, close)
+    return Variant("httpx", run, close)
 
 
 @dataclass(frozen=True)
@@ -284,19 +165,11 @@ async def crowd(
 
 
 def variants(allow: Allowlist, names: list[str]) -> list[Variant]:
-    makers: dict[str, Callable[[Allowlist], Variant | None]] = {
+    makers: dict[str, Callable[[Allowlist], Variant]] = {
         "task": task_variant,
-        "httpcore": httpcore_variant,
-        "aiohttp": aiohttp_variant,
+        "httpx": httpx_variant,
     }
-    chosen = []
-    for name in names:
-        made = makers[name](allow)
-        if made is None:
-            print(f"{name}: skipped (not installed)")
-        else:
-            chosen.append(made)
-    return chosen
+    return [makers[name](allow) for name in names]
 
 
 async def measure(options: argparse.Namespace, url: str) -> dict[str, list[Measure]]:
@@ -308,9 +181,7 @@ async def measure(options: argparse.Namespace, url: str) -> dict[str, list[Measu
         await crowd(variant, args, options.concurrency * 2, options.concurrency, options.jobs)
     for repeat in range(options.repeat):
         for variant in chosen if repeat % 2 == 0 else reversed(chosen):
-            result = await crowd(
-                variant, args, options.requests, options.concurrency, options.jobs
-            )
+            result = await crowd(variant, args, options.requests, options.concurrency, options.jobs)
             results[variant.name].append(result)
             print(
                 f"  {variant.name:8} {result.per_second:7.0f} req/s  "
@@ -342,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=1000, help="distinct job names")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--variants", default="task,httpcore,aiohttp")
+    parser.add_argument("--variants", default="task,httpx")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     options = parser.parse_args(argv)
     receiver = ReceiverProcess.start()
