@@ -442,20 +442,22 @@ class PinnedSockets:
 
 @dataclass
 class HttpSender:
-    """Runs the http task for one allowlist. `resolve` and `network` (what opens the
-    sockets that really connect) are seams for tests; the defaults are the system's."""
+    """Runs the http task for one allowlist. `resolve`, `network` (what opens the
+    sockets that really connect) and `trust` (the TLS context servers are verified with)
+    are seams for tests; the defaults are the system's resolver and sockets, and
+    httpx's verifying context (certifi's authorities)."""
 
     allow: Allowlist
     resolve: Resolver = resolve_host
     network: SocketFactoryType = plain_socket
+    trust: ssl.SSLContext | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
-    _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
     _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
-        return self._ssl
+        if self.trust is None:
+            self.trust = httpx.create_ssl_context()
+        return self.trust
 
     def warm(self) -> None:
         """Load the certificates and open the (empty) pool now, not in a first run.
@@ -562,8 +564,9 @@ class HttpSender:
                 if location is not None:
                     return response.status, location
                 size, truncated = await read_capped(response, self.max_response_bytes)
-        except aiohttp.ClientError as error:
-            raise HttpTaskError(f"{method} {shown(url)} failed: {error!r}") from error
+        except aiohttp.ClientError as error:  # its repr would spell out the pool's key
+            failure = f"{type(error).__name__}: {error}".removesuffix(": ")
+            raise HttpTaskError(f"{method} {shown(url)} failed: {failure}") from error
         return self._outcome(args, f"{method} {shown(url)}", response.status, size, truncated)
 
     async def _vet(self, url: httpx.URL, hop: int) -> VettedTarget:
@@ -609,9 +612,10 @@ def http_task(
     *,
     resolve: Resolver = resolve_host,
     network: SocketFactoryType = plain_socket,
+    trust: ssl.SSLContext | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits."""
-    sender = HttpSender(allow, resolve, network)
+    sender = HttpSender(allow, resolve, network, trust)
     return TaskDefinition(
         name="http",
         description="Send one HTTP request per run; headers carry the run id as "

@@ -6,14 +6,17 @@ apps built here connect through `LoopbackOnly`, which refuses (and records) anyt
 a loopback address, so even a broken guard could not send traffic elsewhere.
 """
 
+import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
+import trustme
 from aiohappyeyeballs import AddrInfoType
 
 from service.app import create_app
@@ -334,6 +337,97 @@ async def test_cookies_a_target_sets_are_not_sent_by_later_runs(
             runs.append(await trigger(client, "cookie"))
         assert [run["status"] for run in runs] == ["succeeded"] * 2
         assert [r.headers.get("cookie") for r in target.receipts()] == [None, None]
+
+
+async def test_a_refused_connection_fails_the_run_naming_the_target(
+    settings: Settings, network: LoopbackOnly
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "refused", url=f"http://127.0.0.1:{port}/x")
+    assert run["status"] == "failed"
+    assert run["error"].startswith(
+        f"HttpTaskError: POST http://127.0.0.1:{port}/x failed: ClientConnectorError: "
+        f"Cannot connect to host 127.0.0.1:{port}"
+    ), run["error"]
+    assert network.connects == ["127.0.0.1"]
+
+
+class TlsTarget:
+    """An HTTPS server on 127.0.0.1 with a certificate for `tls.test` from a test CA;
+    records the SNI name of each handshake and the Host header of each request."""
+
+    def __init__(self, ca: trustme.CA) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("tls.test").configure_cert(self.context)
+        self.context.sni_callback = self._sni
+        self.names: list[str | None] = []
+        self.hosts: list[str] = []
+        self.port = 0
+
+    def _sni(self, _: ssl.SSLObject, name: str | None, __: ssl.SSLContext) -> None:
+        self.names.append(name)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("ascii").lower()
+        self.hosts += [line[5:].strip() for line in head.split("\r\n") if line[:5] == "host:"]
+        length = [int(line[15:]) for line in head.split("\r\n") if line[:15] == "content-length:"]
+        await reader.readexactly(sum(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator["TlsTarget"]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+
+@pytest.fixture
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+async def test_https_verifies_the_certificate_for_the_name_not_the_address(
+    settings: Settings, network: LoopbackOnly, ca: trustme.CA
+) -> None:
+    """The connection goes to the vetted address; SNI, the Host header and the
+    certificate check use the URL's host name."""
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    names = Names({"tls.test": "127.0.0.1", "other.test": "127.0.0.1"})
+    async with TlsTarget(ca).serving() as target:
+        registry = guarded(network, resolve=names, trust=trusted)
+        async with tickgate(settings, registry) as client:
+            good = await run_job(client, "good", url=f"https://tls.test:{target.port}/")
+            wrong = await run_job(client, "wrong", url=f"https://other.test:{target.port}/")
+    assert good["status"] == "succeeded", good
+    assert good["result"] == {"status": 200, "bytes": 2}
+    assert wrong["status"] == "failed"
+    assert "failed: ClientConnectorCertificateError" in wrong["error"]
+    assert "other.test" in wrong["error"]  # the certificate names tls.test only
+    assert target.names == ["tls.test", "other.test"]
+    assert target.hosts == [f"tls.test:{target.port}"]
+    assert network.connects == ["127.0.0.1", "127.0.0.1"]
+
+
+async def test_https_refuses_a_certificate_from_an_unknown_authority(
+    settings: Settings, network: LoopbackOnly, ca: trustme.CA
+) -> None:
+    names = Names({"tls.test": "127.0.0.1"})
+    async with (
+        TlsTarget(ca).serving() as target,
+        tickgate(settings, guarded(network, resolve=names)) as client,
+    ):
+        run = await run_job(client, "untrusted", url=f"https://tls.test:{target.port}/")
+    assert run["status"] == "failed"
+    assert "CERTIFICATE_VERIFY_FAILED" in run["error"]
+    assert target.names == ["tls.test"]
+    assert target.hosts == []
 
 
 @pytest.mark.parametrize(
