@@ -8,10 +8,13 @@ a loopback address, so even a broken guard could not send traffic elsewhere.
 
 import asyncio
 import ipaddress
+import logging
 import socket
 import ssl
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -21,7 +24,8 @@ from aiohappyeyeballs import AddrInfoType
 
 from service.app import create_app
 from service.config import Settings
-from service.tasks import TaskRegistry
+from service.store.targets import SqlTargetConnections
+from service.tasks import TaskContext, TaskRegistry
 from service.tasks.http import MAX_RESPONSE_BYTES, http_task
 from service.tasks.netguard import Allowlist, IPAddress
 from tests.support.receiver import Receiver, receiving
@@ -353,6 +357,30 @@ async def test_a_refused_connection_fails_the_run_naming_the_target(
         f"Cannot connect to host 127.0.0.1:{port}"
     ), run["error"]
     assert network.connects == ["127.0.0.1"]
+
+
+def task_context(job: str, shared: httpx.AsyncClient) -> TaskContext:
+    now = datetime.now(UTC)
+    logger = logging.LoggerAdapter(logging.getLogger("test"), {})
+    deadline, sql = now + timedelta(seconds=30), SqlTargetConnections({})
+    return TaskContext(job, uuid.uuid4(), now, 1, logger, deadline, shared, sql)
+
+
+async def test_a_warmed_task_runs_and_reopens_its_pool_after_closing(
+    receiver: Receiver, network: LoopbackOnly
+) -> None:
+    definition = http_task(Allowlist.from_setting("127.0.0.1"), network=network)
+    assert definition.warm is not None
+    assert definition.close is not None
+    definition.warm()  # as the app does before readiness, with the loop running
+    args = definition.parse_args({"url": f"{receiver.url}/warm"})
+    async with httpx.AsyncClient() as shared:  # TaskContext.http; the http task has its own
+        first = await definition.run(args, task_context("warm", shared))
+        await definition.close()
+        second = await definition.run(args, task_context("warm", shared))
+        await definition.close()
+    assert first == second == {"status": 200, "bytes": len(b'{"ok":true}')}
+    assert len(receiver.receipts()) == 2
 
 
 class TlsTarget:
