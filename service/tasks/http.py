@@ -440,6 +440,14 @@ class PinnedSockets:
         return self.inner(addr_info)
 
 
+@dataclass(frozen=True)
+class Redirect:
+    """An answer that sends the request on to `location`."""
+
+    status: int
+    location: str
+
+
 @dataclass
 class HttpSender:
     """Runs the http task for one allowlist. `resolve`, `network` (what opens the
@@ -529,10 +537,10 @@ class HttpSender:
             pins[target.host] = target
             headers = wire_headers(url, request_headers(args, context, dropped), body)
             answer = await self._send(args, method, url, headers, body)
-            if isinstance(answer, dict):
+            if not isinstance(answer, Redirect):
                 return answer
-            status, location = answer
-            following = self._next_url(url, location)
+            status = answer.status
+            following = self._next_url(url, answer.location)
             if origin(following) != origin(url):
                 dropped |= args.secret_names() | CREDENTIAL_HEADERS
             next_method = redirect_method(method, status)
@@ -553,8 +561,8 @@ class HttpSender:
         url: httpx.URL,
         headers: dict[str, str],
         body: bytes | None,
-    ) -> dict[str, JsonValue] | tuple[int, str]:
-        """One request: the run's result, or (status, Location) of a redirect to follow."""
+    ) -> JsonValue | Redirect:
+        """One request: the run's result, or the redirect to follow."""
         request = self._pooled().request(
             method, connect_url(url), headers=headers, data=body, allow_redirects=False
         )
@@ -562,7 +570,7 @@ class HttpSender:
             async with request as response:
                 location = self._location(args, response)
                 if location is not None:
-                    return response.status, location
+                    return Redirect(response.status, location)
                 size, truncated = await read_capped(response, self.max_response_bytes)
         except aiohttp.ClientError as error:  # its repr would spell out the pool's key
             failure = f"{type(error).__name__}: {error}".removesuffix(": ")
@@ -598,7 +606,7 @@ class HttpSender:
     @staticmethod
     def _outcome(
         args: HttpArgs, request: str, status: int, size: int, truncated: bool
-    ) -> dict[str, JsonValue]:
+    ) -> JsonValue:
         if not args.succeeded(status):
             raise HttpTaskError(f"{request} answered HTTP {status}")
         result: dict[str, JsonValue] = {"status": status, "bytes": size}
