@@ -68,9 +68,9 @@ MAX_HEADER_VALUE_LENGTH = 8 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REDIRECTS = 5
 KEEPALIVE_SECONDS = 15.0
-# A response's status line and each header line may be this long (h11's bound, which
-# the client before aiohttp applied); aiohttp's own default is half of it.
-MAX_RESPONSE_HEADER_BYTES = 16 * 1024
+# A response's status line and each of its headers may be this long: the bound the
+# client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
+MAX_RESPONSE_HEADER_BYTES = 100 * 1024
 SECRET_MASK = "***"  # noqa: S105 - the mask shown instead of a secret
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Framing and routing are the client's business: a header could smuggle a second

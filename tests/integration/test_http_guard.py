@@ -329,6 +329,15 @@ async def test_credentials_in_the_url_are_sent_as_basic_authorization(
     assert receipt.headers["host"] == f"127.0.0.1:{port}"
 
 
+async def test_a_long_response_header_is_read(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    receiver.respond("/long", headers=(("Content-Security-Policy", "x" * 20_000),))
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "long", url=f"{receiver.url}/long")
+    assert run["status"] == "succeeded", run
+
+
 async def test_cookies_a_target_sets_are_not_sent_by_later_runs(
     settings: Settings, network: LoopbackOnly
 ) -> None:
