@@ -6,10 +6,19 @@ keeps its Host header and (for https) SNI and certificate checks against the hos
 Redirects are followed by hand, each Location vetted before anything connects to it.
 Connections are kept alive and reused per origin: a reused connection goes to an
 address that was vetted when it opened, and every request is vetted again anyway.
+
+The client is aiohttp, on its public extension points only: a resolver that answers a
+name with its vetted addresses and never looks anything up (`PinnedResolver`), and a
+socket factory that opens no socket toward an address the exchange did not vet
+(`PinnedSockets`, which also covers IP literals, for which aiohttp asks no resolver).
+It costs about a quarter of httpx's CPU per request (bench/PROFILING.md).
 """
 
 import asyncio
+import base64
+import json
 import re
+import socket
 import ssl
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,8 +28,11 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Annotated, Any, Literal
 
-import httpcore
+import aiohttp
 import httpx
+import yarl
+from aiohappyeyeballs import AddrInfoType, SocketFactoryType
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import (
     AfterValidator,
     AnyHttpUrl,
@@ -36,10 +48,12 @@ from pydantic import (
 from service.tasks.base import TaskContext, TaskDefinition
 from service.tasks.netguard import (
     Allowlist,
+    IPAddress,
     Resolver,
     TargetDenied,
     TargetUnresolved,
     VettedTarget,
+    parse_host,
     resolve_host,
     static_denial,
     vet,
@@ -53,12 +67,10 @@ MAX_HEADER_NAME_LENGTH = 256
 MAX_HEADER_VALUE_LENGTH = 8 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REDIRECTS = 5
-# httpcore's pool walks all its connections on every request and every answer, so
-# many runs in flight share several small pools (shards) rather than one big one. A
-# job always uses the same shard: its next run finds its kept-alive connection.
-POOL_SHARDS = 16
-KEEPALIVE_CONNECTIONS = 4  # per shard
 KEEPALIVE_SECONDS = 15.0
+# A response's status line and each of its headers may be this long: the bound the
+# client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
+MAX_RESPONSE_HEADER_BYTES = 100 * 1024
 SECRET_MASK = "***"  # noqa: S105 - the mask shown instead of a secret
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Framing and routing are the client's business: a header could smuggle a second
@@ -304,19 +316,59 @@ def redirect_method(method: str, status: int) -> str:
     return method
 
 
-async def read_capped(response: httpx.Response, limit: int) -> tuple[int, bool]:
+def encode_json(body: JsonValue) -> bytes | None:
+    """The body as sent: compact UTF-8 JSON (as httpx's `json=` wrote it); None when
+    there is no body to send."""
+    if body is None:
+        return None
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def basic_credentials(url: httpx.URL) -> str:
+    """The Authorization value for a URL's user:password@ (sent instead of the URL's)."""
+    pair = f"{url.username}:{url.password}".encode()
+    return f"Basic {base64.b64encode(pair).decode('ascii')}"
+
+
+def wire_headers(url: httpx.URL, headers: dict[str, str], body: bytes | None) -> dict[str, str]:
+    """`headers` and what the client adds: Host spelled as the URL spells it, credentials
+    from the URL's userinfo (replacing a job's Authorization), and the JSON content type
+    unless the job set one."""
+    sent = {"Host": url.netloc.decode("ascii"), **headers}
+    if url.username or url.password:
+        sent = {name: value for name, value in sent.items() if name.lower() != "authorization"}
+        sent["Authorization"] = basic_credentials(url)
+    if body is not None and not any(name.lower() == "content-type" for name in sent):
+        sent["Content-Type"] = "application/json"
+    return sent
+
+
+def connect_url(url: httpx.URL) -> yarl.URL:
+    """The URL the client is handed: no userinfo (sent as a header by `wire_headers`), and
+    an IP literal in its standard spelling, since aiohttp refuses the legacy forms
+    (`2130706433`, `127.1`) that the guard reads as the OS does. The Host header keeps
+    the URL's own spelling; a host name is passed on as the guard vetted it."""
+    host = url.raw_host.decode("ascii")
+    address = parse_host(host)
+    standard = host if address is None else str(address)
+    if standard == host and not url.userinfo:
+        return yarl.URL(str(url), encoded=True)
+    return yarl.URL(str(url.copy_with(host=standard, userinfo=b"")), encoded=True)
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[int, bool]:
     """Bytes of the body as received (never decoded), reading at most `limit` of them;
     whether the body was longer."""
     size = 0
-    async for chunk in response.aiter_raw():
+    async for chunk in response.content.iter_any():
         size += len(chunk)
         if size > limit:
             return limit, True
     return size, False
 
 
-# The hosts the current exchange vetted, and where each may be reached. httpcore opens
-# a connection in the task whose request needs it, so a connect sees its own vetting.
+# The hosts the current exchange vetted, and where each may be reached. aiohttp resolves
+# and connects in the task whose request needs it, so both see their own vetting.
 _PINS: ContextVar[dict[str, VettedTarget]] = ContextVar("tickgate_http_pins")
 
 
@@ -330,105 +382,131 @@ def pinning() -> Iterator[dict[str, VettedTarget]]:
         _PINS.reset(token)
 
 
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Connects a host only to the addresses the current exchange's vetting chose;
-    refuses any other host.
+def _not_vetted(host: str, port: int) -> OSError:
+    return OSError(f"{host}:{port} was not vetted; refusing to connect")
 
-    httpcore still sees the host name, so TLS sends it as SNI and checks the certificate
+
+class PinnedResolver(AbstractResolver):
+    """Answers a host name with the addresses the current exchange's vetting chose for
+    it, in the resolver's order; refuses any other name or port. It never looks a name
+    up itself: the guard did, once.
+
+    aiohttp still knows the host name, so TLS sends it as SNI and checks the certificate
     against it, and pooled connections stay keyed by it."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._inner = inner
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         target = _PINS.get({}).get(host)
         if target is None or port != target.port:
-            raise httpcore.ConnectError(f"{host}:{port} was not vetted; refusing to connect")
-        failure: Exception | None = None
-        for address in target.addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    str(address), port, timeout, local_address, socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
-                failure = error
-        assert failure is not None  # a vetted target has at least one address
-        raise failure
+            raise _not_vetted(host, port)
+        return [_resolved(host, address, port) for address in target.addresses]
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("the http task connects over TCP only")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        """Nothing to release: it holds no resolver of its own."""
 
 
-class PinnedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with a connection pool whose connects go through `backend`.
-    No proxies: a proxy would resolve the host itself, after our check. No cap on
-    connections (each run may need one at once); idle ones are kept a short while."""
+def _resolved(host: str, address: IPAddress, port: int) -> ResolveResult:
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    return ResolveResult(
+        hostname=host,
+        host=str(address),
+        port=port,
+        family=family,
+        proto=0,
+        flags=socket.AI_NUMERICHOST,
+    )
 
-    def __init__(self, backend: PinnedBackend, ssl_context: ssl.SSLContext) -> None:
-        super().__init__(verify=ssl_context, trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            network_backend=backend,
-            max_connections=None,
-            max_keepalive_connections=KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_SECONDS,
-        )
+
+def plain_socket(addr_info: AddrInfoType) -> socket.socket:
+    """A new socket for `addr_info`, as aiohttp opens one by default."""
+    family, kind, proto, _, _ = addr_info
+    return socket.socket(family, kind, proto)
+
+
+@dataclass(frozen=True)
+class PinnedSockets:
+    """Opens a socket (through `inner`) only toward an address and port the current
+    exchange vetted: the check under the resolver, which aiohttp skips for IP literals."""
+
+    inner: SocketFactoryType = plain_socket
+
+    def __call__(self, addr_info: AddrInfoType) -> socket.socket:
+        host, port = str(addr_info[4][0]), int(addr_info[4][1])
+        address = parse_host(host)
+        vetted = _PINS.get({}).values()
+        if not any(port == t.port and address in t.addresses for t in vetted):
+            raise _not_vetted(host, port)
+        return self.inner(addr_info)
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """An answer that sends the request on to `location`."""
+
+    status: int
+    location: str
 
 
 @dataclass
 class HttpSender:
-    """Runs the http task for one allowlist. `resolve` and `network` (the backend that
-    really connects) are seams for tests; the defaults are the system's."""
+    """Runs the http task for one allowlist. `resolve`, `network` (what opens the
+    sockets that really connect) and `trust` (the TLS context servers are verified with)
+    are seams for tests; the defaults are the system's resolver and sockets, and
+    httpx's verifying context (certifi's authorities)."""
 
     allow: Allowlist
     resolve: Resolver = resolve_host
-    network: httpcore.AsyncNetworkBackend | None = None
+    network: SocketFactoryType = plain_socket
+    trust: ssl.SSLContext | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
-    _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
-    _clients: list[httpx.AsyncClient] = field(default_factory=list, init=False, repr=False)
+    _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
-        return self._ssl
+        if self.trust is None:
+            self.trust = httpx.create_ssl_context()
+        return self.trust
 
     def warm(self) -> None:
-        """Load the certificates and open the (empty) pools now, not in a first run."""
-        self._pooled("")
+        """Load the certificates and open the (empty) pool now, not in a first run.
+        Call it with the event loop running (aiohttp binds its pool to it)."""
+        self._pooled()
 
-    def _pooled(self, job: str) -> httpx.AsyncClient:
-        """The client whose pool `job`'s runs use; opened on first use, so a registry
-        that never sends holds no sockets."""
-        if not self._clients:
-            backend = PinnedBackend(self.network or httpcore.AnyIOBackend())
-            self._clients = [
-                httpx.AsyncClient(
-                    transport=PinnedTransport(backend, self.ssl_context()), trust_env=False
-                )
-                for _ in range(POOL_SHARDS)
-            ]
-        return self._clients[hash(job) % len(self._clients)]
+    def _pooled(self) -> aiohttp.ClientSession:
+        """The client and its pool, opened on first use, so a registry that never sends
+        holds no sockets. No proxies (one would resolve the host itself, after our
+        check), no cookies (a cookie set by one job's target is no other run's business),
+        no decoding, and no timeouts of its own: `run` bounds the whole exchange."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=self._connector(),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None),
+                max_line_size=MAX_RESPONSE_HEADER_BYTES,
+                max_field_size=MAX_RESPONSE_HEADER_BYTES,
+            )
+        return self._session
+
+    def _connector(self) -> aiohttp.TCPConnector:
+        """No cap on connections (each run may need one at once); idle ones are kept a
+        short while. A name's vetted addresses are tried one after the other, in order."""
+        return aiohttp.TCPConnector(
+            resolver=PinnedResolver(),
+            use_dns_cache=False,
+            socket_factory=PinnedSockets(self.network),
+            happy_eyeballs_delay=None,
+            ssl=self.ssl_context(),
+            limit=0,
+            keepalive_timeout=KEEPALIVE_SECONDS,
+        )
 
     async def aclose(self) -> None:
         """Close the kept-alive connections; the next run opens a fresh pool."""
-        clients, self._clients = self._clients, []
-        for client in clients:
-            await client.aclose()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def run(self, args: HttpArgs, context: TaskContext) -> JsonValue:
         url = httpx.URL(str(args.url))
@@ -451,50 +529,53 @@ class HttpSender:
         url: httpx.URL,
         pins: dict[str, VettedTarget],
     ) -> JsonValue:
-        client = self._pooled(context.job)
         method: str = args.method
-        body = request_body(args, context)
+        body = encode_json(request_body(args, context))
         dropped: set[str] = set()
         for hop in range(MAX_REDIRECTS + 1):
             target = await self._vet(url, hop)
             pins[target.host] = target
-            request = client.build_request(
-                method,
-                url,
-                headers=request_headers(args, context, dropped),
-                json=body,
-                timeout=args.timeout_seconds,
-            )
-            try:
-                response = await client.send(request, stream=True)
-                try:
-                    location = self._location(args, response)
-                    if location is None:
-                        size, truncated = await read_capped(response, self.max_response_bytes)
-                        return self._outcome(
-                            args, f"{method} {shown(url)}", response, size, truncated
-                        )
-                finally:
-                    await response.aclose()
-            except httpx.HTTPError as error:
-                raise HttpTaskError(f"{method} {shown(url)} failed: {error!r}") from error
-            following = self._next_url(url, location)
+            headers = wire_headers(url, request_headers(args, context, dropped), body)
+            answer = await self._send(args, method, url, headers, body)
+            if not isinstance(answer, Redirect):
+                return answer
+            status = answer.status
+            following = self._next_url(url, answer.location)
             if origin(following) != origin(url):
                 dropped |= args.secret_names() | CREDENTIAL_HEADERS
-            next_method = redirect_method(method, response.status_code)
+            next_method = redirect_method(method, status)
             if next_method != method and next_method == "GET":
                 body = None
             context.logger.info(
-                "%s %s answered %d; following to %s",
-                method,
-                shown(url),
-                response.status_code,
-                shown(following),
+                "%s %s answered %d; following to %s", method, shown(url), status, shown(following)
             )
             method, url = next_method, following
         raise HttpTaskError(
             f"{args.method} {shown(httpx.URL(str(args.url)))}: more than {MAX_REDIRECTS} redirects"
         )
+
+    async def _send(
+        self,
+        args: HttpArgs,
+        method: str,
+        url: httpx.URL,
+        headers: dict[str, str],
+        body: bytes | None,
+    ) -> JsonValue | Redirect:
+        """One request: the run's result, or the redirect to follow."""
+        request = self._pooled().request(
+            method, connect_url(url), headers=headers, data=body, allow_redirects=False
+        )
+        try:
+            async with request as response:
+                location = self._location(args, response)
+                if location is not None:
+                    return Redirect(response.status, location)
+                size, truncated = await read_capped(response, self.max_response_bytes)
+        except aiohttp.ClientError as error:  # its repr would spell out the pool's key
+            failure = f"{type(error).__name__}: {error}".removesuffix(": ")
+            raise HttpTaskError(f"{method} {shown(url)} failed: {failure}") from error
+        return self._outcome(args, f"{method} {shown(url)}", response.status, size, truncated)
 
     async def _vet(self, url: httpx.URL, hop: int) -> VettedTarget:
         try:
@@ -505,13 +586,12 @@ class HttpSender:
             raise type(error)(f"redirect to {shown(url)} refused: {error}") from None
 
     @staticmethod
-    def _location(args: HttpArgs, response: httpx.Response) -> str | None:
+    def _location(args: HttpArgs, response: aiohttp.ClientResponse) -> str | None:
         """The Location to follow, or None when this response is the answer."""
-        status = response.status_code
+        status = response.status
         if status not in REDIRECT_STATUSES or status in (args.success_status or ()):
             return None
-        location: str | None = response.headers.get("Location")
-        return location
+        return response.headers.get("Location")
 
     @staticmethod
     def _next_url(url: httpx.URL, location: str) -> httpx.URL:
@@ -525,9 +605,8 @@ class HttpSender:
 
     @staticmethod
     def _outcome(
-        args: HttpArgs, request: str, response: httpx.Response, size: int, truncated: bool
+        args: HttpArgs, request: str, status: int, size: int, truncated: bool
     ) -> JsonValue:
-        status = response.status_code
         if not args.succeeded(status):
             raise HttpTaskError(f"{request} answered HTTP {status}")
         result: dict[str, JsonValue] = {"status": status, "bytes": size}
@@ -540,10 +619,11 @@ def http_task(
     allow: Allowlist,
     *,
     resolve: Resolver = resolve_host,
-    network: httpcore.AsyncNetworkBackend | None = None,
+    network: SocketFactoryType = plain_socket,
+    trust: ssl.SSLContext | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits."""
-    sender = HttpSender(allow, resolve, network)
+    sender = HttpSender(allow, resolve, network, trust)
     return TaskDefinition(
         name="http",
         description="Send one HTTP request per run; headers carry the run id as "

@@ -6,18 +6,26 @@ apps built here connect through `LoopbackOnly`, which refuses (and records) anyt
 a loopback address, so even a broken guard could not send traffic elsewhere.
 """
 
+import asyncio
 import ipaddress
+import logging
+import socket
+import ssl
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpcore
 import httpx
 import pytest
+import trustme
+from aiohappyeyeballs import AddrInfoType
 
 from service.app import create_app
 from service.config import Settings
-from service.tasks import TaskRegistry
+from service.store.targets import SqlTargetConnections
+from service.tasks import TaskContext, TaskRegistry
 from service.tasks.http import MAX_RESPONSE_BYTES, http_task
 from service.tasks.netguard import Allowlist, IPAddress
 from tests.support.receiver import Receiver, receiving
@@ -26,29 +34,26 @@ from tests.support.waiting import eventually
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
 
-class LoopbackOnly(httpcore.AsyncNetworkBackend):
-    """The real network, for loopback addresses only; anything else is refused."""
+class LoopbackOnly:
+    """Opens sockets (the `http` task's `network` seam) for loopback addresses only;
+    anything else is refused."""
 
     def __init__(self) -> None:
-        self.inner = httpcore.AnyIOBackend()
         self.connects: list[str] = []
         self.refused: list[str] = []
 
-    async def connect_tcp(
-        self, host: str, port: int, *args: Any, **kwargs: Any
-    ) -> httpcore.AsyncNetworkStream:
+    def __call__(self, addr_info: AddrInfoType) -> socket.socket:
+        family, kind, proto, _, address = addr_info
+        host = str(address[0])
         try:
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:  # a name: the guard must hand over vetted addresses only
             loopback = False
         if not loopback:
             self.refused.append(host)
-            raise httpcore.ConnectError(f"test safety net: no connection to {host}")
+            raise OSError(f"test safety net: no connection to {host}")
         self.connects.append(host)
-        return await self.inner.connect_tcp(host, port, *args, **kwargs)
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+        return socket.socket(family, kind, proto)
 
 
 class Names:
@@ -273,6 +278,193 @@ async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     assert "authorization" not in sent["/away-landed"]
     assert "x-api-key" not in sent["/away-landed"]
     assert sent["/away-landed"]["x-plain"] == "p"
+
+
+async def test_a_name_is_tried_at_each_vetted_address_in_turn(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    """Nothing listens on 127.0.0.2: the connect falls back to the next vetted address."""
+    port = receiver.url.rsplit(":", 1)[1]
+
+    async def two_addresses(host: str, port: int) -> list[IPAddress]:
+        return [ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")]
+
+    registry = guarded(network, allow="127.0.0.0/8", resolve=two_addresses)
+    async with tickgate(settings, registry) as client:
+        run = await run_job(client, "two", url=f"http://two.test:{port}/two")
+    assert run["status"] == "succeeded", run
+    assert network.connects == ["127.0.0.2", "127.0.0.1"]
+    [receipt] = receiver.receipts()
+    assert receipt.headers["host"] == f"two.test:{port}"
+
+
+async def test_a_redirect_to_a_legacy_ip_spelling_connects_to_its_address(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    """`2130706433` is 127.0.0.1 to the guard, as to the OS; the Host header keeps it."""
+    port = receiver.url.rsplit(":", 1)[1]
+    receiver.respond("/legacy", status=307, location=f"http://2130706433:{port}/landed")
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "legacy", url=f"{receiver.url}/legacy")
+    assert run["status"] == "succeeded", run
+    _, landed = receiver.receipts()
+    assert (landed.method, landed.path) == ("POST", "/landed")
+    assert landed.headers["host"] == f"2130706433:{port}"
+    assert set(network.connects) == {"127.0.0.1"}
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_authorization(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    port = receiver.url.rsplit(":", 1)[1]
+    url = f"http://user:p%40ss@127.0.0.1:{port}/auth"
+    headers = {"Authorization": "Bearer replaced", "Content-Type": "text/plain"}
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "auth", url=url, headers=headers, body="plain")
+    assert run["status"] == "succeeded", run
+    [receipt] = receiver.receipts()
+    assert receipt.headers["authorization"] == "Basic dXNlcjpwQHNz"  # user:p@ss
+    assert receipt.content_type == "text/plain"  # the job's own content type is kept
+    assert receipt.body == b'"plain"'
+    assert receipt.headers["host"] == f"127.0.0.1:{port}"
+
+
+async def test_a_long_response_header_is_read(
+    settings: Settings, receiver: Receiver, network: LoopbackOnly
+) -> None:
+    receiver.respond("/long", headers=(("Content-Security-Policy", "x" * 20_000),))
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "long", url=f"{receiver.url}/long")
+    assert run["status"] == "succeeded", run
+
+
+async def test_cookies_a_target_sets_are_not_sent_by_later_runs(
+    settings: Settings, network: LoopbackOnly
+) -> None:
+    names = Names({"cookie.test": "127.0.0.1"})  # a client keeps no cookies for an IP
+    with receiving(keep_alive=True) as target:
+        target.respond("/cookie", headers=(("Set-Cookie", "session=s3cret; Path=/"),))
+        port = target.url.rsplit(":", 1)[1]
+        async with tickgate(settings, guarded(network, resolve=names)) as client:
+            runs = [await run_job(client, "cookie", url=f"http://cookie.test:{port}/cookie")]
+            runs.append(await trigger(client, "cookie"))
+        assert [run["status"] for run in runs] == ["succeeded"] * 2
+        assert [r.headers.get("cookie") for r in target.receipts()] == [None, None]
+
+
+async def test_a_refused_connection_fails_the_run_naming_the_target(
+    settings: Settings, network: LoopbackOnly
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    async with tickgate(settings, guarded(network)) as client:
+        run = await run_job(client, "refused", url=f"http://127.0.0.1:{port}/x")
+    assert run["status"] == "failed"
+    assert run["error"].startswith(
+        f"HttpTaskError: POST http://127.0.0.1:{port}/x failed: ClientConnectorError: "
+        f"Cannot connect to host 127.0.0.1:{port}"
+    ), run["error"]
+    assert network.connects == ["127.0.0.1"]
+
+
+def task_context(job: str, shared: httpx.AsyncClient) -> TaskContext:
+    now = datetime.now(UTC)
+    logger = logging.LoggerAdapter(logging.getLogger("test"), {})
+    deadline, sql = now + timedelta(seconds=30), SqlTargetConnections({})
+    return TaskContext(job, uuid.uuid4(), now, 1, logger, deadline, shared, sql)
+
+
+async def test_a_warmed_task_runs_and_reopens_its_pool_after_closing(
+    receiver: Receiver, network: LoopbackOnly
+) -> None:
+    definition = http_task(Allowlist.from_setting("127.0.0.1"), network=network)
+    assert definition.warm is not None
+    assert definition.close is not None
+    definition.warm()  # as the app does before readiness, with the loop running
+    args = definition.parse_args({"url": f"{receiver.url}/warm"})
+    async with httpx.AsyncClient() as shared:  # TaskContext.http; the http task has its own
+        first = await definition.run(args, task_context("warm", shared))
+        await definition.close()
+        second = await definition.run(args, task_context("warm", shared))
+        await definition.close()
+    assert first == second == {"status": 200, "bytes": len(b'{"ok":true}')}
+    assert len(receiver.receipts()) == 2
+
+
+class TlsTarget:
+    """An HTTPS server on 127.0.0.1 with a certificate for `tls.test` from a test CA;
+    records the SNI name of each handshake and the Host header of each request."""
+
+    def __init__(self, ca: trustme.CA) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("tls.test").configure_cert(self.context)
+        self.context.sni_callback = self._sni
+        self.names: list[str | None] = []
+        self.hosts: list[str] = []
+        self.port = 0
+
+    def _sni(self, _: ssl.SSLObject, name: str | None, __: ssl.SSLContext) -> None:
+        self.names.append(name)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("ascii").lower()
+        self.hosts += [line[5:].strip() for line in head.split("\r\n") if line[:5] == "host:"]
+        length = [int(line[15:]) for line in head.split("\r\n") if line[:15] == "content-length:"]
+        await reader.readexactly(sum(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator["TlsTarget"]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+
+@pytest.fixture
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+async def test_https_verifies_the_certificate_for_the_name_not_the_address(
+    settings: Settings, network: LoopbackOnly, ca: trustme.CA
+) -> None:
+    """The connection goes to the vetted address; SNI, the Host header and the
+    certificate check use the URL's host name."""
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    names = Names({"tls.test": "127.0.0.1", "other.test": "127.0.0.1"})
+    async with TlsTarget(ca).serving() as target:
+        registry = guarded(network, resolve=names, trust=trusted)
+        async with tickgate(settings, registry) as client:
+            good = await run_job(client, "good", url=f"https://tls.test:{target.port}/")
+            wrong = await run_job(client, "wrong", url=f"https://other.test:{target.port}/")
+    assert good["status"] == "succeeded", good
+    assert good["result"] == {"status": 200, "bytes": 2}
+    assert wrong["status"] == "failed"
+    assert "failed: ClientConnectorCertificateError" in wrong["error"]
+    assert "other.test" in wrong["error"]  # the certificate names tls.test only
+    assert target.names == ["tls.test", "other.test"]
+    assert target.hosts == [f"tls.test:{target.port}"]
+    assert network.connects == ["127.0.0.1", "127.0.0.1"]
+
+
+async def test_https_refuses_a_certificate_from_an_unknown_authority(
+    settings: Settings, network: LoopbackOnly, ca: trustme.CA
+) -> None:
+    names = Names({"tls.test": "127.0.0.1"})
+    async with (
+        TlsTarget(ca).serving() as target,
+        tickgate(settings, guarded(network, resolve=names)) as client,
+    ):
+        run = await run_job(client, "untrusted", url=f"https://tls.test:{target.port}/")
+    assert run["status"] == "failed"
+    assert "CERTIFICATE_VERIFY_FAILED" in run["error"]
+    assert target.names == ["tls.test"]
+    assert target.hosts == []
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,7 @@ class _Answer:
     status: int = 200
     location: str | None = None
     body_size: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -89,11 +90,12 @@ class Receiver:
         status: int = 200,
         location: str | None = None,
         body_size: int | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """From now on, answer requests to `path` after `delay` seconds with `status`,
-        a `Location` header if given, and a body of `body_size` bytes if given."""
+        a `Location` header if given, a body of `body_size` bytes if given, and `headers`."""
         with self._lock:
-            self._answers[path] = _Answer(delay, status, location, body_size)
+            self._answers[path] = _Answer(delay, status, location, body_size, headers)
 
     def fail_first(self, path: str, times: int, *, status: int = 503) -> None:
         """Answer the next `times` requests to `path` with `status`, then as configured."""
@@ -200,6 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         if answer.location is not None:
             self.send_header("Location", answer.location)
+        for name, value in answer.headers:
+            self.send_header(name, value)
         self.end_headers()
         try:
             self.wfile.write(payload)

@@ -2,17 +2,19 @@
 fake resolver, and the http args' limits and secrets. Nothing here opens a connection."""
 
 import ipaddress
+import socket
 from typing import Any
 
-import httpcore
 import httpx
 import pytest
+from aiohappyeyeballs import AddrInfoType
 from pydantic import ValidationError
 
 from service.tasks.http import (
     MAX_HEADER_VALUE_LENGTH,
     HttpArgs,
-    PinnedBackend,
+    PinnedResolver,
+    PinnedSockets,
     merge_secret_headers,
     pinning,
     redact_args,
@@ -359,32 +361,63 @@ async def test_vet_refuses_other_schemes() -> None:
         await vetted("ftp://127.0.0.1/", "127.0.0.1")
 
 
-class Recording(httpcore.AsyncNetworkBackend):
+class Recording:
+    """A socket factory that records what it is asked to open and opens nothing."""
+
     def __init__(self) -> None:
-        self.connects: list[tuple[str, int]] = []
+        self.opened: list[tuple[str, int]] = []
 
-    async def connect_tcp(self, host: str, port: int, *args: Any, **kwargs: Any) -> Any:
-        self.connects.append((host, port))
-        raise httpcore.ConnectError("recorded")
+    def __call__(self, addr_info: AddrInfoType) -> socket.socket:
+        self.opened.append((str(addr_info[4][0]), int(addr_info[4][1])))
+        raise OSError("recorded")
 
 
-async def test_the_pinned_backend_connects_only_to_vetted_addresses() -> None:
-    inner = Recording()
-    backend = PinnedBackend(inner)
-    with pytest.raises(httpcore.ConnectError, match="not vetted"):
-        await backend.connect_tcp("hooks.test", 80)
-    pinned = VettedTarget(
-        "hooks.test", 80, (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
-    )
+def addr_info(host: str, port: int) -> AddrInfoType:
+    if ":" in host:
+        return (socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port, 0, 0))
+    return (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))
+
+
+PINNED = VettedTarget(
+    "hooks.test", 80, (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+)
+
+
+async def test_the_pinned_resolver_answers_only_vetted_names() -> None:
+    resolver = PinnedResolver()
+    with pytest.raises(OSError, match="not vetted"):
+        await resolver.resolve("hooks.test", 80)
     with pinning() as pins:
-        pins["hooks.test"] = pinned
-        with pytest.raises(httpcore.ConnectError, match="not vetted"):
-            await backend.connect_tcp("hooks.test", 81)
-        with pytest.raises(httpcore.ConnectError, match="recorded"):
-            await backend.connect_tcp("hooks.test", 80)
-    with pytest.raises(httpcore.ConnectError, match="not vetted"):
-        await backend.connect_tcp("hooks.test", 80)  # outside the exchange that vetted it
-    assert inner.connects == [("127.0.0.1", 80), ("::1", 80)]  # each address in turn
+        pins["hooks.test"] = PINNED
+        with pytest.raises(OSError, match="not vetted"):
+            await resolver.resolve("hooks.test", 81)
+        with pytest.raises(OSError, match="not vetted"):
+            await resolver.resolve("other.test", 80)
+        answers = await resolver.resolve("hooks.test", 80)
+    with pytest.raises(OSError, match="not vetted"):
+        await resolver.resolve("hooks.test", 80)  # outside the exchange that vetted it
+    assert [(a["hostname"], a["host"], a["port"], a["family"]) for a in answers] == [
+        ("hooks.test", "127.0.0.1", 80, socket.AF_INET),
+        ("hooks.test", "::1", 80, socket.AF_INET6),
+    ]  # each vetted address, in the resolver's order
+
+
+def test_pinned_sockets_open_only_toward_vetted_addresses() -> None:
+    inner = Recording()
+    sockets = PinnedSockets(inner)
+    with pytest.raises(OSError, match="not vetted"):
+        sockets(addr_info("127.0.0.1", 80))
+    with pinning() as pins:
+        pins["hooks.test"] = PINNED
+        for refused in (addr_info("127.0.0.1", 81), addr_info("127.0.0.2", 80)):
+            with pytest.raises(OSError, match="not vetted"):
+                sockets(refused)
+        for allowed in (addr_info("127.0.0.1", 80), addr_info("::1", 80)):
+            with pytest.raises(OSError, match="recorded"):
+                sockets(allowed)
+    with pytest.raises(OSError, match="not vetted"):
+        sockets(addr_info("127.0.0.1", 80))  # outside the exchange that vetted it
+    assert inner.opened == [("127.0.0.1", 80), ("::1", 80)]
 
 
 # The args model ------------------------------------------------------------------------
