@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+Route = tuple[str, str]  # method, path
 MAX_JSON_DEPTH = 32
 
 
@@ -51,24 +52,29 @@ class BearerAuth:
 
 
 class BodyLimits:
-    """413 for bodies over `max_bytes` (declared or streamed); 422 for JSON nested
-    deeper than MAX_JSON_DEPTH, before any parser recurses into it."""
+    """413 for bodies over `max_bytes` (declared or streamed), or over the limit of their
+    route in `larger`; 422 for JSON nested deeper than MAX_JSON_DEPTH, before any parser
+    recurses into it."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, larger: Mapping[Route, int] | None = None
+    ) -> None:
         self._app = app
         self._max_bytes = max_bytes
+        self._larger = dict(larger or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in READ_METHODS:
             await self._app(scope, receive, send)
             return
+        limit = self._larger.get((scope["method"], scope["path"]), self._max_bytes)
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
-            await _answer(send, 413, f"the body is larger than {self._max_bytes} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _answer(send, 413, f"the body is larger than {limit} bytes")
             return
-        body = await _read_body(receive, self._max_bytes)
+        body = await _read_body(receive, limit)
         if body is None:
-            await _answer(send, 413, f"the body is larger than {self._max_bytes} bytes")
+            await _answer(send, 413, f"the body is larger than {limit} bytes")
         elif json_depth(body) > MAX_JSON_DEPTH:
             await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         else:

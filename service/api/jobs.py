@@ -72,14 +72,19 @@ async def apply(
 
 
 async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
-    """Declarative apply, shared by PUT and the jobs file applied at startup."""
     now = services.now()
+    return await services.store.mutate_job(
+        name, lambda current: declared_job(services, name, spec, current, now)
+    )
 
-    def change(current: Job | None) -> Job:
-        checked = _checked(services, _with_kept_secrets(spec, current))
-        return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
-    return await services.store.mutate_job(name, change)
+def declared_job(
+    services: Services, name: str, spec: JobSpec, current: Job | None, now: datetime
+) -> Job:
+    """The job `spec` declares: created, or replacing `current` (unchanged if equal).
+    The rule of every declarative apply, one job (PUT /v1/jobs/{name}) or a set."""
+    checked = _checked(services, _with_kept_secrets(spec, current))
+    return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
 
 @router.get("", operation_id="list_jobs")

@@ -19,9 +19,11 @@ from service.store.fire_sql import RunEnd, Skip
 from service.store.migrate import applied_versions, migrate
 from service.store.ports import JobUpdateFn
 from service.store.rows import (
+    JOB_COLUMN_TYPES,
     JOB_COLUMNS,
     RUN_COLUMNS,
     SharedParts,
+    job_columns,
     job_from_row,
     job_values,
     run_from_row,
@@ -35,6 +37,9 @@ _INSERT_ATTEMPTS = 3
 RETENTION_LOCK_KEY = lock_key("tickgate:retention")
 
 JobChangeFn = Callable[[Job | None], Job | None]
+# Given the stored jobs of a bulk apply's names (those that exist), the jobs as they
+# should stand, one per name, in the request's order. It may raise to abort.
+JobsPlan = Callable[[Mapping[str, Job]], Sequence[Job]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,23 @@ class JobChange:
     @property
     def created(self) -> bool:
         return self.before is None and self.after is not None
+
+
+@dataclass(frozen=True)
+class JobsApplied:
+    """What a bulk apply did, by job name."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
+
+    managed_by: str
 
 
 @dataclass(frozen=True)
@@ -389,6 +411,36 @@ class Store:
                 # A concurrent create of the same name won; run again on its row.
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
+    async def apply_jobs(
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+    ) -> JobsApplied:
+        """Bring the named jobs to what `plan` makes of them, and with `prune` delete the
+        manager's other jobs, all in one transaction of a few set-based statements.
+
+        Rows are locked in name order, as everywhere. A job that `plan` returns equal to
+        the stored one is not written, so its version stays and nobody is notified; every
+        job created, updated or deleted notifies the schedulers, as a single change does.
+        """
+        for _ in range(_INSERT_ATTEMPTS):
+            try:
+                return await self._apply_jobs_once(names, plan, prune)
+            except _NameTaken:
+                pass  # a concurrent create of one of the names won; plan again on its row
+        raise Conflict("jobs of this set are being created concurrently; retry")
+
+    async def _apply_jobs_once(
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+    ) -> JobsApplied:
+        async with self._pool.acquire() as connection, connection.transaction():
+            rows = await connection.fetch(
+                _LOCK_NAMED_OR_MANAGED, list(names), prune.managed_by if prune else None
+            )
+            stored = {job.name: job for job in map(job_from_row, rows)}
+            wanted = plan({name: stored[name] for name in names if name in stored})
+            changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
+            await changes.write(connection)
+        return changes.applied
+
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
@@ -443,6 +495,103 @@ _INSERT_JOB = f"""WITH inserted AS (
         ON CONFLICT (name) DO NOTHING
         RETURNING name)
     SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
+
+
+# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes, every
+# job of its manager (a NULL manager matches nothing).
+_LOCK_NAMED_OR_MANAGED = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
+    WHERE name = ANY($1::text[]) OR managed_by = $2::text
+    ORDER BY name FOR NO KEY UPDATE"""
+_UNNESTED_JOBS = "unnest({}) AS u ({})".format(
+    ", ".join(f"${n}::{sql_type}[]" for n, sql_type in enumerate(JOB_COLUMN_TYPES, start=1)),
+    JOB_COLUMNS,
+)
+# The name conflict is the only one skipped: a lock key taken raises, and is named.
+_INSERT_JOBS = f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
+    SELECT * FROM {_UNNESTED_JOBS} ON CONFLICT (name) DO NOTHING RETURNING name"""
+_UPDATE_JOBS = f"""UPDATE tickgate_jobs AS j
+    SET ({JOB_COLUMNS}) = ({", ".join(f"u.{c}" for c in JOB_COLUMNS.split(", "))})
+    FROM {_UNNESTED_JOBS} WHERE j.name = u.name"""
+_DELETE_JOBS = "DELETE FROM tickgate_jobs WHERE name = ANY($1::text[])"
+_HOLDERS_OF_KEYS = "SELECT lock_key, name FROM tickgate_jobs WHERE lock_key = ANY($1::bigint[])"
+
+
+@dataclass(frozen=True)
+class _BulkChanges:
+    """The writes of a bulk apply: the jobs to create and update, the names to delete."""
+
+    created: list[Job]
+    updated: list[Job]
+    doomed: list[str]
+    applied: JobsApplied
+
+    @classmethod
+    def between(
+        cls, stored: Mapping[str, Job], wanted: Sequence[Job], *, pruning: bool
+    ) -> "_BulkChanges":
+        created = [job for job in wanted if job.name not in stored]
+        updated = [job for job in wanted if job.name in stored and job != stored[job.name]]
+        unchanged = [job.name for job in wanted if stored.get(job.name) == job]
+        doomed = _pruned(stored, {job.name for job in wanted}) if pruning else []
+        applied = JobsApplied(_names(created), _names(updated), tuple(unchanged), tuple(doomed))
+        return cls(created, updated, doomed, applied)
+
+    async def write(self, connection: Connection) -> None:
+        if self.doomed:  # first: their lock keys are free for the new jobs then
+            await connection.execute(_DELETE_JOBS, self.doomed)
+        await _insert_jobs(connection, self.created)
+        if self.updated:
+            await connection.execute(_UPDATE_JOBS, *job_columns(self.updated))
+        changed = [*self.applied.created, *self.applied.updated, *self.doomed]
+        if changed:
+            await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, changed)
+
+
+def _names(jobs: Sequence[Job]) -> tuple[str, ...]:
+    return tuple(job.name for job in jobs)
+
+
+class _NameTaken(Exception):
+    """A job of a bulk apply's set was created by someone else meanwhile."""
+
+
+def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
+    """The stored jobs a pruning apply deletes: its manager's (the only others it
+    locked) that it does not name, unless completed: those are history."""
+    return [
+        name
+        for name, job in stored.items()
+        if name not in named and job.state is not JobState.COMPLETED
+    ]
+
+
+async def _insert_jobs(connection: Connection, jobs: Sequence[Job]) -> None:
+    if not jobs:
+        return
+    await _refuse_taken_lock_keys(connection, jobs)
+    try:
+        rows = await connection.fetch(_INSERT_JOBS, *job_columns(jobs))
+    except asyncpg.UniqueViolationError as error:
+        if error.constraint_name == _LOCK_KEY_UNIQUE:  # taken by a create since the check
+            raise Conflict("a new job's lock_key was taken meanwhile; retry") from error
+        raise
+    if len(rows) < len(jobs):
+        raise _NameTaken
+
+
+async def _refuse_taken_lock_keys(connection: Connection, jobs: Sequence[Job]) -> None:
+    """Conflict naming each new job whose lock key a stored job or another new one holds."""
+    holders = {
+        row["lock_key"]: row["name"]
+        for row in await connection.fetch(_HOLDERS_OF_KEYS, [job.lock_key for job in jobs])
+    }
+    clashes = []
+    for job in jobs:
+        holder = holders.setdefault(job.lock_key, job.name)
+        if holder != job.name:
+            clashes.append(f"job {job.name!r} has the lock_key of job {holder!r}")
+    if clashes:
+        raise Conflict("; ".join(clashes) + "; choose other names")
 
 
 def _lock_key_conflict(name: str) -> Conflict:
