@@ -105,8 +105,9 @@ class RunPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: end.")
 
 
-class JobOut(BaseModel):
-    """A job as stored, with its next nominal tick and its latest run."""
+class ListedJob(BaseModel):
+    """A job as stored, with its next nominal tick and its latest run: an item of a
+    listing (GET /v1/jobs/{name} adds the next ticks)."""
 
     name: str
     description: str
@@ -129,7 +130,6 @@ class JobOut(BaseModel):
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
     next_run_at: datetime | None
-    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
     last_run: RunOut | None
     created_at: datetime
     updated_at: datetime
@@ -137,15 +137,35 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
-        return cls.model_validate(
-            {
-                **job.model_dump(exclude={"fire_after"}),
-                "args": redact_args(job.args) if job.task == "http" else job.args,
-                "next_run_at": job.next_run_at(now),
-                "next_runs": job.upcoming(now, NEXT_RUNS),
-                "last_run": last_run.model_dump() if last_run else None,
-            }
-        )
+        """A listing computes one tick per job, never the next five."""
+        return cls.model_validate(_shown(job, job.upcoming(now, 1), last_run))
+
+
+class JobOut(ListedJob):
+    """A job as stored, with its next nominal ticks and its latest run."""
+
+    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
+
+    @classmethod
+    def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
+        ticks = job.upcoming(now, NEXT_RUNS)
+        return cls.model_validate(_shown(job, ticks, last_run) | {"next_runs": ticks})
+
+
+# What a job shows of itself as stored; the rest is computed when it is shown.
+_STORED_SHOWN = tuple(name for name in ListedJob.model_fields if name in Job.model_fields)
+
+
+def _shown(job: Job, ticks: list[datetime], last_run: Run | None) -> dict[str, object]:
+    """The fields of a shown job: stored values as they are (nested models are not
+    dumped and validated again), secret headers masked, the next tick and the last run."""
+    stored = vars(job)
+    fields: dict[str, object] = {name: stored[name] for name in _STORED_SHOWN}
+    if job.task == "http":
+        fields["args"] = redact_args(job.args)
+    fields["next_run_at"] = ticks[0] if ticks else None
+    fields["last_run"] = last_run.model_dump() if last_run else None
+    return fields
 
 
 class PauseRequest(BaseModel):
@@ -197,7 +217,7 @@ class JobQuery(BaseModel):
 class JobPage(BaseModel):
     """One page of jobs in name order."""
 
-    items: list[JobOut]
+    items: list[ListedJob]
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null at the end."
     )

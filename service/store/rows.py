@@ -37,7 +37,8 @@ _JOB_TABLE: tuple[tuple[str, str, Callable[[Job], object]], ...] = (
     ("incarnation", "uuid", lambda job: job.incarnation),
     ("managed_by", "text", lambda job: job.managed_by),
 )
-JOB_COLUMNS = ", ".join(column for column, _, _ in _JOB_TABLE)
+_JOB_COLUMN_NAMES = tuple(column for column, _, _ in _JOB_TABLE)
+JOB_COLUMNS = ", ".join(_JOB_COLUMN_NAMES)
 JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)
 
 
@@ -55,6 +56,19 @@ RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"
     " attempts, runner, error, result, skip_reason, missed_ticks"
 )
+_LAST_RUN = "last_run_"
+
+
+def qualified(columns: str, table: str) -> str:
+    """`columns` (a column list) each prefixed with `table.`, for statements with joins."""
+    return ", ".join(f"{table}.{column}" for column in columns.split(", "))
+
+
+def last_run_columns(table: str) -> str:
+    """RUN_COLUMNS of `table`, named apart from a job's columns in the same row."""
+    return ", ".join(
+        f"{table}.{column} AS {_LAST_RUN}{column}" for column in RUN_COLUMNS.split(", ")
+    )
 
 
 T = TypeVar("T")
@@ -66,7 +80,10 @@ _NO_FIELDS_SET: set[str] = set()
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    job = Job.model_validate(dict(row), context={CHECKED: True})
+    """The job in `row` (which may hold more columns, such as its last run's)."""
+    job = Job.model_validate(
+        {column: row[column] for column in _JOB_COLUMN_NAMES}, context={CHECKED: True}
+    )
     object.__setattr__(job, "__pydantic_fields_set__", _NO_FIELDS_SET)
     return job
 
@@ -100,3 +117,10 @@ class SharedParts:
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run.model_validate({key: row[key] for key in Run.model_fields})
+
+
+def last_run_from_row(row: Mapping[str, Any]) -> Run | None:
+    """The run read with `last_run_columns` in a job's row; None if the job has none."""
+    if row[f"{_LAST_RUN}id"] is None:
+        return None
+    return Run.model_validate({key: row[f"{_LAST_RUN}{key}"] for key in Run.model_fields})

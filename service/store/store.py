@@ -26,6 +26,9 @@ from service.store.rows import (
     job_columns,
     job_from_row,
     job_values,
+    last_run_columns,
+    last_run_from_row,
+    qualified,
     run_from_row,
 )
 
@@ -67,6 +70,18 @@ class Prune:
     """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
 
     managed_by: str
+
+
+@dataclass(frozen=True)
+class ShownJob:
+    """A job with its latest run, as the API shows it."""
+
+    job: Job
+    last_run: Run | None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Self:
+        return cls(job_from_row(row), last_run_from_row(row))
 
 
 @dataclass(frozen=True)
@@ -173,22 +188,27 @@ class Store:
         )
         return job_from_row(row) if row else None
 
-    async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[Job]:
-        """Jobs in name order, strictly after `after`."""
+    async def show_job(self, name: str) -> ShownJob | None:
+        """The job and its latest run, in one statement."""
+        row = await self._pool.fetchrow(f"{_JOBS_WITH_LAST_RUN} WHERE j.name = $1", name)
+        return ShownJob.of(row) if row else None
+
+    async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[ShownJob]:
+        """Jobs in name order, strictly after `after`, each with its latest run."""
         rows = await self._pool.fetch(
-            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
-                WHERE ($1::text IS NULL OR name > $1)
-                  AND ($2::text IS NULL OR state = $2)
-                  AND ($3::text IS NULL OR task = $3)
-                  AND ($4::text IS NULL OR starts_with(name, $4))
-                ORDER BY name LIMIT $5""",
+            f"""{_JOBS_WITH_LAST_RUN}
+                WHERE ($1::text IS NULL OR j.name > $1)
+                  AND ($2::text IS NULL OR j.state = $2)
+                  AND ($3::text IS NULL OR j.task = $3)
+                  AND ($4::text IS NULL OR starts_with(j.name, $4))
+                ORDER BY j.name LIMIT $5""",
             after,
             where.state,
             where.task,
             where.prefix,
             limit,
         )
-        return [job_from_row(row) for row in rows]
+        return [ShownJob.of(row) for row in rows]
 
     async def active_jobs(self) -> list[Job]:
         rows = await self._pool.fetch(
@@ -238,11 +258,11 @@ class Store:
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
         rows = await self._pool.fetch(
-            f"""SELECT DISTINCT ON (job) {RUN_COLUMNS} FROM tickgate_runs
-                WHERE job = ANY($1::text[]) ORDER BY job, started_at DESC, id DESC""",
+            f"""SELECT {last_run_columns("last")} FROM unnest($1::text[]) AS n (name)
+                CROSS JOIN LATERAL ({_LAST_RUN_OF.format(job="n.name")}) AS last""",
             list(names),
         )
-        return {row["job"]: run_from_row(row) for row in rows}
+        return {run.job: run for run in map(last_run_from_row, rows) if run is not None}
 
     async def ticks_without_runs(
         self, ticks: Sequence[tuple[str, datetime]], *, unrun: Sequence[SkipReason] = ()
@@ -456,6 +476,11 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+# A job's latest run: one probe of the runs' (job, started_at DESC, id DESC) index.
+_LAST_RUN_OF = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
+    WHERE job = {{job}} ORDER BY started_at DESC, id DESC LIMIT 1"""
+_JOBS_WITH_LAST_RUN = f"""SELECT {qualified(JOB_COLUMNS, "j")}, {last_run_columns("last")}
+    FROM tickgate_jobs j LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true"""
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
 # one, nor one for a claim; only a delete does.
