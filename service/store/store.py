@@ -24,11 +24,11 @@ from service.store.rows import (
     RUN_COLUMNS,
     SharedParts,
     job_columns,
+    job_document,
     job_from_row,
     job_values,
     last_run_columns,
     last_run_from_row,
-    qualified,
     run_from_row,
 )
 
@@ -183,9 +183,7 @@ class Store:
         return counts
 
     async def get_job(self, name: str) -> Job | None:
-        row = await self._pool.fetchrow(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1", name
-        )
+        row = await self._pool.fetchrow(f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = $1", name)
         return job_from_row(row) if row else None
 
     async def show_job(self, name: str) -> ShownJob | None:
@@ -212,7 +210,7 @@ class Store:
 
     async def active_jobs(self) -> list[Job]:
         rows = await self._pool.fetch(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE state = 'active' ORDER BY name"
+            f"SELECT {_JOB} FROM tickgate_jobs j WHERE state = 'active' ORDER BY name"
         )
         return [job_from_row(row) for row in rows]
 
@@ -228,7 +226,7 @@ class Store:
         """The jobs of these names that exist. What they have in common is held once
         (the scheduler's mirror keeps them all)."""
         rows = await self._pool.fetch(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])", list(names)
+            f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])", list(names)
         )
         return [self._shared.job_from_row(row) for row in rows]
 
@@ -378,7 +376,7 @@ class Store:
         """Active jobs with nothing left to fire, by the database clock: the window
         closed, the run cap is used up, or the one-time tick is past its deadline."""
         rows = await self._pool.fetch(
-            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
+            f"""SELECT {_JOB} FROM tickgate_jobs j
                 WHERE state = 'active' AND (
                     end_at <= clock_timestamp()
                     OR runs_started >= max_runs
@@ -464,7 +462,7 @@ class Store:
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
-                f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR NO KEY UPDATE",
+                f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = $1 FOR NO KEY UPDATE",
                 name,
             )
             before = job_from_row(row) if row else None
@@ -476,10 +474,11 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+_JOB = job_document("j")  # every statement that reads whole jobs names the table j
 # A job's latest run: one probe of the runs' (job, started_at DESC, id DESC) index.
 _LAST_RUN_OF = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
     WHERE job = {{job}} ORDER BY started_at DESC, id DESC LIMIT 1"""
-_JOBS_WITH_LAST_RUN = f"""SELECT {qualified(JOB_COLUMNS, "j")}, {last_run_columns("last")}
+_JOBS_WITH_LAST_RUN = f"""SELECT {_JOB}, {last_run_columns("last")}
     FROM tickgate_jobs j LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true"""
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
@@ -510,7 +509,7 @@ _PRUNE_RUNS = """WITH doomed AS (
             SET through = greatest(tickgate_pruned.through, excluded.through))
     SELECT count(*) FROM deleted"""
 _UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
-_LOCK_JOBS = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])
+_LOCK_JOBS = f"""SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""
 _NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 # A create that needs no row lock and no transaction: the name's own uniqueness makes
@@ -524,7 +523,7 @@ _INSERT_JOB = f"""WITH inserted AS (
 
 # A bulk apply's rows, locked in name order: the jobs it names and, when it prunes, every
 # job of its manager (a NULL manager matches nothing).
-_LOCK_NAMED_OR_MANAGED = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
+_LOCK_NAMED_OR_MANAGED = f"""SELECT {_JOB} FROM tickgate_jobs j
     WHERE name = ANY($1::text[]) OR managed_by = $2::text
     ORDER BY name FOR NO KEY UPDATE"""
 _UNNESTED_JOBS = "unnest({}) AS u ({})".format(
