@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service.api import install_routes
+from service.api.bulk import APPLY_ROUTE
 from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.guards import BearerAuth, BodyLimits, Tokens
@@ -65,7 +66,8 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
 def _install_guards(app: FastAPI, settings: Settings) -> None:
     """Body limits always; bearer auth when tokens are configured (the CLI refuses to
     serve anonymously on a non-loopback address)."""
-    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes)
+    bulk = {APPLY_ROUTE: settings.max_bulk_body_bytes}
+    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, larger=bulk)
     scopes = token_scopes(settings)
     if scopes:
         open_paths = frozenset(split_names(settings.open_paths))

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
 from service.config import Settings, TokenFileError, token_scopes
 from service.embedded import start_embedded
+from service.heap import settle_after_startup
 from service.logs import configure_logging
 from service.store import Store
 from service.tasks.plugins import PluginError
@@ -86,6 +88,10 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         begin_shutdown(self._app)
         super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        settle_after_startup()
 
 
 def _refuse_anonymous_exposure(settings: Settings, host: str) -> None:

@@ -39,7 +39,8 @@ class Settings(BaseSettings):
         False, description="Refuse to start without DATABASE_URL (set in the container image)."
     )
     apply_jobs: Path | None = Field(
-        None, description="YAML or JSON file of jobs upserted at startup, as PUT /v1/jobs/{name}."
+        None,
+        description="YAML or JSON file of jobs applied at startup as one set, as PUT /v1/jobs.",
     )
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
@@ -91,6 +92,12 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Larger request bodies get 413."
+    )
+    max_bulk_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="Larger PUT /v1/jobs bodies (a whole set of jobs) get 413.",
     )
     test_clock_offset_ms: int = Field(
         0, ge=-60_000, le=60_000, description="Test only: this replica's clock runs off by this."

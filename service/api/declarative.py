@@ -2,26 +2,26 @@
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from service.api.bulk import apply_jobs
 from service.api.deps import Services
-from service.api.jobs import upsert_job
-from service.api.models import JobCreate
-from service.domain.errors import DomainError
+from service.api.models import ApplyQuery
+from service.domain.errors import DomainError, InvalidInput
 from service.jobfile import parse_document
-from service.store import JobChange
 
 log = logging.getLogger(__name__)
-_JOB_LIST = TypeAdapter(list[JobCreate])
+_ITEMS = TypeAdapter(list[dict[str, Any]])
 
 
 class JobFileError(Exception):
     """The jobs file cannot be applied; the message says which job and why."""
 
 
-def load_job_file(path: Path) -> list[JobCreate]:
+def load_job_file(path: Path) -> list[dict[str, Any]]:
     """A YAML (or JSON) list of job objects, or a mapping with such a list under `jobs`."""
     try:
         document = parse_document(path.read_text())
@@ -30,23 +30,27 @@ def load_job_file(path: Path) -> list[JobCreate]:
     if isinstance(document, dict):
         document = document.get("jobs")
     try:
-        return _JOB_LIST.validate_python(document or [])
+        return _ITEMS.validate_python(document or [])
     except ValidationError as error:
-        raise JobFileError(f"jobs file {path} is invalid:\n{error}") from error
+        raise JobFileError(f"jobs file {path} is not a list of job objects:\n{error}") from error
 
 
 async def apply_job_file(services: Services, path: Path) -> None:
-    """Upsert every job in the file through the same code as PUT /v1/jobs/{name}.
-    Jobs not in the file are left alone."""
-    for job in load_job_file(path):
-        try:
-            change = await upsert_job(services, job.name, job.spec())
-        except DomainError as error:
-            raise JobFileError(f"job {job.name!r} in {path}: {error}") from error
-        log.info("jobs file: %s %s", job.name, _outcome(change))
+    """Apply the file's jobs as one set, as PUT /v1/jobs does (without prune): every job
+    is checked first, and either all are applied or none. Jobs not in it are left alone."""
+    try:
+        result = await apply_jobs(services, load_job_file(path), ApplyQuery())
+    except InvalidInput as error:
+        raise JobFileError(f"jobs file {path} is invalid:\n{_problems(error)}") from error
+    except DomainError as error:
+        raise JobFileError(f"jobs file {path}: {error}") from error
+    for name, outcome in result.outcomes.items():
+        log.info("jobs file: %s %s", name, outcome)
 
 
-def _outcome(change: JobChange) -> str:
-    if change.created:
-        return "created"
-    return "unchanged" if change.before == change.after else "updated"
+def _problems(error: InvalidInput) -> str:
+    """One line per problem: where in the file (`jobs.<index>...`), what, and the value."""
+    return "\n".join(
+        f"  {'.'.join(map(str, problem.loc[1:]))}: {problem.msg} (input: {problem.input!r})"
+        for problem in error.problems
+    )

@@ -15,6 +15,7 @@ from service.api.models import (
     JobPage,
     JobQuery,
     JobReplace,
+    ListedJob,
     PauseRequest,
     decode_cursor,
     encode_cursor,
@@ -31,7 +32,7 @@ from service.domain.jobs import (
     resume_job,
 )
 from service.scheduler.overdue import overdue_jobs
-from service.store import JobChange, JobFilter
+from service.store import JobChange, JobFilter, ShownJob
 from service.store.store import JobChangeFn
 from service.tasks.http import merge_secret_headers
 
@@ -72,14 +73,19 @@ async def apply(
 
 
 async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
-    """Declarative apply, shared by PUT and the jobs file applied at startup."""
     now = services.now()
+    return await services.store.mutate_job(
+        name, lambda current: declared_job(services, name, spec, current, now)
+    )
 
-    def change(current: Job | None) -> Job:
-        checked = _checked(services, _with_kept_secrets(spec, current))
-        return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
-    return await services.store.mutate_job(name, change)
+def declared_job(
+    services: Services, name: str, spec: JobSpec, current: Job | None, now: datetime
+) -> Job:
+    """The job `spec` declares: created, or replacing `current` (unchanged if equal).
+    The rule of every declarative apply, one job (PUT /v1/jobs/{name}) or a set."""
+    checked = _checked(services, _with_kept_secrets(spec, current))
+    return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
 
 @router.get("", operation_id="list_jobs")
@@ -88,22 +94,24 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     after = decode_cursor(query.cursor) if query.cursor else None
     where = JobFilter(query.state, query.task, query.prefix)
     if query.overdue:
-        jobs = _page_of([j for j in await overdue_jobs(services.store) if where.admits(j)], after)
+        shown = await _overdue(services, where, after, query.limit + 1)
     else:
-        jobs = await services.store.list_jobs(query.limit + 1, after, where)
-    page, more = jobs[: query.limit], len(jobs) > query.limit
+        shown = await services.store.list_jobs(query.limit + 1, after, where)
+    page, more = shown[: query.limit], len(shown) > query.limit
     now = services.now()
-    last_runs = await services.store.last_runs([job.name for job in page])
     return JobPage(
-        items=[JobOut.of(job, now, last_runs.get(job.name)) for job in page],
-        next_cursor=encode_cursor(page[-1].name) if more else None,
+        items=[ListedJob.of(one.job, now, one.last_run) for one in page],
+        next_cursor=encode_cursor(page[-1].job.name) if more else None,
     )
 
 
 @router.get("/{name}", operation_id="get_job", responses=NOT_FOUND)
 async def get(name: NamePath, services: ServicesDep) -> JobOut:
     """One job, with its next tick and latest run."""
-    return await _out(services, await existing_job(services, name), services.now())
+    shown = await services.store.show_job(name)
+    if shown is None:
+        raise NotFound(f"no job named {name!r}")
+    return JobOut.of(shown.job, services.now(), shown.last_run)
 
 
 @router.patch("/{name}", operation_id="patch_job", responses=NOT_FOUND)
@@ -154,8 +162,13 @@ async def resume(name: NamePath, services: ServicesDep) -> JobOut:
     return await _out(services, job, now)
 
 
-def _page_of(jobs: list[Job], after: str | None) -> list[Job]:
-    return [job for job in jobs if after is None or job.name > after]
+async def _overdue(
+    services: Services, where: JobFilter, after: str | None, limit: int
+) -> list[ShownJob]:
+    overdue = await overdue_jobs(services.store)
+    jobs = [j for j in overdue if where.admits(j) and (after is None or j.name > after)][:limit]
+    last_runs = await services.store.last_runs([job.name for job in jobs])
+    return [ShownJob(job, last_runs.get(job.name)) for job in jobs]
 
 
 def _with_kept_secrets(spec: JobSpec, current: Job | None) -> JobSpec:

@@ -2,13 +2,13 @@
 
 import base64
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from service.domain.errors import InvalidInput
-from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, Overlap
+from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, ManagerName, Overlap
 from service.domain.names import is_valid_job_name
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
@@ -18,6 +18,7 @@ from service.tasks.http import redact_args
 
 NEXT_RUNS = 5
 MAX_BACKFILL_TICKS = 1000
+MAX_APPLIED_JOBS = 50_000
 
 
 class JobCreate(JobSpec):
@@ -25,17 +26,62 @@ class JobCreate(JobSpec):
 
     name: JobName
 
-    def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
-
 
 class JobReplace(JobSpec):
     """The whole declared job; `name` may be given but must equal the one in the path."""
 
     name: JobName | None = None
 
-    def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
+
+class JobsApply(BaseModel):
+    """A whole set of jobs, each as a `POST /v1/jobs` body, applied in one transaction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Each item is validated by the handler, so that a 422 names every bad job by its
+    # index and name; the schema still says what an item is.
+    jobs: Annotated[
+        list[dict[str, Any]],
+        Field(max_length=MAX_APPLIED_JOBS),
+        WithJsonSchema(
+            {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/JobCreate"},
+                "maxItems": MAX_APPLIED_JOBS,
+            },
+        ),
+    ]
+
+
+class ApplyQuery(BaseModel):
+    """Options of PUT /v1/jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    managed_by: ManagerName | None = Field(
+        None,
+        description="The manager of the set: set on every job of it (a job naming "
+        "another manager is a 422), and the scope of `prune`.",
+    )
+    prune: bool = Field(
+        False,
+        description="Delete the active and paused jobs of `managed_by` that the set does "
+        "not name. Needs `managed_by`.",
+    )
+
+
+ApplyOutcome = Literal["created", "updated", "unchanged", "deleted"]
+
+
+class ApplyResult(BaseModel):
+    """What PUT /v1/jobs did: counts, and each job's outcome by name (the set's jobs in
+    its order, then the deleted ones)."""
+
+    created: int
+    updated: int
+    unchanged: int
+    deleted: int
+    outcomes: dict[str, ApplyOutcome]
 
 
 class RunOut(Run):
@@ -59,8 +105,9 @@ class RunPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: end.")
 
 
-class JobOut(BaseModel):
-    """A job as stored, with its next nominal tick and its latest run."""
+class ListedJob(BaseModel):
+    """A job as stored, with its next nominal tick and its latest run: an item of a
+    listing (GET /v1/jobs/{name} adds the next ticks)."""
 
     name: str
     description: str
@@ -78,11 +125,11 @@ class JobOut(BaseModel):
     max_runs: int | None
     jitter_seconds: int
     catchup: Catchup
+    managed_by: str | None = Field(description="Who manages the job (PUT /v1/jobs).")
     pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
     next_run_at: datetime | None
-    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
     last_run: RunOut | None
     created_at: datetime
     updated_at: datetime
@@ -90,15 +137,35 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
-        return cls.model_validate(
-            {
-                **job.model_dump(exclude={"fire_after"}),
-                "args": redact_args(job.args) if job.task == "http" else job.args,
-                "next_run_at": job.next_run_at(now),
-                "next_runs": job.upcoming(now, NEXT_RUNS),
-                "last_run": last_run.model_dump() if last_run else None,
-            }
-        )
+        """A listing computes one tick per job, never the next five."""
+        return cls.model_validate(_shown(job, job.upcoming(now, 1), last_run))
+
+
+class JobOut(ListedJob):
+    """A job as stored, with its next nominal ticks and its latest run."""
+
+    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
+
+    @classmethod
+    def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
+        ticks = job.upcoming(now, NEXT_RUNS)
+        return cls.model_validate(_shown(job, ticks, last_run) | {"next_runs": ticks})
+
+
+# What a job shows of itself as stored; the rest is computed when it is shown.
+_STORED_SHOWN = tuple(name for name in ListedJob.model_fields if name in Job.model_fields)
+
+
+def _shown(job: Job, ticks: list[datetime], last_run: Run | None) -> dict[str, object]:
+    """The fields of a shown job: stored values as they are (nested models are not
+    dumped and validated again), secret headers masked, the next tick and the last run."""
+    stored = vars(job)
+    fields: dict[str, object] = {name: stored[name] for name in _STORED_SHOWN}
+    if job.task == "http":
+        fields["args"] = redact_args(job.args)
+    fields["next_run_at"] = ticks[0] if ticks else None
+    fields["last_run"] = last_run.model_dump() if last_run else None
+    return fields
 
 
 class PauseRequest(BaseModel):
@@ -150,7 +217,7 @@ class JobQuery(BaseModel):
 class JobPage(BaseModel):
     """One page of jobs in name order."""
 
-    items: list[JobOut]
+    items: list[ListedJob]
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null at the end."
     )

@@ -47,6 +47,7 @@ DEFAULT_RUNS: Final = 20
 # a pure HTTP client that imports nothing of the server.
 JOB_STATES: Final = ("active", "paused", "completed")
 RUN_STATUSES: Final = ("running", "succeeded", "failed", "timed_out", "cancelled", "abandoned")
+APPLY_OUTCOMES: Final = ("created", "updated", "unchanged", "deleted")
 NONE: Final = "-"
 _INPUT_PREVIEW: Final = 200
 
@@ -174,9 +175,24 @@ def _add_create(actions: SubParsers, common: argparse.ArgumentParser) -> None:
 
 def _add_apply(actions: SubParsers, common: argparse.ArgumentParser) -> None:
     parser = _action(
-        actions, common, "apply", _apply, "create or replace jobs declaratively (PUT each)"
+        actions,
+        common,
+        "apply",
+        _apply,
+        "create or replace jobs declaratively, as one set in one transaction (PUT /v1/jobs); "
+        "with --prune, also delete the manager's jobs the set does not name",
     )
     _file_option(parser, 'YAML or JSON: a list of job objects, or {"jobs": [...]}')
+    parser.add_argument(
+        "--managed-by",
+        metavar="MANAGER",
+        help="the set's manager (e.g. argocd/billing), set on each of its jobs",
+    )
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete the active and paused jobs of --managed-by that the file does not name",
+    )
 
 
 def _add_delete(actions: SubParsers, common: argparse.ArgumentParser) -> None:
@@ -373,18 +389,19 @@ def _create(ctx: Context) -> None:
 
 
 def _apply(ctx: Context) -> None:
-    jobs = job_list(load_document(ctx.args.file), ctx.args.file)
-    results = [apply_one(ctx.client, job) for job in jobs]
+    args = ctx.args
+    if args.prune and not args.managed_by:
+        raise UsageError("--prune needs --managed-by: only that manager's jobs are deleted")
+    jobs = job_list(load_document(args.file), args.file)
+    result = ctx.client.apply_jobs(jobs, managed_by=args.managed_by, prune=args.prune)
     if ctx.out.as_json:
-        ctx.out.document({"items": [result.document() for result in results]})
-    else:
-        for result in results:
-            ctx.out.line(f"{result.name}: {result.outcome}")
-    failed = [result for result in results if result.error is not None]
-    for result in failed:
-        sys.stderr.write("".join(f"{line}\n" for line in result.error_lines()))
-    if failed:
-        raise SystemExit(EXIT_API)
+        ctx.out.document(result)
+        return
+    outcomes = result.get("outcomes")
+    if isinstance(outcomes, dict):
+        for name, outcome in outcomes.items():
+            ctx.out.line(f"{name}: {outcome}")
+    ctx.out.line(", ".join(f"{result.get(kind)} {kind}" for kind in APPLY_OUTCOMES))
 
 
 def _delete(ctx: Context) -> None:
@@ -431,53 +448,6 @@ def _runs(ctx: Context) -> None:
     ctx.out.table(runs_table(page.items))
     if page.next_cursor is not None:
         ctx.out.line(f"(newest {len(page.items)} runs shown; raise --limit for more)")
-
-
-# apply: one PUT per job, told apart as created / updated / unchanged
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    name: str
-    outcome: str  # created | updated | unchanged | failed
-    job: JsonObject | None = None
-    error: ApiError | None = None
-
-    def document(self) -> JsonObject:
-        document: JsonObject = {"name": self.name, "outcome": self.outcome, "job": self.job}
-        if self.error is not None:
-            document |= {"status": self.error.status, "detail": self.error.detail}
-        return document
-
-    def error_lines(self) -> list[str]:
-        if self.error is None:
-            return []
-        first, *rest = describe_api_error(self.error)
-        return [f"error: {self.name}: {first}", *rest]
-
-
-def apply_one(client: TickgateClient, job: JsonObject) -> ApplyResult:
-    """PUT the job; the version before (GET, 404 = none) tells updated from unchanged."""
-    name = _name(job)
-    try:
-        before = _version_or_none(client, name)
-        applied = client.put_job(name, job)
-    except ApiError as error:
-        return ApplyResult(name, "failed", error=error)
-    if applied.created:
-        outcome = "created"
-    else:
-        outcome = "unchanged" if applied.job.get("version") == before else "updated"
-    return ApplyResult(name, outcome, applied.job)
-
-
-def _version_or_none(client: TickgateClient, name: str) -> object:
-    try:
-        return client.get_job(name).get("version")
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
 
 
 # Input files

@@ -4,7 +4,7 @@ Pure HTTP: it knows the paths and the error shapes, nothing of the server's inte
 JSON bodies are returned as they came (`JsonObject`), so callers can print them verbatim.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -156,6 +156,13 @@ class TickgateClient:
     def put_job(self, name: str, job: Mapping[str, object]) -> Applied:
         response = self._request("PUT", _job_path(name), json=job)
         return Applied(response.status_code, _object(response))
+
+    def apply_jobs(
+        self, jobs: Sequence[Mapping[str, object]], *, managed_by: str | None, prune: bool
+    ) -> JsonObject:
+        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name."""
+        params: Params = {"managed_by": managed_by, "prune": "true" if prune else None}
+        return _object(self._request("PUT", "/v1/jobs", params=params, json={"jobs": jobs}))
 
     def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
         return _object(self._request("PATCH", _job_path(name), json=patch))

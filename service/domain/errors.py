@@ -1,7 +1,7 @@
 """Errors the domain raises; the API layer maps each to one HTTP status."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import JsonValue, ValidationError
 
@@ -50,6 +50,24 @@ class InvalidInput(DomainError):
                     prefix + tuple(e["loc"]), e["msg"], _jsonable(e.get("input")), e["type"]
                 )
                 for e in error.errors(include_url=False)
+            ]
+        )
+
+    @classmethod
+    def joined(cls, errors: Sequence["InvalidInput"]) -> "InvalidInput":
+        return cls([problem for error in errors for problem in error.problems])
+
+    def within(self, prefix: tuple[str | int, ...], label: str | None) -> "InvalidInput":
+        """These problems of one part of a larger request: each `loc` re-rooted from
+        `body` to `prefix`, each message headed by `label` (which part, in words)."""
+        return InvalidInput(
+            [
+                replace(
+                    problem,
+                    loc=prefix + problem.loc[1:] if problem.loc[:1] == ("body",) else problem.loc,
+                    msg=f"{label}: {problem.msg}" if label else problem.msg,
+                )
+                for problem in self.problems
             ]
         )
 

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from service.domain.errors import Conflict, InvalidInput
-from service.domain.names import JOB_NAME_PATTERN, lock_key
+from service.domain.names import JOB_NAME_PATTERN, MANAGER_PATTERN, lock_key
 from service.domain.retry import RetryPolicy
 from service.domain.schedules import (
     OnceSchedule,
@@ -38,11 +38,13 @@ from service.domain.schedules import (
 )
 
 MAX_ARGS_BYTES = 64 * 1024
-# Validation context key: the data comes from our own database, already checked.
-STORED = "stored"
+# Validation context key: the values were checked already (they come from our own
+# database, or from a validated spec), so the costly checks of content are skipped.
+CHECKED = "checked"
 MAX_TIMEOUT_SECONDS = 86_400
 
 JobName = Annotated[str, Field(pattern=JOB_NAME_PATTERN, max_length=128)]
+ManagerName = Annotated[str, Field(pattern=MANAGER_PATTERN, max_length=128)]
 
 
 class JobState(StrEnum):
@@ -102,6 +104,11 @@ class JobSpec(BaseModel):
         0, ge=0, le=3600, description="Delay each fire by a fixed amount derived from the tick."
     )
     catchup: Catchup = Catchup.LATEST
+    managed_by: ManagerName | None = Field(
+        None,
+        description="Who manages the job: a bulk apply with prune may delete the jobs "
+        "it manages and does not name.",
+    )
 
     @model_validator(mode="after")
     def _ordered_window(self) -> "JobSpec":
@@ -120,8 +127,8 @@ class JobSpec(BaseModel):
     def _bounded_args(
         cls, value: dict[str, JsonValue], info: ValidationInfo
     ) -> dict[str, JsonValue]:
-        if info.context and info.context.get(STORED):
-            return value  # checked when it was written; a mirror loads 100k of these
+        if info.context and info.context.get(CHECKED):
+            return value  # a mirror loads 100k of these; a bulk apply makes 10k
         size = len(json.dumps(value, separators=(",", ":")).encode())
         if size > MAX_ARGS_BYTES:
             raise ValueError(f"args are {size} bytes encoded; the limit is {MAX_ARGS_BYTES}")
@@ -130,6 +137,21 @@ class JobSpec(BaseModel):
     @property
     def zone(self) -> ZoneInfo:
         return zone(self.timezone)
+
+    def spec(self) -> "JobSpec":
+        """Just the declared part (of a stored job, or of a request body that extends
+        JobSpec). Its values are valid already, so their content is not checked again."""
+        return JobSpec.model_validate(_declared_fields(self), context={CHECKED: True})
+
+
+_SPEC_FIELDS = tuple(JobSpec.model_fields)
+
+
+def _declared_fields(spec: JobSpec) -> dict[str, object]:
+    """The declared fields of `spec` (or of a Job, or a request body) by name, their
+    values as they are: nested models stay models."""
+    values = vars(spec)
+    return {name: values[name] for name in _SPEC_FIELDS}
 
 
 class Job(JobSpec):
@@ -154,9 +176,6 @@ class Job(JobSpec):
     @property
     def revision(self) -> tuple[UUID, int]:
         return self.incarnation, self.version
-
-    def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
 
     def tick_after(self, after: datetime) -> datetime | None:
         """The first nominal tick strictly after `after` that may fire: past the fence,
@@ -272,24 +291,26 @@ def missed_tick(job: Job, now: datetime) -> datetime | None:
 
 def create_job(name: str, spec: JobSpec, now: datetime) -> Job:
     resolved = _resolved(spec, now, previous=None)
-    fields = resolved.model_dump()
-    return Job(
-        **fields,
-        name=name,
-        state=JobState.ACTIVE,
-        lock_key=lock_key(name),
-        created_at=now,
-        updated_at=now,
-        fire_after=now,
-        version=1,
-        incarnation=uuid4(),
+    return Job.model_validate(
+        _declared_fields(resolved)
+        | {
+            "name": name,
+            "state": JobState.ACTIVE,
+            "lock_key": lock_key(name),
+            "created_at": now,
+            "updated_at": now,
+            "fire_after": now,
+            "version": 1,
+            "incarnation": uuid4(),
+        },
+        context={CHECKED: True},
     )
 
 
 def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     """Declarative apply: a spec equal to the stored one changes nothing, version included."""
     resolved = _resolved(spec, now, previous=current)
-    if resolved == current.spec():
+    if _declared_fields(resolved) == _declared_fields(current):
         return current
     rescheduled = resolved.schedule != current.schedule
     state = current.state
@@ -298,7 +319,7 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     return _changed(
         current,
         now,
-        **resolved.model_dump(),
+        **_declared_fields(resolved),
         state=state,
         fire_after=now if rescheduled else current.fire_after,
     )
@@ -407,6 +428,7 @@ def _resolved(spec: JobSpec, now: datetime, previous: Job | None) -> JobSpec:
 
 
 def _changed(current: Job, now: datetime, **changes: object) -> Job:
-    fields = current.model_dump() | changes
-    fields.update(updated_at=now, version=current.version + 1)
-    return Job.model_validate(fields)
+    """`current` with `changes` (values of validated models, or of the request's own
+    checks), as its next version."""
+    fields = vars(current) | changes | {"updated_at": now, "version": current.version + 1}
+    return Job.model_validate(fields, context={CHECKED: True})

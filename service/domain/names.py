@@ -3,6 +3,8 @@
 import re
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# Who manages a job (a GitOps tool, a Helm release): `argocd/billing`, `helm:tickgate`.
+MANAGER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$"
 _JOB_NAME = re.compile(JOB_NAME_PATTERN)
 
 _FNV64_OFFSET = 0xCBF29CE484222325

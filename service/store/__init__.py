@@ -1,5 +1,13 @@
 """Everything that talks SQL."""
 
-from service.store.store import JobChange, JobFilter, RunPosition, Store
+from service.store.store import (
+    JobChange,
+    JobFilter,
+    JobsApplied,
+    Prune,
+    RunPosition,
+    ShownJob,
+    Store,
+)
 
-__all__ = ["JobChange", "JobFilter", "RunPosition", "Store"]
+__all__ = ["JobChange", "JobFilter", "JobsApplied", "Prune", "RunPosition", "ShownJob", "Store"]

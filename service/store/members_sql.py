@@ -16,7 +16,7 @@ jobs (each to its standby), and one joining takes a fair share from everyone. Th
 database computes it, so every replica ranks alike.
 """
 
-from service.store.rows import JOB_COLUMNS
+from service.store.rows import job_document
 
 # "tgmb" in ASCII; below 2**31, so it fits the int4 key of the two-int lock form.
 MEMBER_LOCK_CLASS = 0x74676D62
@@ -81,6 +81,6 @@ OWNED_VERSIONS = f"""SELECT j.name, j.incarnation, j.version, ranked.rank
     WHERE j.state = 'active' AND ranked.rank < 2"""
 
 # The jobs of the names $3 (any state), each with the member $2's rank for it.
-RANKED_JOBS = f"""SELECT {JOB_COLUMNS}, ranked.rank
+RANKED_JOBS = f"""SELECT {job_document("j")}, ranked.rank
     FROM tickgate_jobs j {_RANKED}
     WHERE j.name = ANY($3::text[])"""

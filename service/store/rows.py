@@ -1,52 +1,88 @@
 """Rows become frozen domain objects the moment they leave the database."""
 
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from service.domain.jobs import STORED, Job
+from service.domain.jobs import CHECKED, Job
 from service.domain.runs import Run
 
 # The one column table of tickgate_jobs: the statements' column lists, the values
-# written and the rows read all derive from it, so they cannot drift apart.
-_JOB_TABLE: tuple[tuple[str, Callable[[Job], object]], ...] = (
-    ("name", lambda job: job.name),
-    ("lock_key", lambda job: job.lock_key),
-    ("description", lambda job: job.description),
-    ("schedule", lambda job: job.schedule.model_dump(mode="json")),
-    ("timezone", lambda job: job.timezone),
-    ("task", lambda job: job.task),
-    ("args", lambda job: job.args),
-    ("state", lambda job: job.state.value),
-    ("overlap", lambda job: job.overlap.value),
-    ("timeout_seconds", lambda job: job.timeout_seconds),
-    ("misfire_grace_seconds", lambda job: job.misfire_grace_seconds),
-    ("created_at", lambda job: job.created_at),
-    ("updated_at", lambda job: job.updated_at),
-    ("fire_after", lambda job: job.fire_after),
-    ("version", lambda job: job.version),
-    ("retry", lambda job: job.retry.model_dump(mode="json")),
-    ("start_at", lambda job: job.start_at),
-    ("end_at", lambda job: job.end_at),
-    ("max_runs", lambda job: job.max_runs),
-    ("jitter_seconds", lambda job: job.jitter_seconds),
-    ("catchup", lambda job: job.catchup.value),
-    ("pause_note", lambda job: job.pause_note),
-    ("runs_started", lambda job: job.runs_started),
-    ("incarnation", lambda job: job.incarnation),
+# written, their SQL types (for statements that take a column as an array) and the rows
+# read all derive from it, so they cannot drift apart.
+_JOB_TABLE: tuple[tuple[str, str, Callable[[Job], object]], ...] = (
+    ("name", "text", lambda job: job.name),
+    ("lock_key", "bigint", lambda job: job.lock_key),
+    ("description", "text", lambda job: job.description),
+    ("schedule", "jsonb", lambda job: job.schedule.model_dump(mode="json")),
+    ("timezone", "text", lambda job: job.timezone),
+    ("task", "text", lambda job: job.task),
+    ("args", "jsonb", lambda job: job.args),
+    ("state", "text", lambda job: job.state.value),
+    ("overlap", "text", lambda job: job.overlap.value),
+    ("timeout_seconds", "integer", lambda job: job.timeout_seconds),
+    ("misfire_grace_seconds", "integer", lambda job: job.misfire_grace_seconds),
+    ("created_at", "timestamptz", lambda job: job.created_at),
+    ("updated_at", "timestamptz", lambda job: job.updated_at),
+    ("fire_after", "timestamptz", lambda job: job.fire_after),
+    ("version", "bigint", lambda job: job.version),
+    ("retry", "jsonb", lambda job: job.retry.model_dump(mode="json")),
+    ("start_at", "timestamptz", lambda job: job.start_at),
+    ("end_at", "timestamptz", lambda job: job.end_at),
+    ("max_runs", "bigint", lambda job: job.max_runs),
+    ("jitter_seconds", "integer", lambda job: job.jitter_seconds),
+    ("catchup", "text", lambda job: job.catchup.value),
+    ("pause_note", "text", lambda job: job.pause_note),
+    ("runs_started", "bigint", lambda job: job.runs_started),
+    ("incarnation", "uuid", lambda job: job.incarnation),
+    ("managed_by", "text", lambda job: job.managed_by),
 )
-JOB_COLUMNS = ", ".join(column for column, _ in _JOB_TABLE)
+JOB_COLUMNS = ", ".join(column for column, _, _ in _JOB_TABLE)
+JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)
+# Instants as text in UTC, whatever the session's TimeZone: `2026-11-29T20:00:00.123456Z`.
+_UTC_INSTANT = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""
+
+
+def job_document(table: str) -> str:
+    """A select-list item: the job in a row of `table` as one JSON text, named `job`.
+
+    Jobs are read this way because one JSON text parsed and validated in a single pass
+    (job_from_row) costs a third of two dozen columns decoded one by one, three of them
+    JSON, and then validated."""
+    members = ", ".join(
+        f"'{column}', "
+        + (
+            f"to_char({table}.{column} AT TIME ZONE 'UTC', {_UTC_INSTANT})"
+            if sql_type == "timestamptz"
+            else f"{table}.{column}"
+        )
+        for column, sql_type, _ in _JOB_TABLE
+    )
+    return f"json_build_object({members})::text AS job"
 
 
 def job_values(job: Job) -> tuple[object, ...]:
     """`job` as the values of JOB_COLUMNS, in order."""
-    return tuple(value(job) for _, value in _JOB_TABLE)
+    return tuple(value(job) for _, _, value in _JOB_TABLE)
+
+
+def job_columns(jobs: Sequence[Job]) -> list[list[object]]:
+    """`jobs` as one list per column of JOB_COLUMNS: the arrays a statement unnests."""
+    return [[value(job) for job in jobs] for _, _, value in _JOB_TABLE]
 
 
 RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"
     " attempts, runner, error, result, skip_reason, missed_ticks"
 )
+_LAST_RUN = "last_run_"
+
+
+def last_run_columns(table: str) -> str:
+    """RUN_COLUMNS of `table`, named apart from a job's columns in the same row."""
+    return ", ".join(
+        f"{table}.{column} AS {_LAST_RUN}{column}" for column in RUN_COLUMNS.split(", ")
+    )
 
 
 T = TypeVar("T")
@@ -58,7 +94,8 @@ _NO_FIELDS_SET: set[str] = set()
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    job = Job.model_validate(dict(row), context={STORED: True})
+    """The job in the `job` column of `row` (selected with job_document)."""
+    job = Job.model_validate_json(row["job"], context={CHECKED: True})
     object.__setattr__(job, "__pydantic_fields_set__", _NO_FIELDS_SET)
     return job
 
@@ -92,3 +129,10 @@ class SharedParts:
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run.model_validate({key: row[key] for key in Run.model_fields})
+
+
+def last_run_from_row(row: Mapping[str, Any]) -> Run | None:
+    """The run read with `last_run_columns` in a job's row; None if the job has none."""
+    if row[f"{_LAST_RUN}id"] is None:
+        return None
+    return Run.model_validate({key: row[f"{_LAST_RUN}{key}"] for key in Run.model_fields})

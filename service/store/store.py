@@ -20,11 +20,16 @@ from service.store.fire_sql import RunEnd, Skip
 from service.store.migrate import applied_versions, migrate
 from service.store.ports import JobUpdateFn
 from service.store.rows import (
+    JOB_COLUMN_TYPES,
     JOB_COLUMNS,
     RUN_COLUMNS,
     SharedParts,
+    job_columns,
+    job_document,
     job_from_row,
     job_values,
+    last_run_columns,
+    last_run_from_row,
     run_from_row,
 )
 
@@ -36,6 +41,9 @@ _INSERT_ATTEMPTS = 3
 RETENTION_LOCK_KEY = lock_key("tickgate:retention")
 
 JobChangeFn = Callable[[Job | None], Job | None]
+# Given the stored jobs of a bulk apply's names (those that exist), the jobs as they
+# should stand, one per name, in the request's order. It may raise to abort.
+JobsPlan = Callable[[Mapping[str, Job]], Sequence[Job]]
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,35 @@ class JobChange:
     @property
     def created(self) -> bool:
         return self.before is None and self.after is not None
+
+
+@dataclass(frozen=True)
+class JobsApplied:
+    """What a bulk apply did, by job name."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
+
+    managed_by: str
+
+
+@dataclass(frozen=True)
+class ShownJob:
+    """A job with its latest run, as the API shows it."""
+
+    job: Job
+    last_run: Run | None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Self:
+        return cls(job_from_row(row), last_run_from_row(row))
 
 
 @dataclass(frozen=True)
@@ -147,31 +184,34 @@ class Store:
         return counts
 
     async def get_job(self, name: str) -> Job | None:
-        row = await self._pool.fetchrow(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1", name
-        )
+        row = await self._pool.fetchrow(f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = $1", name)
         return job_from_row(row) if row else None
 
-    async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[Job]:
-        """Jobs in name order, strictly after `after`."""
+    async def show_job(self, name: str) -> ShownJob | None:
+        """The job and its latest run, in one statement."""
+        row = await self._pool.fetchrow(f"{_JOBS_WITH_LAST_RUN} WHERE j.name = $1", name)
+        return ShownJob.of(row) if row else None
+
+    async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[ShownJob]:
+        """Jobs in name order, strictly after `after`, each with its latest run."""
         rows = await self._pool.fetch(
-            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
-                WHERE ($1::text IS NULL OR name > $1)
-                  AND ($2::text IS NULL OR state = $2)
-                  AND ($3::text IS NULL OR task = $3)
-                  AND ($4::text IS NULL OR starts_with(name, $4))
-                ORDER BY name LIMIT $5""",
+            f"""{_JOBS_WITH_LAST_RUN}
+                WHERE ($1::text IS NULL OR j.name > $1)
+                  AND ($2::text IS NULL OR j.state = $2)
+                  AND ($3::text IS NULL OR j.task = $3)
+                  AND ($4::text IS NULL OR starts_with(j.name, $4))
+                ORDER BY j.name LIMIT $5""",
             after,
             where.state,
             where.task,
             where.prefix,
             limit,
         )
-        return [job_from_row(row) for row in rows]
+        return [ShownJob.of(row) for row in rows]
 
     async def active_jobs(self) -> list[Job]:
         rows = await self._pool.fetch(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE state = 'active' ORDER BY name"
+            f"SELECT {_JOB} FROM tickgate_jobs j WHERE state = 'active' ORDER BY name"
         )
         return [job_from_row(row) for row in rows]
 
@@ -187,7 +227,7 @@ class Store:
         """The jobs of these names that exist. What they have in common is held once
         (the scheduler's mirror keeps them all)."""
         rows = await self._pool.fetch(
-            f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])", list(names)
+            f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])", list(names)
         )
         return [self._shared.job_from_row(row) for row in rows]
 
@@ -205,10 +245,7 @@ class Store:
         role for it among `members` (None: neither owner nor standby); shared parts held
         once, as by `get_jobs`."""
         rows = await self._pool.fetch(members_sql.RANKED_JOBS, *_ranking(members), list(names))
-        return [
-            (self._shared.job_from_row(_without_rank(row)), Role.of_rank(row["rank"]))
-            for row in rows
-        ]
+        return [(self._shared.job_from_row(row), Role.of_rank(row["rank"])) for row in rows]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(
@@ -236,11 +273,11 @@ class Store:
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
         rows = await self._pool.fetch(
-            f"""SELECT DISTINCT ON (job) {RUN_COLUMNS} FROM tickgate_runs
-                WHERE job = ANY($1::text[]) ORDER BY job, started_at DESC, id DESC""",
+            f"""SELECT {last_run_columns("last")} FROM unnest($1::text[]) AS n (name)
+                CROSS JOIN LATERAL ({_LAST_RUN_OF.format(job="n.name")}) AS last""",
             list(names),
         )
-        return {row["job"]: run_from_row(row) for row in rows}
+        return {run.job: run for run in map(last_run_from_row, rows) if run is not None}
 
     async def ticks_without_runs(
         self, ticks: Sequence[tuple[str, datetime]], *, unrun: Sequence[SkipReason] = ()
@@ -356,7 +393,7 @@ class Store:
         """Active jobs with nothing left to fire, by the database clock: the window
         closed, the run cap is used up, or the one-time tick is past its deadline."""
         rows = await self._pool.fetch(
-            f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs
+            f"""SELECT {_JOB} FROM tickgate_jobs j
                 WHERE state = 'active' AND (
                     end_at <= clock_timestamp()
                     OR runs_started >= max_runs
@@ -409,10 +446,40 @@ class Store:
                 # A concurrent create of the same name won; run again on its row.
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
+    async def apply_jobs(
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+    ) -> JobsApplied:
+        """Bring the named jobs to what `plan` makes of them, and with `prune` delete the
+        manager's other jobs, all in one transaction of a few set-based statements.
+
+        Rows are locked in name order, as everywhere. A job that `plan` returns equal to
+        the stored one is not written, so its version stays and nobody is notified; every
+        job created, updated or deleted notifies the schedulers, as a single change does.
+        """
+        for _ in range(_INSERT_ATTEMPTS):
+            try:
+                return await self._apply_jobs_once(names, plan, prune)
+            except _NameTaken:
+                pass  # a concurrent create of one of the names won; plan again on its row
+        raise Conflict("jobs of this set are being created concurrently; retry")
+
+    async def _apply_jobs_once(
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+    ) -> JobsApplied:
+        async with self._pool.acquire() as connection, connection.transaction():
+            rows = await connection.fetch(
+                _LOCK_NAMED_OR_MANAGED, list(names), prune.managed_by if prune else None
+            )
+            stored = {job.name: job for job in map(job_from_row, rows)}
+            wanted = plan({name: stored[name] for name in names if name in stored})
+            changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
+            await changes.write(connection)
+        return changes.applied
+
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
-                f"SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = $1 FOR NO KEY UPDATE",
+                f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = $1 FOR NO KEY UPDATE",
                 name,
             )
             before = job_from_row(row) if row else None
@@ -424,6 +491,12 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+_JOB = job_document("j")  # every statement that reads whole jobs names the table j
+# A job's latest run: one probe of the runs' (job, started_at DESC, id DESC) index.
+_LAST_RUN_OF = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
+    WHERE job = {{job}} ORDER BY started_at DESC, id DESC LIMIT 1"""
+_JOBS_WITH_LAST_RUN = f"""SELECT {_JOB}, {last_run_columns("last")}
+    FROM tickgate_jobs j LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true"""
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
 # one, nor one for a claim; only a delete does.
@@ -453,7 +526,7 @@ _PRUNE_RUNS = """WITH doomed AS (
             SET through = greatest(tickgate_pruned.through, excluded.through))
     SELECT count(*) FROM deleted"""
 _UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
-_LOCK_JOBS = f"""SELECT {JOB_COLUMNS} FROM tickgate_jobs WHERE name = ANY($1::text[])
+_LOCK_JOBS = f"""SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""
 _NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 # A create that needs no row lock and no transaction: the name's own uniqueness makes
@@ -477,8 +550,101 @@ def _role(row: Mapping[str, Any]) -> Role:
     return role
 
 
-def _without_rank(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {column: value for column, value in row.items() if column != "rank"}
+# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes, every
+# job of its manager (a NULL manager matches nothing).
+_LOCK_NAMED_OR_MANAGED = f"""SELECT {_JOB} FROM tickgate_jobs j
+    WHERE name = ANY($1::text[]) OR managed_by = $2::text
+    ORDER BY name FOR NO KEY UPDATE"""
+_UNNESTED_JOBS = "unnest({}) AS u ({})".format(
+    ", ".join(f"${n}::{sql_type}[]" for n, sql_type in enumerate(JOB_COLUMN_TYPES, start=1)),
+    JOB_COLUMNS,
+)
+# The name conflict is the only one skipped: a lock key taken raises, and is named.
+_INSERT_JOBS = f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
+    SELECT * FROM {_UNNESTED_JOBS} ON CONFLICT (name) DO NOTHING RETURNING name"""
+_UPDATE_JOBS = f"""UPDATE tickgate_jobs AS j
+    SET ({JOB_COLUMNS}) = ({", ".join(f"u.{c}" for c in JOB_COLUMNS.split(", "))})
+    FROM {_UNNESTED_JOBS} WHERE j.name = u.name"""
+_DELETE_JOBS = "DELETE FROM tickgate_jobs WHERE name = ANY($1::text[])"
+_HOLDERS_OF_KEYS = "SELECT lock_key, name FROM tickgate_jobs WHERE lock_key = ANY($1::bigint[])"
+
+
+@dataclass(frozen=True)
+class _BulkChanges:
+    """The writes of a bulk apply: the jobs to create and update, the names to delete."""
+
+    created: list[Job]
+    updated: list[Job]
+    doomed: list[str]
+    applied: JobsApplied
+
+    @classmethod
+    def between(
+        cls, stored: Mapping[str, Job], wanted: Sequence[Job], *, pruning: bool
+    ) -> "_BulkChanges":
+        created = [job for job in wanted if job.name not in stored]
+        updated = [job for job in wanted if job.name in stored and job != stored[job.name]]
+        unchanged = [job.name for job in wanted if stored.get(job.name) == job]
+        doomed = _pruned(stored, {job.name for job in wanted}) if pruning else []
+        applied = JobsApplied(_names(created), _names(updated), tuple(unchanged), tuple(doomed))
+        return cls(created, updated, doomed, applied)
+
+    async def write(self, connection: Connection) -> None:
+        if self.doomed:  # first: their lock keys are free for the new jobs then
+            await connection.execute(_DELETE_JOBS, self.doomed)
+        await _insert_jobs(connection, self.created)
+        if self.updated:
+            await connection.execute(_UPDATE_JOBS, *job_columns(self.updated))
+        changed = [*self.applied.created, *self.applied.updated, *self.doomed]
+        if changed:
+            await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, changed)
+
+
+def _names(jobs: Sequence[Job]) -> tuple[str, ...]:
+    return tuple(job.name for job in jobs)
+
+
+class _NameTaken(Exception):
+    """A job of a bulk apply's set was created by someone else meanwhile."""
+
+
+def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
+    """The stored jobs a pruning apply deletes: its manager's (the only others it
+    locked) that it does not name, unless completed: those are history."""
+    return [
+        name
+        for name, job in stored.items()
+        if name not in named and job.state is not JobState.COMPLETED
+    ]
+
+
+async def _insert_jobs(connection: Connection, jobs: Sequence[Job]) -> None:
+    if not jobs:
+        return
+    await _refuse_taken_lock_keys(connection, jobs)
+    try:
+        rows = await connection.fetch(_INSERT_JOBS, *job_columns(jobs))
+    except asyncpg.UniqueViolationError as error:
+        if error.constraint_name == _LOCK_KEY_UNIQUE:  # taken by a create since the check
+            raise Conflict("a new job's lock_key was taken meanwhile; retry") from error
+        raise
+    if len(rows) < len(jobs):
+        raise _NameTaken
+
+
+async def _refuse_taken_lock_keys(connection: Connection, jobs: Sequence[Job]) -> None:
+    """Conflict naming each new job whose lock key a stored job or another new one holds."""
+    holders = {
+        row["lock_key"]: row["name"]
+        for row in await connection.fetch(_HOLDERS_OF_KEYS, [job.lock_key for job in jobs])
+    }
+    clashes = []
+    for job in jobs:
+        holder = holders.setdefault(job.lock_key, job.name)
+        if holder != job.name:
+            clashes.append(f"job {job.name!r} has the lock_key of job {holder!r}")
+    if clashes:
+        raise Conflict("; ".join(clashes) + "; choose other names")
 
 
 def _lock_key_conflict(name: str) -> Conflict:

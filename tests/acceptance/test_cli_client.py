@@ -118,15 +118,53 @@ def test_apply_reads_a_json_list_from_stdin(url: str) -> None:
     }
 
 
-def test_apply_reports_each_failure_and_applies_the_rest(url: str, tmp_path: Path) -> None:
-    bad = job("partial-bad", schedule={"kind": "cron", "expression": "nope"})
-    path = write_jobs(tmp_path / "jobs.yaml", job("partial-good"), bad)
+def test_apply_with_bad_jobs_names_each_and_applies_none(url: str, tmp_path: Path) -> None:
+    bad_cron = job("partial-bad", schedule={"kind": "cron", "expression": "nope"})
+    bad_zone = job("partial-zone", timezone="Mars/Olympus")
+    path = write_jobs(tmp_path / "jobs.yaml", job("partial-good"), bad_cron, bad_zone)
     done = tickgate(url, "apply", "-f", str(path))
     assert done.returncode == 1
-    assert outcomes(done.stdout) == {"partial-good": "created", "partial-bad": "failed"}
-    assert "partial-bad" in done.stderr
-    assert "schedule" in done.stderr
-    assert '"nope"' in done.stderr
+    assert done.stdout == ""
+    problems = [line for line in done.stderr.splitlines() if "body.jobs." in line]
+    assert len(problems) == 2, done.stderr
+    assert "body.jobs.1.schedule" in problems[0]
+    assert "job 'partial-bad'" in problems[0]
+    assert '"nope"' in problems[0]
+    assert "body.jobs.2.timezone" in problems[1]
+    assert "job 'partial-zone'" in problems[1]
+    assert tickgate(url, "get", "partial-good").returncode == 1
+
+
+def test_apply_prune_deletes_only_the_managers_jobs_the_file_omits(
+    url: str, tmp_path: Path
+) -> None:
+    path = write_jobs(tmp_path / "jobs.yaml", job("gitops-a"), job("gitops-b"))
+    ok(url, "apply", "-f", str(path), "--managed-by", "gitops")
+    ok(url, "apply", "-f", str(write_jobs(tmp_path / "other.yaml", job("other-c"))))
+    write_jobs(path, job("gitops-a"), job("gitops-new"))
+    pruned = ok(url, "apply", "-f", str(path), "--managed-by", "gitops", "--prune")
+    assert outcomes(pruned) == {
+        "gitops-a": "unchanged",
+        "gitops-new": "created",
+        "gitops-b": "deleted",
+    }
+    assert "1 created, 0 updated, 1 unchanged, 1 deleted" in pruned
+    assert tickgate(url, "get", "gitops-b").returncode == 1
+    assert as_json(url, "get", "other-c")["managed_by"] is None
+    assert as_json(url, "get", "gitops-new")["managed_by"] == "gitops"
+    document = json.loads(
+        ok(url, "apply", "-f", str(path), "--managed-by", "gitops", "--prune", "--json")
+    )
+    assert document["unchanged"] == 2
+    assert document["deleted"] == 0
+
+
+def test_apply_prune_without_a_manager_is_a_usage_error(url: str, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "jobs.yaml", job("unpruned"))
+    done = tickgate(url, "apply", "-f", str(path), "--prune")
+    assert done.returncode == 2
+    assert "--managed-by" in done.stderr
+    assert tickgate(url, "get", "unpruned").returncode == 1
 
 
 def test_list_shows_a_table_and_json_has_the_items(url: str, tmp_path: Path) -> None:

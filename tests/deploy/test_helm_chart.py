@@ -466,14 +466,18 @@ def test_jobs_configmap_mount_and_env(scenario: Callable[[str], Manifests]) -> N
 def test_the_service_accepts_the_jobs_file(
     scenario: Callable[[str], Manifests], tmp_path: Path
 ) -> None:
-    """The rendered file goes through Tickgate's own loader for TICKGATE_APPLY_JOBS."""
+    """The rendered file goes through Tickgate's own loader for TICKGATE_APPLY_JOBS, and
+    each job it holds is a valid job body."""
     declarative = pytest.importorskip("service.api.declarative")
+    models = pytest.importorskip("service.api.models")
     rendered = tmp_path / "rendered.yaml"
     rendered.write_text(only(scenario("jobs"), "ConfigMap")["data"]["jobs.yaml"])
     reference = tmp_path / "reference.json"
     reference.write_text(json.dumps(JOBS))
     loaded = declarative.load_job_file(rendered)
-    assert [job.name for job in loaded] == [job["name"] for job in JOBS]
+    assert [models.JobCreate.model_validate(job).name for job in loaded] == [
+        job["name"] for job in JOBS
+    ]
     assert loaded == declarative.load_job_file(reference)
 
 

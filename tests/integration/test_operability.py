@@ -176,12 +176,25 @@ async def test_jobs_file_is_applied_at_startup_like_put(settings: Settings, tmp_
     assert [job["version"] for job in page] == [1, 1]
 
 
-async def test_a_bad_jobs_file_stops_startup(settings: Settings, tmp_path: Path) -> None:
-    bad = [DECLARED[0] | {"schedule": {"kind": "cron", "expression": "61 * * * *"}}]
+async def test_a_bad_jobs_file_stops_startup_naming_each_bad_job_and_applies_none(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    bad = [
+        DECLARED[0],
+        DECLARED[1] | {"schedule": {"kind": "cron", "expression": "61 * * * *"}},
+        DECLARED[1] | {"name": "declared-c", "timezone": "Mars/Olympus"},
+    ]
     app = create_app(settings.model_copy(update={"apply_jobs": jobs_file(tmp_path, bad)}))
-    with pytest.raises(JobFileError, match="61"):
+    with pytest.raises(JobFileError) as raised:
         async with app.router.lifespan_context(app):
             pass
+    message = str(raised.value)
+    assert "jobs.1.schedule" in message
+    assert "job 'declared-b'" in message
+    assert "61" in message
+    assert "jobs.2.timezone" in message
+    assert "job 'declared-c'" in message
+    assert await store.get_job("declared-a") is None
 
 
 async def test_jobs_file_reads_unquoted_wall_times_as_times(

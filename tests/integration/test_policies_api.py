@@ -295,6 +295,20 @@ async def test_job_shows_next_runs(client: httpx.AsyncClient) -> None:
     assert created["next_run_at"] == created["next_runs"][0]
 
 
+async def test_a_listing_shows_the_next_tick_and_the_last_run_but_not_the_next_five(
+    client: httpx.AsyncClient,
+) -> None:
+    hourly = {"kind": "cron", "expression": "0 * * * *"}
+    await client.post("/v1/jobs", json=log_job("listed", schedule=hourly))
+    run = await finished_run(client, (await client.post("/v1/jobs/listed/trigger")).json()["id"])
+    single = (await client.get("/v1/jobs/listed")).json()
+    [listed] = (await client.get("/v1/jobs")).json()["items"]
+    assert "next_runs" not in listed
+    assert listed == {key: value for key, value in single.items() if key != "next_runs"}
+    assert listed["next_run_at"] == single["next_runs"][0]
+    assert listed["last_run"]["id"] == run["id"]
+
+
 async def test_queue_one_runs_one_waiting_tick_after_the_run(
     settings: Settings, receiver: Receiver
 ) -> None:

@@ -1,14 +1,14 @@
 """Store-level behaviour: migrations and concurrent writes, on real PostgreSQL."""
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
 from service.domain.jobs import Job, JobSpec, complete_job, create_job, replace_job
-from service.domain.schedules import CronSchedule
+from service.domain.schedules import CronSchedule, IntervalSchedule
 from service.store import Store
-from service.store.migrate import head_version, migrate
+from service.store.migrate import available_migrations, head_version, migrate
 from service.store.store import JobChangeFn
 from tests.support.db import TemplateDatabases, with_database
 
@@ -21,11 +21,13 @@ async def test_concurrent_migrations_apply_once(templates: TemplateDatabases) ->
     connections = [await asyncpg.connect(url) for _ in range(3)]
     try:
         applied = await asyncio.gather(*(migrate(c) for c in connections))
-        assert sorted(len(a) for a in applied) == [0, 0, head_version()]
+        every = [migration.version for migration in available_migrations()]
+        assert sorted(len(a) for a in applied) == [0, 0, len(every)]
         versions = await connections[0].fetch(
             "SELECT version FROM tickgate_schema_migrations ORDER BY version"
         )
-        assert [r["version"] for r in versions] == list(range(1, head_version() + 1))
+        assert [r["version"] for r in versions] == every
+        assert every[-1] == head_version()
     finally:
         for connection in connections:
             await connection.close()
@@ -113,3 +115,37 @@ async def test_mirrored_jobs_hold_their_common_parts_once(store: Store) -> None:
     assert [first, second] == [await store.get_job("s1"), await store.get_job("s2")]
     for part in ("schedule", "retry", "timezone", "task", "args"):
         assert getattr(first, part) is getattr(second, part), part
+
+
+async def test_jobs_read_back_equal_and_in_utc_whatever_the_session_zone(
+    database_url: str,
+) -> None:
+    """Jobs are read as one JSON text each: every value, instants included, must come
+    back as it was written, also where the database's TimeZone is not UTC."""
+    admin = await asyncpg.connect(database_url)
+    try:
+        database = await admin.fetchval("SELECT current_database()")
+        await admin.execute(f"ALTER DATABASE \"{database}\" SET timezone = 'Pacific/Chatham'")
+    finally:
+        await admin.close()
+    zoned = await Store.open(database_url, max_size=1)
+    try:
+        spec = JobSpec(
+            schedule=IntervalSchedule(kind="interval", every_seconds=90),
+            timezone="Europe/Kyiv",
+            task="log",
+            args={"message": "é", "nested": {"n": [1, 2.5, None, True]}},
+            start_at=datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+            max_runs=7,
+            managed_by="team/a",
+        )
+        written = create_job("zoned", spec, datetime.now(UTC))
+        await zoned.insert_job(written)
+        read = await zoned.get_job("zoned")
+        assert read == written
+        assert read is not None
+        assert read.created_at.utcoffset() == timedelta(0)
+        assert read.start_at is not None
+        assert read.start_at.isoformat() == "2030-01-02T03:04:05.678901+00:00"
+    finally:
+        await zoned.close()
