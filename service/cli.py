@@ -18,10 +18,11 @@ from fastapi import FastAPI
 from service.api.declarative import JobFileError
 from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
-from service.config import Settings, TokenFileError, token_scopes
+from service.config import Settings, TokenFileError, process_role, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
 from service.store import Store
+from service.supervisor import Listen, supervise
 from service.tasks.plugins import PluginError
 
 log = logging.getLogger("tickgate")
@@ -30,7 +31,7 @@ log = logging.getLogger("tickgate")
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, process_role(settings))
     try:
         args.command(settings, args)
     except (PluginError, JobFileError, TokenFileError) as error:
@@ -42,9 +43,15 @@ def main(argv: list[str] | None = None) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickgate", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="run migrations, then serve the API and scheduler")
+    serve = commands.add_parser(
+        "serve",
+        help="run migrations, then serve the API and the scheduler (each in its own process)",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--uds", type=Path, metavar="PATH", help="listen on this unix socket instead"
+    )
     serve.add_argument(
         "--apply-jobs",
         type=Path,
@@ -66,14 +73,33 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _already_shut_down)
     if args.apply_jobs is not None:
         settings = settings.model_copy(update={"apply_jobs": args.apply_jobs})
-    _refuse_anonymous_exposure(settings, args.host)
+    _refuse_no_role(settings)
+    if settings.api and args.uds is None:
+        _refuse_anonymous_exposure(settings, args.host)
     with _database(settings) as ready:
-        app = create_app(ready)
-        level = settings.log_level.lower()
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=level, log_config=None
-        )
-        _Server(config, app).run()
+        if ready.api and ready.scheduler:
+            raise SystemExit(supervise(ready, Listen(args.host, args.port)))
+        _serve_one_role(ready, args)
+
+
+def _serve_one_role(settings: Settings, args: argparse.Namespace) -> None:
+    """The API, or the scheduler (with its probes and metrics), in this process."""
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        uds=None if args.uds is None else str(args.uds),
+        log_level=settings.log_level.lower(),
+        log_config=None,
+    )
+    _Server(config, app).run()
+
+
+def _refuse_no_role(settings: Settings) -> None:
+    if not (settings.api or settings.scheduler):
+        log.error("TICKGATE_API and TICKGATE_SCHEDULER are both off: nothing to serve")
+        raise SystemExit(2)
 
 
 class _Server(uvicorn.Server):

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     )
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
+    api: bool = Field(True, description="Serve the API here; off for scheduler-only pods.")
+    scheduler_socket: Path | None = Field(
+        None,
+        description="Internal, set by `tickgate serve` for its API process: the unix socket "
+        "of the pod's scheduler process, asked for liveness, readiness and metrics.",
+    )
     reconcile_seconds: float = Field(
         30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
     )
@@ -98,6 +104,13 @@ class Settings(BaseSettings):
     test_fire_delay_ms: int = Field(
         0, ge=0, le=60_000, description="Test only: hold every fire back this long."
     )
+
+
+def process_role(settings: Settings) -> str | None:
+    """`api` or `scheduler` for a process with one role; None when it has both."""
+    if settings.api == settings.scheduler:
+        return None
+    return "api" if settings.api else "scheduler"
 
 
 class TokenFileError(ValueError):

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from service.config import Settings
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
+from service.scheduler.remote import SchedulerProcess
 from service.store import Store
 from service.tasks import TaskRegistry
 
@@ -33,6 +34,8 @@ class Services:
     runner: Runner
     metrics: Metrics
     mirror: Mirror | None = None
+    # The pod's scheduler in a process of its own, when `tickgate serve` split them.
+    scheduler_process: SchedulerProcess | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     now: Callable[[], datetime] = field(default=utc_now)
 
