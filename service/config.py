@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
     api: bool = Field(True, description="Serve the API here; off for scheduler-only pods.")
+    api_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Niceness `tickgate serve` adds to its API process, so that when the "
+        "pod's CPU is short the scheduler's fire path is served first.",
+    )
     scheduler_socket: Path | None = Field(
         None,
         description="Internal, set by `tickgate serve` for its API process: the unix socket "

@@ -109,18 +109,33 @@ def supervise(settings: Settings, listen: Listen) -> int:
     with tempfile.TemporaryDirectory(prefix="tickgate-") as private, _forwarded_signals(pod):
         socket = Path(private) / "scheduler.sock"
         environment = _shared_environment(settings)
-        for role, arguments, overrides in (
-            ("scheduler", ["--uds", str(socket)], {"TICKGATE_API": "false"}),
-            (
-                "api",
-                ["--host", listen.host, "--port", str(listen.port)],
-                _api_env(settings, socket),
-            ),
-        ):
+        for role in _roles(settings, listen, socket):
             if not pod.stopping:
-                pod.children.append(_start(role, arguments, environment | overrides))
+                pod.children.append(_start(role, environment))
         log.info("serving: %s", ", ".join(f"{c.role} pid {c.process.pid}" for c in pod.children))
         return pod.wait()
+
+
+@dataclass(frozen=True)
+class Role:
+    """One child: its `tickgate serve` arguments, its own settings, its niceness."""
+
+    name: str
+    arguments: tuple[str, ...]
+    settings: Mapping[str, str]
+    niceness: int = 0
+
+
+def _roles(settings: Settings, listen: Listen, socket: Path) -> tuple[Role, Role]:
+    jobs = {} if settings.apply_jobs is None else {"TICKGATE_APPLY_JOBS": str(settings.apply_jobs)}
+    scheduler = Role("scheduler", ("--uds", str(socket)), {"TICKGATE_API": "false"})
+    api = Role(
+        "api",
+        ("--host", listen.host, "--port", str(listen.port)),
+        {"TICKGATE_SCHEDULER": "false", "TICKGATE_SCHEDULER_SOCKET": str(socket)} | jobs,
+        settings.api_niceness,
+    )
+    return scheduler, api
 
 
 def _shared_environment(settings: Settings) -> dict[str, str]:
@@ -133,38 +148,36 @@ def _shared_environment(settings: Settings) -> dict[str, str]:
     }
 
 
-def _api_env(settings: Settings, socket: Path) -> dict[str, str]:
-    jobs = {} if settings.apply_jobs is None else {"TICKGATE_APPLY_JOBS": str(settings.apply_jobs)}
-    return {"TICKGATE_SCHEDULER": "false", "TICKGATE_SCHEDULER_SOCKET": str(socket)} | jobs
-
-
-def _start(role: str, arguments: list[str], environment: Mapping[str, str]) -> Child:
+def _start(role: Role, environment: Mapping[str, str]) -> Child:
     # A session of its own: a terminal's Ctrl-C reaches this process only, which
     # passes it on once, as SIGTERM (a second SIGINT would make uvicorn skip the grace).
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and package
-        [sys.executable, "-m", "service", "serve", *arguments],
-        env=dict(environment),
+        [sys.executable, "-m", "service", "serve", *role.arguments],
+        env=dict(environment) | dict(role.settings),
         start_new_session=True,
-        preexec_fn=_dies_with_parent(),  # noqa: PLW1509 - set up before any thread exists
+        preexec_fn=_before_exec(role.niceness),  # noqa: PLW1509 - no thread runs here
     )
-    return Child(role, process)
+    return Child(role.name, process)
 
 
-def _dies_with_parent() -> Callable[[], None] | None:
-    """Run in the child before exec: SIGKILL it when this process dies. Linux only;
-    elsewhere a supervisor killed with -9 leaves its children running."""
+def _before_exec(niceness: int) -> Callable[[], None]:
+    """Run in the child before exec: lower its priority by `niceness` (the API's: a
+    busy API then yields the CPU to the fire path), and have it SIGKILLed when this
+    process dies (Linux only; elsewhere a supervisor killed with -9 leaves it running)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return None
+        prctl = None
     parent = os.getpid()
 
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    def prepare() -> None:
+        os.nice(niceness)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the parent died before the death signal was armed
             os._exit(1)
 
-    return arm
+    return prepare
 
 
 @contextmanager
