@@ -12,18 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import uvicorn
-from fastapi import FastAPI
-
-from service.api.declarative import JobFileError
-from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
-from service.config import Settings, TokenFileError, process_role, token_scopes
+from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
-from service.store import Store
-from service.supervisor import Listen, supervise
-from service.tasks.plugins import PluginError
+from service.supervisor import supervise
+
+# The web stack (service.app, service.server, uvicorn) is imported where a command needs
+# it: the supervisor of `tickgate serve` serves nothing, and stays small in memory.
 
 log = logging.getLogger("tickgate")
 
@@ -34,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level, settings.log_format, process_role(settings))
     try:
         args.command(settings, args)
-    except (PluginError, JobFileError, TokenFileError) as error:
+    except ConfigurationError as error:
         # Misconfiguration an operator must fix: one clear line, no traceback.
         log.error("%s", error)
         raise SystemExit(2) from error
@@ -76,42 +72,19 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
     _refuse_no_role(settings)
     if settings.api and args.uds is None:
         _refuse_anonymous_exposure(settings, args.host)
+    listen = Listen(args.host, args.port, args.uds)
     with _database(settings) as ready:
         if ready.api and ready.scheduler:
-            raise SystemExit(supervise(ready, Listen(args.host, args.port)))
-        _serve_one_role(ready, args)
+            raise SystemExit(supervise(ready, listen))
+        from service.server import serve_app
 
-
-def _serve_one_role(settings: Settings, args: argparse.Namespace) -> None:
-    """The API, or the scheduler (with its probes and metrics), in this process."""
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        uds=None if args.uds is None else str(args.uds),
-        log_level=settings.log_level.lower(),
-        log_config=None,
-    )
-    _Server(config, app).run()
+        serve_app(ready, listen)
 
 
 def _refuse_no_role(settings: Settings) -> None:
     if not (settings.api or settings.scheduler):
         log.error("TICKGATE_API and TICKGATE_SCHEDULER are both off: nothing to serve")
         raise SystemExit(2)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, telling the app the moment a shutdown signal arrives."""
-
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
-        super().__init__(config)
-        self._app = app
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        begin_shutdown(self._app)
-        super().handle_exit(sig, frame)
 
 
 def _refuse_anonymous_exposure(settings: Settings, host: str) -> None:
@@ -141,6 +114,8 @@ def _already_shut_down(signum: int, frame: FrameType | None) -> None:
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
+    from service.store import Store
+
     async def run(dsn: str) -> int:
         store = await Store.open(dsn, max_size=1)
         try:
@@ -154,6 +129,8 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
 
 
 def _openapi(settings: Settings, _: argparse.Namespace) -> None:
+    from service.app import create_app
+
     app = create_app(settings.model_copy(update={"database_url": "postgresql://unused"}))
     json.dump(app.openapi(), sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")

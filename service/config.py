@@ -2,11 +2,27 @@
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where a `tickgate serve` process listens (its command line): a unix socket if
+    given, else host and port."""
+
+    host: str
+    port: int
+    uds: Path | None = None
+
+    def arguments(self) -> tuple[str, ...]:
+        if self.uds is not None:
+            return ("--uds", str(self.uds))
+        return ("--host", self.host, "--port", str(self.port))
 
 
 def split_names(value: str) -> list[str]:
@@ -120,7 +136,12 @@ def process_role(settings: Settings) -> str | None:
     return "api" if settings.api else "scheduler"
 
 
-class TokenFileError(ValueError):
+class ConfigurationError(Exception):
+    """Misconfiguration an operator must fix: `tickgate` reports it in one line and
+    exits 2."""
+
+
+class TokenFileError(ConfigurationError, ValueError):
     """TICKGATE_API_TOKENS_FILE cannot be read or does not hold {token: [scopes]}."""
 
 

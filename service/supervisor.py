@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from service.config import Settings
+from service.config import Listen, Settings
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,6 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.1
 _PR_SET_PDEATHSIG = 1
 _STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@dataclass(frozen=True)
-class Listen:
-    """Where the API process listens."""
-
-    host: str
-    port: int
 
 
 @dataclass(frozen=True)
@@ -131,7 +123,7 @@ def _roles(settings: Settings, listen: Listen, socket: Path) -> tuple[Role, Role
     scheduler = Role("scheduler", ("--uds", str(socket)), {"TICKGATE_API": "false"})
     api = Role(
         "api",
-        ("--host", listen.host, "--port", str(listen.port)),
+        listen.arguments(),
         {"TICKGATE_SCHEDULER": "false", "TICKGATE_SCHEDULER_SOCKET": str(socket)} | jobs,
         settings.api_niceness,
     )

@@ -9,6 +9,7 @@ from pydantic import TypeAdapter, ValidationError
 from service.api.deps import Services
 from service.api.jobs import upsert_job
 from service.api.models import JobCreate
+from service.config import ConfigurationError
 from service.domain.errors import DomainError
 from service.jobfile import parse_document
 from service.store import JobChange
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 _JOB_LIST = TypeAdapter(list[JobCreate])
 
 
-class JobFileError(Exception):
+class JobFileError(ConfigurationError):
     """The jobs file cannot be applied; the message says which job and why."""
 
 
