@@ -141,12 +141,14 @@ def _shared_environment(settings: Settings) -> dict[str, str]:
 
 
 def _start(role: Role, environment: Mapping[str, str]) -> Child:
-    # A session of its own: a terminal's Ctrl-C reaches this process only, which
+    # A process group of its own: a terminal's Ctrl-C reaches this process only, which
     # passes it on once, as SIGTERM (a second SIGINT would make uvicorn skip the grace).
+    # Not a session of its own: Linux shares CPU between sessions first (autogroups)
+    # and niceness counts only within one, so the API's would be void.
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and package
         [sys.executable, "-m", "service", "serve", *role.arguments],
         env=dict(environment) | dict(role.settings),
-        start_new_session=True,
+        process_group=0,
         preexec_fn=_before_exec(role.niceness),  # noqa: PLW1509 - no thread runs here
     )
     return Child(role.name, process)

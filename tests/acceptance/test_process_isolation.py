@@ -120,7 +120,10 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
     SIGCONT: both pass again."""
     with serve(tmp_path, database_url=database_url) as replica:
         wait_ready(replica)
-        scheduler = replica.children()["scheduler"]
+        children = replica.children()
+        # The API yields the CPU to the fire path (TICKGATE_API_NICENESS, default 10).
+        assert children["api"].nice() - children["scheduler"].nice() == 10
+        scheduler = children["scheduler"]
         scheduler.send_signal(signal.SIGSTOP)
         try:
             wait_for(lambda: status_of(replica, "/readyz") == 503, 30, "readiness to fail")
