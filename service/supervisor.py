@@ -7,6 +7,8 @@ lock, and the kernel schedules them apart. This process only prepares and superv
 - each child is `tickgate serve` with one role: the scheduler listening on a unix
   socket in a private directory, the API on the pod's port, asking the scheduler over
   that socket for liveness, readiness and metrics;
+- the API runs TICKGATE_API_NICENESS nicer than the scheduler: when the pod's CPU is
+  short (a busy API, a CPU limit), the fire path is served first;
 - both get the same database URL (the embedded server this process holds, if any) and
   the same runner id, so runs and logs name the pod;
 - SIGTERM or SIGINT here becomes SIGTERM to both: readiness fails at once and each
