@@ -7,6 +7,9 @@
 #
 # The image never starts the embedded PostgreSQL: TICKGATE_REQUIRE_DATABASE_URL=1 makes
 # `tickgate serve` exit with an error when DATABASE_URL is unset.
+#
+# `tickgate serve` is PID 1: it runs the scheduler and the API as two child processes,
+# passes SIGTERM on to both, and exits when either dies.
 
 # --- builder: wheels for Tickgate and every dependency ---------------------------------
 FROM python:3.12-slim AS builder

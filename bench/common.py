@@ -319,10 +319,9 @@ class Replica:
         return self.process.pid
 
     def rss_bytes(self) -> int:
-        try:
-            return int(psutil.Process(self.pid).memory_info().rss)
-        except psutil.Error:
-            return 0
+        """RSS of the server and its children (`tickgate serve` runs its scheduler and
+        API in two child processes)."""
+        return tree_rss_bytes(self.pid)
 
     def log_tail(self, lines: int = 30) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -597,9 +596,7 @@ class RssSampler:
 
     def _sample(self) -> None:
         for index, pid in enumerate(self._pids):
-            with contextlib.suppress(psutil.Error):
-                rss = int(psutil.Process(pid).memory_info().rss)
-                self.peaks[index] = max(self.peaks[index], rss)
+            self.peaks[index] = max(self.peaks[index], tree_rss_bytes(pid))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -619,13 +616,28 @@ class RssSampler:
         return [round(peak / 2**20, 1) for peak in self.peaks]
 
 
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process and its descendants now; [] once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def tree_rss_bytes(pid: int) -> int:
+    total = 0
+    for process in process_tree(pid):
+        with contextlib.suppress(psutil.Error):
+            total += int(process.memory_info().rss)
+    return total
+
+
 def processes_of(pids: Iterable[int]) -> Callable[[], list[psutil.Process]]:
+    """Each pid's process tree, listed anew at each reading (children count too)."""
+
     def listing() -> list[psutil.Process]:
-        found = []
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                found.append(psutil.Process(pid))
-        return found
+        return [process for pid in pids for process in process_tree(pid)]
 
     return listing
 

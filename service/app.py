@@ -23,6 +23,7 @@ from service.scheduler import Mirror, Runner
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.departure import Departure
 from service.scheduler.membership import Membership
+from service.scheduler.remote import SchedulerProcess
 from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
 from service.store.sessions import RunSessions
@@ -57,7 +58,7 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
         "each tick run exactly once across replicas.",
         lifespan=lifespan,
     )
-    install_routes(app)
+    install_routes(app, api=settings.api)
     _install_guards(app, settings)
     app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app
@@ -130,13 +131,13 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     store = await Store.open(dsn, max_size=settings.api_pool_size)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = await RunSessions.open(dsn, settings.max_concurrent_runs + SIDE_SESSIONS)
+    sessions = await RunSessions.open(dsn, _run_sessions(settings))
     stack.push_async_callback(sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
     if settings.scheduler:
         tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
-    metrics = Metrics()
+    metrics = Metrics(database_gauges=settings.api)
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
@@ -167,6 +168,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         metrics=metrics,
         mirror=mirror,
         departure=departure,
+        scheduler_process=_scheduler_process(stack, settings),
     )
 
 
@@ -206,3 +208,19 @@ async def _open_scheduler(
     await membership.start()
     await mirror.start()
     return mirror, departure
+
+
+def _run_sessions(settings: Settings) -> int:
+    """Lock-pool connections: the scheduler's runs in flight, and the API's manual runs
+    and backfills, each only where that role runs."""
+    scheduled = settings.max_concurrent_runs if settings.scheduler else 0
+    return scheduled + (SIDE_SESSIONS if settings.api else 0)
+
+
+def _scheduler_process(stack: AsyncExitStack, settings: Settings) -> SchedulerProcess | None:
+    """The pod's scheduler process beside this API process, if `tickgate serve` split them."""
+    if settings.scheduler_socket is None:
+        return None
+    scheduler = SchedulerProcess(settings.scheduler_socket)
+    stack.push_async_callback(scheduler.aclose)
+    return scheduler

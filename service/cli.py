@@ -6,25 +6,20 @@ import ipaddress
 import json
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import uvicorn
-from fastapi import FastAPI
-
-from service.api.declarative import JobFileError
-from service.app import begin_shutdown, create_app
 from service.client.commands import add_jobs_command
-from service.config import Settings, TokenFileError, token_scopes
+from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
 from service.embedded import start_embedded
-from service.heap import settle_after_startup
 from service.logs import configure_logging
-from service.store import Store
-from service.tasks.plugins import PluginError
+from service.supervisor import supervise
+
+# The web stack (service.app, service.server, uvicorn) is imported where a command needs
+# it: the supervisor of `tickgate serve` serves nothing, and stays small in memory.
 
 log = logging.getLogger("tickgate")
 
@@ -32,10 +27,10 @@ log = logging.getLogger("tickgate")
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, process_role(settings))
     try:
         args.command(settings, args)
-    except (PluginError, JobFileError, TokenFileError) as error:
+    except ConfigurationError as error:
         # Misconfiguration an operator must fix: one clear line, no traceback.
         log.error("%s", error)
         raise SystemExit(2) from error
@@ -44,9 +39,15 @@ def main(argv: list[str] | None = None) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickgate", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="run migrations, then serve the API and scheduler")
+    serve = commands.add_parser(
+        "serve",
+        help="run migrations, then serve the API and the scheduler (each in its own process)",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--uds", type=Path, metavar="PATH", help="listen on this unix socket instead"
+    )
     serve.add_argument(
         "--apply-jobs",
         type=Path,
@@ -68,30 +69,22 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _already_shut_down)
     if args.apply_jobs is not None:
         settings = settings.model_copy(update={"apply_jobs": args.apply_jobs})
-    _refuse_anonymous_exposure(settings, args.host)
+    _refuse_no_role(settings)
+    if settings.api and args.uds is None:
+        _refuse_anonymous_exposure(settings, args.host)
+    listen = Listen(args.host, args.port, args.uds)
     with _database(settings) as ready:
-        app = create_app(ready)
-        level = settings.log_level.lower()
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=level, log_config=None
-        )
-        _Server(config, app).run()
+        if ready.api and ready.scheduler:
+            raise SystemExit(supervise(ready, listen))
+        from service.server import serve_app
+
+        serve_app(ready, listen)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, telling the app the moment a shutdown signal arrives."""
-
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
-        super().__init__(config)
-        self._app = app
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        begin_shutdown(self._app)
-        super().handle_exit(sig, frame)
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        settle_after_startup()
+def _refuse_no_role(settings: Settings) -> None:
+    if not (settings.api or settings.scheduler):
+        log.error("TICKGATE_API and TICKGATE_SCHEDULER are both off: nothing to serve")
+        raise SystemExit(2)
 
 
 def _refuse_anonymous_exposure(settings: Settings, host: str) -> None:
@@ -121,6 +114,8 @@ def _already_shut_down(signum: int, frame: FrameType | None) -> None:
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
+    from service.store import Store
+
     async def run(dsn: str) -> int:
         store = await Store.open(dsn, max_size=1)
         try:
@@ -134,6 +129,8 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
 
 
 def _openapi(settings: Settings, _: argparse.Namespace) -> None:
+    from service.app import create_app
+
     app = create_app(settings.model_copy(update={"database_url": "postgresql://unused"}))
     json.dump(app.openapi(), sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")

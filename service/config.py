@@ -2,11 +2,27 @@
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where a `tickgate serve` process listens (its command line): a unix socket if
+    given, else host and port."""
+
+    host: str
+    port: int
+    uds: Path | None = None
+
+    def arguments(self) -> tuple[str, ...]:
+        if self.uds is not None:
+            return ("--uds", str(self.uds))
+        return ("--host", self.host, "--port", str(self.port))
 
 
 def split_names(value: str) -> list[str]:
@@ -44,6 +60,19 @@ class Settings(BaseSettings):
     )
     api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
     scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
+    api: bool = Field(True, description="Serve the API here; off for scheduler-only pods.")
+    api_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Niceness `tickgate serve` adds to its API process, so that when the "
+        "pod's CPU is short the scheduler's fire path is served first.",
+    )
+    scheduler_socket: Path | None = Field(
+        None,
+        description="Internal, set by `tickgate serve` for its API process: the unix socket "
+        "of the pod's scheduler process, asked for liveness, readiness and metrics.",
+    )
     reconcile_seconds: float = Field(
         30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
     )
@@ -114,7 +143,19 @@ class Settings(BaseSettings):
     )
 
 
-class TokenFileError(ValueError):
+def process_role(settings: Settings) -> str | None:
+    """`api` or `scheduler` for a process with one role; None when it has both."""
+    if settings.api == settings.scheduler:
+        return None
+    return "api" if settings.api else "scheduler"
+
+
+class ConfigurationError(Exception):
+    """Misconfiguration an operator must fix: `tickgate` reports it in one line and
+    exits 2."""
+
+
+class TokenFileError(ConfigurationError, ValueError):
     """TICKGATE_API_TOKENS_FILE cannot be read or does not hold {token: [scopes]}."""
 
 

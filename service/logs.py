@@ -13,12 +13,18 @@ _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and any run context."""
+    """One JSON object per line: time, level, logger, message and any run context;
+    `process` (api or scheduler) when the pod's work is split between processes."""
+
+    def __init__(self, process: str | None = None) -> None:
+        super().__init__()
+        self._process = {} if process is None else {"process": process}
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
+            **self._process,
             "logger": record.name,
             "message": record.getMessage(),
         }
@@ -33,8 +39,9 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     """Plain lines for a terminal, with a run's context appended when the record has it."""
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    def __init__(self, process: str | None = None) -> None:
+        role = "" if process is None else f"{process} "
+        super().__init__(f"%(asctime)s %(levelname)s {role}%(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -42,11 +49,14 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{context}]" if context else line
 
 
-def configure_logging(level: str, log_format: Literal["json", "text"] | None) -> None:
+def configure_logging(
+    level: str, log_format: Literal["json", "text"] | None, process: str | None = None
+) -> None:
     """Route every logger, uvicorn's too, through one root handler on stderr."""
     chosen = log_format or ("text" if sys.stderr.isatty() else "json")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
+    formatter = JsonFormatter(process) if chosen == "json" else TextFormatter(process)
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

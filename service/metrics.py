@@ -1,6 +1,10 @@
 """Prometheus metrics, on a registry of the app's own (no import-time global state)."""
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 HELD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -8,10 +12,16 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30
 
 class Metrics:
     """Every metric Tickgate exports. Run counters are this replica's; the job gauges
-    are read from the database at scrape time, so every replica reports the same."""
+    are read from the database at scrape time, so every replica reports the same.
 
-    def __init__(self) -> None:
+    `database_gauges=False` (a scheduler process) leaves the job gauges out: reading them
+    walks every active job, work the fire path's process should not do at each scrape;
+    the API process, or the API's pods, report them."""
+
+    def __init__(self, *, database_gauges: bool = True) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.database_gauges = database_gauges
+        exported_if_read = self.registry if database_gauges else None
         self.last_success = Gauge(
             "tickgate_job_last_success_timestamp_seconds",
             "Unix time this replica last finished a run of the job successfully. "
@@ -50,13 +60,13 @@ class Metrics:
             registry=self.registry,
         )
         self.jobs = Gauge(
-            "tickgate_jobs", "Jobs in the database, by state.", ["state"], registry=self.registry
+            "tickgate_jobs", "Jobs in the database, by state.", ["state"], registry=exported_if_read
         )
         self.jobs_overdue = Gauge(
             "tickgate_jobs_overdue",
             "Active jobs whose latest nominal tick is older than their misfire grace and "
             "has no run: ticks nobody ran.",
-            registry=self.registry,
+            registry=exported_if_read,
         )
         self.sync_age = Gauge(
             "tickgate_scheduler_sync_age_seconds",
@@ -66,3 +76,55 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# Gauges whose values add up across a pod's processes (each counts its own runs). Every
+# other gauge reads the same in each process that sets it, or is set in one only (the
+# others export their initial 0), so the pod reports the largest.
+SUMMED_GAUGES = frozenset({"tickgate_runs_in_flight"})
+
+_SampleKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def merge_expositions(*texts: bytes) -> bytes:
+    """One pod's exposition from those of its processes (the API's and the scheduler's):
+    counters and histograms add up, `_created` is the earliest, gauges follow
+    SUMMED_GAUGES. One scrape then shows the pod as one replica, as before the split."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[_SampleKey, float]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text.decode()):
+            merged = families.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type)
+            )
+            held = values.setdefault(family.name, {})
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                earlier = held.get(key)
+                held[key] = (
+                    sample.value
+                    if earlier is None
+                    else _combine(merged, key, earlier, sample.value)
+                )
+    for name, family in families.items():
+        for (sample_name, labels), value in values[name].items():
+            family.add_sample(sample_name, dict(labels), value)
+    return generate_latest(_Families(list(families.values())))
+
+
+def _combine(family: Metric, key: _SampleKey, earlier: float, later: float) -> float:
+    if key[0].endswith("_created"):
+        return min(earlier, later)
+    if family.type == "gauge" and family.name not in SUMMED_GAUGES:
+        return max(earlier, later)
+    return earlier + later
+
+
+class _Families:
+    """Already collected families, in the shape generate_latest reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)

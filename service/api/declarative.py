@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 from service.api.bulk import apply_jobs
 from service.api.deps import Services
 from service.api.models import ApplyQuery
+from service.config import ConfigurationError
 from service.domain.errors import DomainError, InvalidInput
 from service.jobfile import parse_document
 
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 _ITEMS = TypeAdapter(list[dict[str, Any]])
 
 
-class JobFileError(Exception):
+class JobFileError(ConfigurationError):
     """The jobs file cannot be applied; the message says which job and why."""
 
 

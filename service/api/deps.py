@@ -11,6 +11,7 @@ from service.config import Settings
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.scheduler.departure import Departure
+from service.scheduler.remote import SchedulerProcess
 from service.store import Store
 from service.tasks import TaskRegistry
 
@@ -35,6 +36,8 @@ class Services:
     metrics: Metrics
     mirror: Mirror | None = None
     departure: Departure | None = None
+    # The pod's scheduler in a process of its own, when `tickgate serve` split them.
+    scheduler_process: SchedulerProcess | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     now: Callable[[], datetime] = field(default=utc_now)
 

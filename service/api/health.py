@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from service.api.deps import Services, ServicesDep
+from service.metrics import merge_expositions
 from service.scheduler.overdue import overdue_jobs
 from service.store.errors import UNAVAILABLE
 from service.store.migrate import head_version
@@ -26,6 +27,13 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class Unhealthy(BaseModel):
+    """The pod's scheduler process, which runs beside this one, does not answer."""
+
+    status: Literal["unhealthy"] = "unhealthy"
+    scheduler: str = Field(description="Why the scheduler process does not count as alive.")
+
+
 class Readiness(BaseModel):
     """Whether this replica should receive traffic, and each check's verdict."""
 
@@ -35,10 +43,19 @@ class Readiness(BaseModel):
     )
 
 
-@router.get("/healthz", operation_id="get_health")
-async def healthz() -> Health:
-    """Liveness: never touches the database, so an outage restarts no pod."""
-    return Health()
+@router.get(
+    "/healthz",
+    operation_id="get_health",
+    responses={503: {"model": Unhealthy, "description": "The scheduler process is not alive."}},
+)
+async def healthz(services: ServicesDep) -> JSONResponse:
+    """Liveness: never touches the database, so an outage restarts no pod. Where the
+    scheduler runs in a process of its own, it must answer too."""
+    scheduler = services.scheduler_process
+    verdict = OK if scheduler is None else await scheduler.liveness()
+    if verdict == OK:
+        return JSONResponse(Health().model_dump())
+    return JSONResponse(Unhealthy(scheduler=verdict).model_dump(), status_code=503)
 
 
 @router.get(
@@ -50,8 +67,10 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     """Readiness: the database answers within 1 s, migrations are at head, the
     scheduler (if on) has synced and hears changes, and shutdown has not begun."""
     checks = {"shutdown": "shutting down" if services.lifecycle.shutting_down else OK}
-    checks |= await _database_checks(services)
-    checks["scheduler"] = _scheduler_check(services)
+    database, scheduler = await asyncio.gather(
+        _database_checks(services), _scheduler_check(services)
+    )
+    checks |= database | {"scheduler": scheduler}
     ready = all(verdict in {OK, "off"} for verdict in checks.values())
     body = Readiness(status="ready" if ready else "not_ready", checks=checks)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
@@ -59,9 +78,16 @@ async def readyz(services: ServicesDep) -> JSONResponse:
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(services: ServicesDep) -> Response:
-    """Prometheus text exposition."""
-    await _refresh_database_gauges(services)
-    return Response(services.metrics.exposition(), media_type="text/plain; version=0.0.4")
+    """Prometheus text exposition: this process's metrics, merged with those of the
+    scheduler process beside it, if any."""
+    _refresh_sync_age(services)
+    if services.metrics.database_gauges:
+        await _refresh_database_gauges(services)
+    exposition = services.metrics.exposition()
+    if services.scheduler_process is not None:
+        scheduler = await services.scheduler_process.exposition()
+        exposition = exposition if scheduler is None else merge_expositions(exposition, scheduler)
+    return Response(exposition, media_type="text/plain; version=0.0.4")
 
 
 async def _database_checks(services: Services) -> dict[str, str]:
@@ -75,7 +101,9 @@ async def _database_checks(services: Services) -> dict[str, str]:
     return {"database": OK, "migrations": migrations}
 
 
-def _scheduler_check(services: Services) -> str:
+async def _scheduler_check(services: Services) -> str:
+    if services.scheduler_process is not None:
+        return await services.scheduler_process.readiness()
     mirror = services.mirror
     if mirror is None:
         return "off"
@@ -84,11 +112,14 @@ def _scheduler_check(services: Services) -> str:
     return OK if mirror.healthy else "not listening for job changes"
 
 
-async def _refresh_database_gauges(services: Services) -> None:
-    gauges = services.metrics
+def _refresh_sync_age(services: Services) -> None:
     if services.mirror is not None and services.mirror.last_sync is not None:
         age = datetime.now(UTC) - services.mirror.last_sync
-        gauges.sync_age.set(age.total_seconds())
+        services.metrics.sync_age.set(age.total_seconds())
+
+
+async def _refresh_database_gauges(services: Services) -> None:
+    gauges = services.metrics
     try:
         for state, count in (await services.store.job_counts()).items():
             gauges.jobs.labels(state.value).set(count)

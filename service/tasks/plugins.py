@@ -12,13 +12,14 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from service.config import ConfigurationError
 from service.tasks.base import TaskDefinition, TaskRegistry
 
 ENTRY_POINT_GROUP = "tickgate.tasks"
 BUILT_IN = "Tickgate's built-in tasks"
 
 
-class PluginError(Exception):
+class PluginError(ConfigurationError):
     """A task module or entry point that cannot be loaded, or a task name taken twice."""
 
 

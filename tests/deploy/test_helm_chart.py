@@ -71,6 +71,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "database": {"existingSecret": "pg-credentials"},
         "migrations": {"hookJob": {"enabled": True}},
     },
+    "scheduler-deployment": {
+        "database": {"url": DSN},
+        "jobs": JOBS,
+        "schedulerDeployment": {
+            "enabled": True,
+            "replicaCount": 2,
+            "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        },
+        "serviceMonitor": {"enabled": True},
+        "autoscaling": {"enabled": True},
+    },
 }
 
 Manifests = dict[tuple[str, str], dict[str, Any]]
@@ -502,6 +513,81 @@ def test_no_jobs_no_configmap(scenario: Callable[[str], Manifests]) -> None:
 def test_duplicate_job_names_fail(helm: ModuleType, chart: Any) -> None:
     with pytest.raises(helm.HelmRenderError, match='"standup" is declared twice'):
         chart.render({"database": {"url": DSN}, "jobs": [JOBS[0], JOBS[0]]}, name=RELEASE)
+
+
+# --- process model: one pod, two processes; or the scheduler in a Deployment of its own ----
+
+
+def test_by_default_each_pod_runs_both_roles(scenario: Callable[[str], Manifests]) -> None:
+    """`tickgate serve` runs the scheduler and the API in two processes of one pod."""
+    env = env_of(container(scenario("defaults")))
+    assert "TICKGATE_API" not in env
+    assert "TICKGATE_SCHEDULER" not in env
+    assert [key for key in scenario("defaults") if key[0] == "Deployment"] == [
+        ("Deployment", RELEASE)
+    ]
+
+
+def test_scheduler_deployment_splits_the_roles(scenario: Callable[[str], Manifests]) -> None:
+    manifests = scenario("scheduler-deployment")
+    api = manifests[("Deployment", RELEASE)]
+    scheduler = manifests[("Deployment", f"{RELEASE}-scheduler")]
+    [api_container] = api["spec"]["template"]["spec"]["containers"]
+    [scheduler_container] = scheduler["spec"]["template"]["spec"]["containers"]
+    api_env, scheduler_env = env_of(api_container), env_of(scheduler_container)
+    assert api_env["TICKGATE_SCHEDULER"]["value"] == "false"
+    assert "TICKGATE_API" not in api_env
+    assert scheduler_env["TICKGATE_API"]["value"] == "false"
+    assert "TICKGATE_SCHEDULER" not in scheduler_env
+    # The API pods apply the jobs file; the scheduler pods neither mount nor apply it.
+    assert "TICKGATE_APPLY_JOBS" in api_env
+    assert "TICKGATE_APPLY_JOBS" not in scheduler_env
+    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp"}
+    # The autoscaler owns the API pods' count; the scheduler pods have their own.
+    assert "replicas" not in api["spec"]
+    assert scheduler["spec"]["replicas"] == 2
+    hpa = only(manifests, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == RELEASE
+    assert scheduler_container["resources"] == {"limits": {"cpu": "2", "memory": "1Gi"}}
+    assert api_container["resources"]["limits"]["memory"] == "512Mi"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert scheduler_container[probe] == api_container[probe], probe
+    assert scheduler_container["args"] == api_container["args"]
+    assert env_of(scheduler_container)["TICKGATE_RUNNER_ID"] == api_env["TICKGATE_RUNNER_ID"]
+
+
+def test_scheduler_pods_take_no_api_traffic(scenario: Callable[[str], Manifests]) -> None:
+    """Neither the API Service nor the API Deployment selects the scheduler pods (and
+    the reverse); a headless Service names the scheduler pods for the ServiceMonitor."""
+    manifests = scenario("scheduler-deployment")
+    pods = {
+        name: obj["spec"]["template"]["metadata"]["labels"]
+        for (kind, name), obj in manifests.items()
+        if kind == "Deployment"
+    }
+    selectors = {
+        name: obj["spec"]["selector"]["matchLabels"]
+        for (kind, name), obj in manifests.items()
+        if kind == "Deployment"
+    }
+    for name, selector in selectors.items():
+        matched = [pod for pod, labels in pods.items() if selector.items() <= labels.items()]
+        assert matched == [name]
+    api_service = manifests[("Service", RELEASE)]
+    scheduler_service = manifests[("Service", f"{RELEASE}-scheduler")]
+    assert api_service["spec"]["selector"].items() <= pods[RELEASE].items()
+    assert not api_service["spec"]["selector"].items() <= pods[f"{RELEASE}-scheduler"].items()
+    assert scheduler_service["spec"]["clusterIP"] == "None"
+    assert scheduler_service["spec"]["selector"] == selectors[f"{RELEASE}-scheduler"]
+    monitor = only(manifests, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    for service in (api_service, scheduler_service):
+        assert monitor.items() <= service["metadata"]["labels"].items()
+    budgets = {
+        name: obj["spec"]["selector"]["matchLabels"]
+        for (kind, name), obj in manifests.items()
+        if kind == "PodDisruptionBudget"
+    }
+    assert budgets == selectors
 
 
 # --- values schema -------------------------------------------------------------------------

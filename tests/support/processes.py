@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 TICKGATE = str(Path(sys.executable).with_name("tickgate"))
 START_DEADLINE_SECONDS = 60.0
@@ -76,6 +77,20 @@ class Replica:
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def children(self) -> dict[str, psutil.Process]:
+        """The scheduler and API processes `tickgate serve` supervises, by role."""
+        found = {}
+        for child in psutil.Process(self.process.pid).children():
+            command = child.cmdline()
+            if "serve" in command:
+                found["scheduler" if "--uds" in command else "api"] = child
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the replica: the supervisor and its live children."""
+        tree = [psutil.Process(self.process.pid), *self.children().values()]
+        return sum(sum(process.cpu_times()[:2]) for process in tree)
 
 
 def start_replica(workdir: Path, *, database_url: str | None, **env: str) -> Replica:

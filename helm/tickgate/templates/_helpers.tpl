@@ -33,6 +33,28 @@ app.kubernetes.io/name: {{ include "tickgate.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The optional scheduler-only Deployment's name and labels. Its pods' name label differs
+from the main pods', so neither the main Deployment's selector nor the Service's picks
+them up (both select by name and instance).
+*/}}
+{{- define "tickgate.schedulerName" -}}
+{{- printf "%s-scheduler" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tickgate.schedulerSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-scheduler" (include "tickgate.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: scheduler
+{{- end }}
+
+{{- define "tickgate.schedulerLabels" -}}
+helm.sh/chart: {{ include "tickgate.chart" . }}
+{{ include "tickgate.schedulerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "tickgate.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "tickgate.fullname" .) .Values.serviceAccount.name }}

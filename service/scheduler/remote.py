@@ -1,0 +1,66 @@
+"""The pod's scheduler as its API process sees it, when `tickgate serve` runs the two in
+processes of their own (service/supervisor.py): asked over a unix socket whether it
+lives, whether it is ready, and for its metrics."""
+
+import logging
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
+
+OK = "ok"
+# The scheduler's readiness checks the database within 1 s itself; a little more here.
+PROBE_SECONDS = 2.0
+# A scrape may take a while on a busy box; Prometheus' default timeout is 10 s.
+METRICS_SECONDS = 5.0
+
+
+class _Checks(BaseModel):
+    checks: dict[str, str]
+
+
+class SchedulerProcess:
+    def __init__(self, socket: Path) -> None:
+        self._http = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(socket)),
+            base_url="http://scheduler",
+            timeout=PROBE_SECONDS,
+        )
+
+    async def liveness(self) -> str:
+        """'ok', or why the scheduler process does not count as alive."""
+        try:
+            response = await self._http.get("/healthz")
+        except httpx.HTTPError as error:
+            return f"scheduler process not answering: {error!r}"
+        return OK if response.status_code == 200 else f"scheduler process: {response.text}"
+
+    async def readiness(self) -> str:
+        """'ok', or which of the scheduler process's own readiness checks failed."""
+        try:
+            response = await self._http.get("/readyz")
+        except httpx.HTTPError as error:
+            return f"scheduler process not answering: {error!r}"
+        if response.status_code == 200:
+            return OK
+        try:
+            checks = _Checks.model_validate_json(response.content).checks
+        except ValidationError:
+            return f"scheduler process answered {response.status_code}"
+        failed = (f"{name}: {verdict}" for name, verdict in checks.items() if verdict != OK)
+        return "; ".join(failed)
+
+    async def exposition(self) -> bytes | None:
+        """The scheduler process's metrics, or None (logged) when it does not answer."""
+        try:
+            response = await self._http.get("/metrics", timeout=METRICS_SECONDS)
+            response.raise_for_status()
+        except httpx.HTTPError as error:
+            log.warning("scheduler process metrics not read: %r", error)
+            return None
+        return response.content
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

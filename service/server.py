@@ -1,0 +1,44 @@
+"""One role of `tickgate serve` in this process: the app under uvicorn.
+
+Apart from the command line (service/cli.py) so that the supervisor (service/supervisor.py),
+which serves nothing itself, never loads the web stack."""
+
+import socket
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from service.app import begin_shutdown, create_app
+from service.config import Listen, Settings
+from service.heap import settle_after_startup
+
+
+def serve_app(settings: Settings, listen: Listen) -> None:
+    """The API, or the scheduler with its probes and metrics, until a signal stops it."""
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=listen.host,
+        port=listen.port,
+        uds=None if listen.uds is None else str(listen.uds),
+        log_level=settings.log_level.lower(),
+        log_config=None,
+    )
+    _Server(config, app).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app the moment a shutdown signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        begin_shutdown(self._app)
+        super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        settle_after_startup()
