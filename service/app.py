@@ -17,7 +17,7 @@ from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.guards import BearerAuth, BodyLimits, Tokens
 from service.config import Settings, split_names, token_scopes
-from service.domain.ownership import Heartbeat
+from service.domain.ownership import Heartbeat, Members
 from service.metrics import Metrics
 from service.scheduler import Mirror, Runner
 from service.scheduler.clock import ReplicaClock
@@ -197,13 +197,13 @@ async def _open_scheduler(
         reconcile_seconds=settings.reconcile_seconds,
         run_history=settings.run_history,
         clock=clock,
-        members=lambda: membership.members,
+        members=(lambda: membership.members) if settings.ownership else Members.unknown,
     )
     stack.push_async_callback(mirror.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     stack.callback(mirror.pause)
     stack.push_async_callback(membership.stop)
-    departure = Departure(membership, mirror, runner)
+    departure = Departure(membership, mirror, runner, hand_over=settings.ownership)
     stack.push_async_callback(departure.finished)
     await membership.start()
     await mirror.start()

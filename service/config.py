@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(
         32, ge=1, le=1000, description="Runs in flight per replica, and the size of its lock pool."
     )
+    ownership: bool = Field(
+        False,
+        description="Share the jobs out: each job's owner claims its ticks and a standby "
+        "takes over (off: every replica claims every tick; see Ownership in the README).",
+    )
     takeover_seconds: float = Field(
         3,
         ge=0.5,

@@ -17,10 +17,13 @@ LEAVE_SECONDS = 2 * MEMBERSHIP_POLL_SECONDS + 1.0
 
 
 class Departure:
-    def __init__(self, membership: Membership, mirror: Mirror, runner: Runner) -> None:
+    def __init__(
+        self, membership: Membership, mirror: Mirror, runner: Runner, *, hand_over: bool = True
+    ) -> None:
         self._membership = membership
         self._mirror = mirror
         self._runner = runner
+        self._hand_over = hand_over
         self._leaving: asyncio.Task[None] | None = None
         self._begun = False
 
@@ -30,7 +33,7 @@ class Departure:
         if self._begun:
             return
         self._begun = True
-        if self._membership.members.alone:
+        if not self._hand_over or self._membership.members.alone:
             self._stop_ticks()
         else:
             self._leaving = asyncio.get_running_loop().create_task(self._leave())

@@ -34,6 +34,8 @@ from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
+# Ownership is off by default for now; these replicas turn it on.
+OWNERSHIP = {"TICKGATE_OWNERSHIP": "true"}
 TAKEOVER_SECONDS = 2
 # Generous, for a loaded 2-core box: a standby's run starts within the takeover time
 # plus this after its tick (the owner's death must first show in the database).
@@ -56,7 +58,7 @@ def test_each_job_is_run_by_its_owner_alone(
     """With the members steady, every tick of a job runs on one replica, its owner, and
     the jobs are spread over all three. (Replicas started together may first see only
     themselves; the window opens once any handover that caused has ended.)"""
-    with serve_many(tmp_path, 3, database_url=database_url) as replicas:
+    with serve_many(tmp_path, 3, database_url=database_url, env=OWNERSHIP) as replicas:
         specs, periods = every_second_specs(receiver, {"cron": 30, "interval": 30})
         create_all(replicas, specs)
         first = next_whole_second(time.time(), HANDOVER_SECONDS + 3)
@@ -77,7 +79,7 @@ def test_a_killed_owner_s_ticks_run_on_their_standby_within_the_takeover_time(
 ) -> None:
     """kill -9 of an owner: from then on its jobs' ticks run on a survivor, each no
     later than the takeover time (plus slack) after the tick, and none twice."""
-    env = FAST_ORPHAN_SWEEPS | {"TICKGATE_TAKEOVER_SECONDS": str(TAKEOVER_SECONDS)}
+    env = FAST_ORPHAN_SWEEPS | OWNERSHIP | {"TICKGATE_TAKEOVER_SECONDS": str(TAKEOVER_SECONDS)}
     with serve_many(tmp_path, 3, database_url=database_url, env=env) as replicas:
         specs, periods = every_second_specs(receiver, {"cron": 15, "interval": 15})
         create_all(replicas, specs)
@@ -132,13 +134,13 @@ def test_members_joining_and_leaving_mid_crowd_run_no_tick_twice(
 ) -> None:
     """Two replicas fire 100 one-second jobs; a third joins, then one of the first two
     stops: ownership moves twice, and every tick still runs exactly once."""
-    with serve_many(tmp_path, 2, database_url=database_url) as replicas:
+    with serve_many(tmp_path, 2, database_url=database_url, env=OWNERSHIP) as replicas:
         specs, periods = every_second_specs(receiver, {"cron": 50, "interval": 50})
         create_all(replicas, specs)
         first = next_whole_second(time.time(), 4)
         last = first + 24
         sleep_until(first + 4)
-        joining = start_replica(tmp_path, database_url=database_url)
+        joining = start_replica(tmp_path, database_url=database_url, **OWNERSHIP)
         try:
             wait_for(joining.answers, 60, "the joining replica")
             sleep_until(first + 14)
@@ -157,7 +159,7 @@ def test_a_crowd_of_2000_jobs_at_one_instant_has_every_tick_accounted(
 ) -> None:
     """2,000 jobs due at the same instant, over three replicas: each tick runs once
     and has its one ledger row."""
-    with serve_many(tmp_path, 3, database_url=database_url) as replicas:
+    with serve_many(tmp_path, 3, database_url=database_url, env=OWNERSHIP) as replicas:
         specs = [
             http_job(f"crowd-{index:04d}", receiver, EVERY_TWENTY_SECONDS) for index in range(2000)
         ]
