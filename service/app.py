@@ -125,8 +125,12 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     store = await Store.open(dsn, max_size=settings.api_pool_size)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = await RunSessions.open(dsn, settings.max_concurrent_runs + SIDE_SESSIONS)
+    sessions = RunSessions(dsn, settings.lock_sessions)
     stack.push_async_callback(sessions.close)
+    if settings.scheduler:
+        await sessions.fill()  # an API-only replica claims no scheduled tick
+    side_sessions = RunSessions(dsn, SIDE_SESSIONS)
+    stack.push_async_callback(side_sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
     if settings.scheduler:
@@ -137,6 +141,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
     runner = Runner(
         sessions=sessions,
+        side_sessions=side_sessions,
         store=store,
         tasks=tasks,
         http=http,

@@ -2,6 +2,8 @@
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -64,5 +66,52 @@ async def advisory_locks_on(database_url: str, key: int) -> int:
             key,
         )
         return count
+    finally:
+        await connection.close()
+
+
+async def advisory_lock_owner(database_url: str, key: int) -> int | None:
+    """The backend pid of the session holding advisory lock `key`, if one does."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        pid: int | None = await connection.fetchval(
+            """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND classid = (($1::bigint >> 32) & 4294967295)::oid
+               AND objid = ($1::bigint & 4294967295)::oid""",
+            key,
+        )
+        return pid
+    finally:
+        await connection.close()
+
+
+async def advisory_locks_in(database_url: str) -> tuple[int, int]:
+    """Advisory locks held in the database, and how many sessions hold them."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        row = await connection.fetchrow(
+            """SELECT count(*) AS locks, count(DISTINCT pid) AS sessions FROM pg_locks
+               WHERE locktype = 'advisory' AND granted
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+        )
+        assert row is not None
+        return row["locks"], row["sessions"]
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def refusing_connections(database_url: str) -> AsyncIterator[None]:
+    """The database refuses new connections (superusers too) for the block; those open
+    stay open."""
+    database = urlsplit(database_url).path.lstrip("/")
+    # From another database: PostgreSQL refuses this for the one a session is on.
+    connection = await asyncpg.connect(with_database(database_url, "postgres"))
+    try:
+        await connection.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            yield
+        finally:
+            await connection.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
     finally:
         await connection.close()
