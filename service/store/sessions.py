@@ -29,6 +29,7 @@ from service.store.fire_sql import RunEnd, TickClaim
 from service.store.ports import Claim, ClaimOutcome, GateFacts
 from service.store.rows import run_from_row
 from service.store.store import init_connection
+from service.store.turns import Turns
 
 __all__ = [
     "Claim",
@@ -65,9 +66,10 @@ class RunSession:
         self._connection = connection
         self.pid: int = connection.get_server_pid()
         self._terminated = False
-        # A connection runs one statement at a time; claims and ends take turns, and
-        # ends that queue up meanwhile are recorded together by whoever goes next.
-        self._turn = asyncio.Lock()
+        # A connection runs one statement at a time; claims and ends take turns (ends,
+        # which release locks, before waiting claims), and ends that queue up meanwhile
+        # are recorded together by whoever goes next.
+        self._turns = Turns()
         self._endings = Coalescer(self._record_endings, self._finish_linger)
         self._open_runs = 0  # claimed here and not yet recorded
         self.locks_held = 0  # as the statements said: a lock taken twice counts twice
@@ -123,7 +125,7 @@ class RunSession:
         return [self._took(_claim_of(row, tick)) for row, tick in zip(rows, ticks, strict=True)]
 
     async def _claiming(self, locking: bool, statement: str, *arguments: object) -> list[Any]:
-        async with self._turn:
+        async with self._turns.turn():
             # Only a statement that was sent may have taken locks: waiting for the
             # turn and giving up leaves the session, and the runs on it, as they were.
             try:
@@ -173,7 +175,7 @@ class RunSession:
 
     async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
         # A refused statement ran nothing: no run was finished, no lock released.
-        async with self._turn:
+        async with self._turns.turn(urgent=True):
             return list(await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings)))
 
     async def _finishing_alone(self, ending: _Ending) -> list[Any]:
@@ -201,7 +203,7 @@ class RunSession:
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
-        async with self._turn:
+        async with self._turns.turn(urgent=True):
             released = await self._connection.fetchval(fire_sql.UNLOCK, key)
         if released:
             self.locks_held -= 1
