@@ -3,7 +3,8 @@
 `MemoryDatabase` is the state every replica shares: jobs, the run ledger (one row per
 job and tick), the queue_one slots, and advisory locks owned per session (re-entrant,
 counted, all dropped when the session closes). Each replica gets its own
-`MemoryLockPool` and `MemoryLedger` over it, as each has its own pools over PostgreSQL.
+`MemoryLockPool` (a few long-lived sessions, shared by its claims and runs) and
+`MemoryLedger` over it, as each has its own lock sessions and pool over PostgreSQL.
 
 Sessions close as connections do: `terminate` from within, `terminate_backend` from
 outside (pg_terminate_backend); either drops the session's locks and trips its fences.
