@@ -249,7 +249,16 @@ class MemoryDatabase:
         _check_batch(ticks)
         session.check_open()
         began = dict(self._runs)  # what `ticked` and `busy` are judged on
-        got = [not tick.lock or self.try_lock(session.id, tick.job.lock_key) for tick in ticks]
+        # A claim never takes a lock its session holds already (for another run of
+        # the job): re-entered, it would let two runs of the job through.
+        got = [
+            not tick.lock
+            or (
+                self.lock_owner(tick.job.lock_key) is None
+                and self.try_lock(session.id, tick.job.lock_key)
+            )
+            for tick in ticks
+        ]
         if self.hooks.before_deciding is not None:
             await self.hooks.before_deciding(ticks)
         session.check_open()  # a session closed meanwhile failed its statement

@@ -45,12 +45,13 @@ class ClaimOutcome(Enum):
     """What the gate said of one tick.
 
     CLAIMED: the ledger row is ours, run it. ALREADY_RAN: the tick has its row (a run
-    or a recorded skip). LOCKED: another session holds the job's lock and no other run
-    of the job is in progress: someone is claiming this tick, or a foreign holder has
-    the key; not an outcome, ask again. BUSY: the lock is held and another run of the
-    job is in progress: the overlap policy decides. STALE: the job is not the one the
-    tick was scheduled from (edited, or deleted and made anew): judge the tick again
-    against the job as it stands. JOB_GONE: no such job. CAPPED: `max_runs` reached.
+    or a recorded skip). LOCKED: the job's lock is held (by another session, or by
+    this one for another run) and no other run of the job is in progress: someone is
+    claiming this tick, or a foreign holder has the key; not an outcome, ask again.
+    BUSY: the lock is held and another run of the job is in progress: the overlap
+    policy decides. STALE: the job is not the one the tick was scheduled from (edited,
+    or deleted and made anew): judge the tick again against the job as it stands.
+    JOB_GONE: no such job. CAPPED: `max_runs` reached.
     """
 
     CLAIMED = "claimed"
@@ -74,7 +75,8 @@ class GateFacts:
     """What the gate found out about one tick (see `fire_sql.claim_statement`), from
     which its Claim follows. Every implementation of the gate reports these.
 
-    got: the lock was taken (or the tick takes none). job_exists: a job of its name is
+    got: the lock was taken (or the tick takes none); never one the claiming session
+    held already. job_exists: a job of its name is
     there. same_incarnation / same_revision: of the tick's incarnation / (incarnation,
     version). capped: its run cap is used up, for a tick that counts. ticked: not
     claimed, and the tick had a row when the claim began. busy: not claimed, and either
@@ -141,7 +143,9 @@ class PinnedSession(Protocol):
 
         At most one tick per job, and a tick that counts against `max_runs` goes
         alone (ValueError otherwise). Per tick: try the job's lock if it `lock`s, never
-        waiting; read the job as it stands; write a `running` ledger row if the job is
+        waiting, and never taking again one this session holds (its locks are
+        re-entrant; the gate is not: a run of the job here holds it, as if another
+        session did); read the job as it stands; write a `running` ledger row if the job is
         the tick's incarnation and (unless `any_version`) its active version, a cap
         leaves room, and the tick has no row yet (a backfill may take over a `skipped`
         row; nothing else may replace a row). A counting claim counts its run. A lock

@@ -72,7 +72,15 @@ class RunSession:
         self._turns = Turns()
         self._endings = Coalescer(self._record_endings, self._finish_linger)
         self._open_runs = 0  # claimed here and not yet recorded
-        self.locks_held = 0  # as the statements said: a lock taken twice counts twice
+        # The lock keys this session holds, as its statements said. Claims never take a
+        # lock twice (see `claim`), so each is held once. A release is noted once its
+        # statement answered: until then the key still reads as held, which can only
+        # make a claim ask again, never let one through.
+        self._held: set[int] = set()
+
+    @property
+    def holds_locks(self) -> bool:
+        return bool(self._held)
 
     @property
     def closed(self) -> bool:
@@ -91,7 +99,7 @@ class RunSession:
         """
 
         def lost(_connection: object) -> None:
-            self.locks_held = 0
+            self._held.clear()
             on_lost()
 
         if self.closed:
@@ -109,8 +117,11 @@ class RunSession:
         `fire_sql.claim_statement`); one Claim per tick, in order. A claim that counts
         against `max_runs` goes alone.
 
-        The lock is `pg_try_advisory_lock`, which never waits. Only claimed ticks leave
-        their lock held. A session lock outlives a failed statement, so on any error a
+        The lock is `pg_try_advisory_lock`, which never waits. A session's locks are
+        re-entrant, so a tick whose lock this session holds already (for another run
+        of its job) is not let through: the statement is told which keys it holds, and
+        answers as if another session held that one. Only claimed ticks leave their
+        lock held. A session lock outlives a failed statement, so on any error a
         statement that may have taken locks closes the connection (and with it the
         locks of every run on it, which are fenced).
         """
@@ -121,26 +132,33 @@ class RunSession:
             raise ValueError("a claim that counts runs goes alone")
         statement = fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM
         locking = any(tick.lock for tick in ticks)
-        rows = await self._claiming(locking, statement, *fire_sql.claim_arguments(ticks))
-        return [self._took(_claim_of(row, tick)) for row, tick in zip(rows, ticks, strict=True)]
-
-    async def _claiming(self, locking: bool, statement: str, *arguments: object) -> list[Any]:
         async with self._turns.turn():
-            # Only a statement that was sent may have taken locks: waiting for the
-            # turn and giving up leaves the session, and the runs on it, as they were.
-            try:
-                return list(await self._connection.fetch(statement, *arguments))
-            except BaseException:
-                if locking:
-                    self.terminate()
-                raise
+            # The keys held are read, and the ones taken noted, within the turn: no
+            # other statement on the session comes in between.
+            arguments = fire_sql.claim_arguments(ticks, self._held)
+            rows = await self._claiming(locking, statement, arguments)
+            claims = [_claim_of(row, tick) for row, tick in zip(rows, ticks, strict=True)]
+            for claim, tick in zip(claims, ticks, strict=True):
+                self._took(claim, tick.job.lock_key)
+            return claims
 
-    def _took(self, claim: Claim) -> Claim:
+    async def _claiming(
+        self, locking: bool, statement: str, arguments: Sequence[object]
+    ) -> list[Any]:
+        # Only a statement that was sent may have taken locks: waiting for the turn
+        # and giving up leaves the session, and the runs on it, as they were.
+        try:
+            return list(await self._connection.fetch(statement, *arguments))
+        except BaseException:
+            if locking:
+                self.terminate()
+            raise
+
+    def _took(self, claim: Claim, key: int) -> None:
         if claim.run is not None:
             self._open_runs += 1
         if claim.holds_lock:
-            self.locks_held += 1
-        return claim
+            self._held.add(key)
 
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
@@ -196,8 +214,8 @@ class RunSession:
         results = []
         for row, ending in zip(rows, endings, strict=True):
             released = bool(ending.release_lock is not None and row["released"])
-            if released:
-                self.locks_held -= 1
+            if released and ending.release_lock is not None:
+                self._held.discard(ending.release_lock)
             results.append((run_from_row(row) if row["id"] is not None else None, released))
         return results
 
@@ -206,13 +224,13 @@ class RunSession:
         async with self._turns.turn(urgent=True):
             released = await self._connection.fetchval(fire_sql.UNLOCK, key)
         if released:
-            self.locks_held -= 1
+            self._held.discard(key)
         return bool(released)
 
     def terminate(self) -> None:
         """Close the connection hard: its session, and any lock it holds, dies with it.
         Safe on a connection that is already gone."""
-        self.locks_held = 0
+        self._held.clear()
         self._terminated = True
         self._connection.terminate()
 
@@ -329,7 +347,7 @@ class RunSessions:
 def _left(session: RunSession) -> None:
     """No block holds `session` now, so no run on it holds a lock: a lock it still holds
     would be held for nobody (a bug), and the session is closed to drop it."""
-    if session.locks_held > 0 and not session.closed:
+    if session.holds_locks and not session.closed:
         log.error("lock session %d was left holding a lock; closing it", session.pid)
         session.terminate()
 

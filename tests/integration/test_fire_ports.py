@@ -14,6 +14,7 @@ from uuid import uuid4
 
 import pytest
 
+from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
@@ -339,20 +340,32 @@ async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
     assert [run.scheduled_for for run in await backend.runs_of("in-order")] == [waiting]
 
 
-async def test_locks_are_reentrant_per_session_and_counted(backend: Backend) -> None:
+async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
+    backend: Backend,
+) -> None:
+    """A session's advisory locks are re-entrant; its claims are not: while a run of
+    the job holds the job's lock on this session, another tick of it is BUSY here, as
+    on any other session, and the lock is not taken twice."""
     job = await backend.add_job("twice")
     first, second = tick_now() - timedelta(seconds=1), tick_now()
     async with backend.sessions.session(5) as session:
         [one] = await session.claim([tick(job, first)])
-        # The session's own lock is no obstacle: it is taken again, not waited for.
         [two] = await session.claim([tick(job, second)])
-        assert [(c.outcome, c.holds_lock) for c in (one, two)] == [(ClaimOutcome.CLAIMED, True)] * 2
+        [again] = await session.claim([tick(job, first)])
+        [manual] = await session.claim([tick(job, second, RunTrigger.MANUAL)])
+        assert (one.outcome, one.holds_lock) == (ClaimOutcome.CLAIMED, True)
+        assert (two.outcome, two.holds_lock) == (ClaimOutcome.BUSY, False)
+        assert (again.outcome, again.holds_lock) == (ClaimOutcome.ALREADY_RAN, False)
+        assert (manual.outcome, manual.holds_lock) == (ClaimOutcome.BUSY, False)
         assert await backend.locks_on(job.lock_key) == 1
+        assert one.run is not None
+        assert await session.finish(one.run.id, SUCCEEDED, job.lock_key) != (None, False)
+        assert await backend.locks_on(job.lock_key) == 0  # held once: released once
+        [three] = await session.claim([tick(job, second)])
+        assert (three.outcome, three.holds_lock) == (ClaimOutcome.CLAIMED, True)
         assert await session.unlock(job.lock_key)
-        assert await backend.locks_on(job.lock_key) == 1
-        assert await session.unlock(job.lock_key)
-        assert await backend.locks_on(job.lock_key) == 0
         assert not await session.unlock(job.lock_key)
+    assert await backend.locks_on(job.lock_key) == 0
 
 
 async def test_terminate_drops_the_sessions_locks_and_trips_its_fence(backend: Backend) -> None:
@@ -699,6 +712,34 @@ async def test_a_manual_trigger_gets_through_while_the_schedule_holds_every_sess
         [ended] = await _finished_runs(backend, "manual", 1)
         assert ended.status is RunStatus.SUCCEEDED
         await _finished_runs(backend, "crowd", 2)
+
+
+async def test_a_job_never_runs_twice_at_once_on_a_replica_with_one_session(
+    backend: Backend, gates: Gates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every claim of this replica goes to its one session, which holds the running
+    job's lock: the job's next tick is an overlap skip and a manual run a conflict,
+    exactly as if the run held the lock elsewhere."""
+    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    job = await backend.add_job("one-at-a-time")
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    async with (
+        backend.lock_pool(1) as pool,
+        running(backend.ledger, pool, gates, Metrics()) as runner,
+    ):
+        runner.fire(job, first, RunTrigger.SCHEDULE)
+        await eventually(lambda: gates.started == ["default"], 30, "the first run")
+        runner.fire(job, second, RunTrigger.SCHEDULE)
+        await eventually(lambda: _has_run(backend, "one-at-a-time", second), 30, "the next tick")
+        with pytest.raises(Conflict):
+            await runner.trigger_now(job)
+        gates["default"].set()
+        runs = await _finished_runs(backend, "one-at-a-time", 2)
+    assert [(r.scheduled_for, r.status, r.skip_reason) for r in runs] == [
+        (first, RunStatus.SUCCEEDED, None),
+        (second, RunStatus.SKIPPED, SkipReason.OVERLAP),
+    ]
+    assert gates.started == ["default"]
 
 
 async def _owners(backend: Backend, jobs: list[Job]) -> set[int | None]:
