@@ -49,7 +49,7 @@ from service.store.ports import (
 )
 from service.store.sessions import RunSessions
 from tests.support.db import (
-    advisory_lock_owner,
+    advisory_lock_holders,
     advisory_locks_in,
     advisory_locks_on,
     refusing_connections,
@@ -178,7 +178,7 @@ class PostgresBackend(Backend):
         return await advisory_locks_on(self._url, key)
 
     async def lock_owner(self, key: int) -> int | None:
-        return await advisory_lock_owner(self._url, key)
+        return next(iter(await advisory_lock_holders(self._url, key)), None)
 
     async def advisory_locks(self) -> tuple[int, int]:
         return await advisory_locks_in(self._url)

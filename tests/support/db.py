@@ -54,35 +54,25 @@ class TemplateDatabases:
             await connection.close()
 
 
-async def advisory_locks_on(database_url: str, key: int) -> int:
-    """Sessions holding the advisory lock on bigint `key` (classid = high 32 bits,
-    objid = low 32 bits)."""
+async def advisory_lock_holders(database_url: str, key: int) -> list[int]:
+    """Backend pids of the sessions holding the advisory lock on bigint `key` (classid =
+    high 32 bits, objid = low 32 bits)."""
     connection = await asyncpg.connect(database_url)
     try:
-        count: int = await connection.fetchval(
-            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-               AND classid = (($1::bigint >> 32) & 4294967295)::oid
-               AND objid = ($1::bigint & 4294967295)::oid""",
-            key,
-        )
-        return count
-    finally:
-        await connection.close()
-
-
-async def advisory_lock_owner(database_url: str, key: int) -> int | None:
-    """The backend pid of the session holding advisory lock `key`, if one does."""
-    connection = await asyncpg.connect(database_url)
-    try:
-        pid: int | None = await connection.fetchval(
+        rows = await connection.fetch(
             """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
                AND classid = (($1::bigint >> 32) & 4294967295)::oid
                AND objid = ($1::bigint & 4294967295)::oid""",
             key,
         )
-        return pid
+        return [row["pid"] for row in rows]
     finally:
         await connection.close()
+
+
+async def advisory_locks_on(database_url: str, key: int) -> int:
+    """How many sessions hold the advisory lock on bigint `key`."""
+    return len(await advisory_lock_holders(database_url, key))
 
 
 async def advisory_locks_in(database_url: str) -> tuple[int, int]:
