@@ -74,8 +74,8 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 READY_DEADLINE_SECONDS = 120.0
-# Connections: 3 replicas x (10 API + 32 lock pool + 1 listener) = 129, plus the
-# baseline app, pgbench and the peers' workers.
+# Connections: 3 replicas x (10 API + 4 lock sessions + 1 side session + 1 listener)
+# = 48, plus the baseline app, pgbench and the peers' workers.
 EMBEDDED_SETTINGS = {"max_connections": "500", "shared_buffers": "256MB"}
 
 

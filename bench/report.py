@@ -221,7 +221,8 @@ def _header(document: dict[str, Any]) -> list[str]:
         f"- **PostgreSQL:** {pg['version_short']} "
         f"({'embedded, unix socket' if pg['embedded'] else 'BENCH_DATABASE_URL'}); {settings}.",
         "- **Tickgate:** 3 `tickgate serve` replicas, `TICKGATE_LOG_LEVEL=WARNING`, JSON logs, "
-        "everything else default (lock pool 32, API pool 10). All on the same 2-core box as "
+        "everything else default (4 lock sessions, 5000 runs in flight, API pool 10). "
+        "All on the same 2-core box as "
         "PostgreSQL, the receiver and the load generator: CPU columns are in cores (1.0 = one "
         "core busy); `box` is the whole machine, anything else running included.",
         f"- **Load generator (api):** {meta.get('load_generator')}.",

@@ -131,8 +131,12 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     store = await Store.open(dsn, max_size=settings.api_pool_size)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = await RunSessions.open(dsn, _run_sessions(settings))
+    sessions = RunSessions(dsn, settings.lock_sessions)
     stack.push_async_callback(sessions.close)
+    if settings.scheduler:
+        await sessions.fill()  # an API-only replica claims no scheduled tick
+    side_sessions = RunSessions(dsn, SIDE_SESSIONS)
+    stack.push_async_callback(side_sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
     if settings.scheduler:
@@ -143,6 +147,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
     runner = Runner(
         sessions=sessions,
+        side_sessions=side_sessions,
         store=store,
         tasks=tasks,
         http=http,
@@ -208,13 +213,6 @@ async def _open_scheduler(
     await membership.start()
     await mirror.start()
     return mirror, departure
-
-
-def _run_sessions(settings: Settings) -> int:
-    """Lock-pool connections: the scheduler's runs in flight, and the API's manual runs
-    and backfills, each only where that role runs."""
-    scheduled = settings.max_concurrent_runs if settings.scheduler else 0
-    return scheduled + (SIDE_SESSIONS if settings.api else 0)
 
 
 def _scheduler_process(stack: AsyncExitStack, settings: Settings) -> SchedulerProcess | None:

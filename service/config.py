@@ -76,8 +76,19 @@ class Settings(BaseSettings):
     reconcile_seconds: float = Field(
         30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
     )
+    lock_sessions: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Pinned lock sessions (connections) per replica for scheduled ticks; "
+        "each holds the advisory locks of many runs at once and runs one claim at a time.",
+    )
     max_concurrent_runs: int = Field(
-        32, ge=1, le=1000, description="Runs in flight per replica, and the size of its lock pool."
+        5000,
+        ge=1,
+        le=100_000,
+        description="Scheduled runs in flight per replica (claimed runs; a tick whose claim "
+        "does not win it holds its room only for the claim statement).",
     )
     ownership: bool = Field(
         False,

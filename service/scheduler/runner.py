@@ -1,11 +1,13 @@
 """The fire path of one replica, as one loop: gather due ticks, admit, claim, run, record.
 
 - gather: the mirror hands over each due tick (`fire`); jitter holds it back on a timer.
-- admit: `Admission` gives ticks room in arrival order, one per job per batch; ticks
-  past their deadline (due + misfire grace) leave it as recorded misfires.
-- claim: a batch passes the gate (job lock + ledger row) in one statement on one
-  pinned connection.
-- run: claimed ticks run on that connection, which holds their locks (`RunExecutor`).
+- admit: `Admission` gives ticks room in arrival order, one per job per batch, and
+  lets one claim per lock session be in flight; ticks past their deadline (due +
+  misfire grace) leave it as recorded misfires.
+- claim: a batch passes the gate (job lock + ledger row) in one statement on one of
+  the replica's few long-lived lock sessions, the one fewest batches use.
+- run: claimed ticks run bound to that session, which holds their locks alongside
+  those of many other runs (`RunExecutor`).
 - record: every tick ends in one ledger row, its run or a skip with its reason. A tick
   the gate could not settle goes round again until it has a row or its deadline
   passes: LOCKED (someone holds the lock, nobody else runs the job: ask again), BUSY
@@ -22,7 +24,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,8 +57,9 @@ from service.tasks import SqlTargets, TaskRegistry
 
 log = logging.getLogger(__name__)
 
-# Most ticks claimed in one statement. Their runs share its connection until the
-# last one ends, so a batch also bounds what one slow run keeps pinned.
+# Most ticks claimed in one statement. A claim holds its session's turn (ends on it
+# wait) and the locks of its ticks for the statement's length; with one claim in
+# flight per session, sessions x CLAIM_BATCH ticks are in claims at once.
 CLAIM_BATCH = 200
 # How soon a tick the gate could not settle asks again. It holds no connection
 # meanwhile; a LOCKED tick usually finds its row on the first retry (another replica
@@ -65,18 +68,19 @@ RETRY_SECONDS = 0.1
 # A BUSY tick waits this long (within its grace) before the overlap policy judges it:
 # an earlier run may have returned and be just recording its end.
 OVERLAP_PATIENCE = timedelta(seconds=0.5)
-# How long a claim waits for a connection of the lock pool before it gives up (the
-# ticks go round again); room keeps scheduled claims from ever needing to.
+# How long a claim waits for an open lock session (only while sessions are being
+# replaced: the database went away) before it gives up; the ticks go round again.
 ACQUIRE_SECONDS = 5.0
-# Manual runs and backfills claim outside the room, on this many extra connections.
-SIDE_SESSIONS = 4
+# Manual runs and backfills claim outside the room, on lock sessions of their own, so
+# the schedule never delays them and they never take a scheduled claim's turn; the
+# same wait there ends in a TimeoutError (503).
+SIDE_SESSIONS = 1
 SIDE_WAIT_SECONDS = 10.0
 # A backfill tick waits this long for the job's lock, then the backfill stops.
 BACKFILL_WAIT_SECONDS = 30.0
 # Waiting ticks beyond this many (hung runs holding every unit of room) are recorded
 # as misfires at once rather than queued without bound.
 WAITING_LIMIT = 20_000
-ROOM_GATHER_SECONDS = 0.005
 SKIP_LINGER_SECONDS = 0.01
 _RETRY_AFTER_FAILURE_SECONDS = 0.5
 _HELD_BY_NO_RUN = "the job's lock stayed held by a session that ran no tick of it"
@@ -117,6 +121,7 @@ class Runner:
         self,
         *,
         sessions: LockPool,
+        side_sessions: LockPool,
         store: Ledger,
         tasks: TaskRegistry,
         http: httpx.AsyncClient,
@@ -130,6 +135,7 @@ class Runner:
         takeover_seconds: float = 3.0,
     ) -> None:
         self._sessions = sessions
+        self._side_sessions = side_sessions
         self._store = store
         self._runner_id = runner_id
         self._fire_delay = fire_delay
@@ -141,8 +147,9 @@ class Runner:
             metrics=metrics,
             record_delay=record_delay,
         )
-        self._admission: Admission[DueTick] = Admission(max_in_flight, WAITING_LIMIT)
-        self._side = asyncio.Semaphore(SIDE_SESSIONS)
+        self._admission: Admission[DueTick] = Admission(
+            max_in_flight, claims=sessions.size, limit=WAITING_LIMIT
+        )
         self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
         # Ticks arrived since the last dispatch, and scheduled ticks of each job that
@@ -211,17 +218,20 @@ class Runner:
         self._arrived.append(tick)
         self._plan_dispatch()
 
-    def _plan_dispatch(self, after: float = 0.0) -> None:
-        # Dispatch once the current wake-up has handed over every tick due in it.
+    def _plan_dispatch(self) -> None:
+        # Dispatch once the current wake-up has handed over every tick due in it (and
+        # every run ending in it has freed its room).
         if not self._dispatch_planned:
             self._dispatch_planned = True
-            asyncio.get_running_loop().call_later(after, self._dispatch)
+            asyncio.get_running_loop().call_soon(self._dispatch)
 
     # --- admit --------------------------------------------------------------------
 
     def _dispatch(self) -> None:
         """Admit the arrivals, drop what waited past its deadline, and claim batches
-        while there is room; the rest waits (other replicas, with room, race for it)."""
+        while there is room and a claim may go out; the rest waits (other replicas,
+        with room, race for it) and goes in the next batch, whole, as soon as a claim
+        answers or runs end."""
         self._dispatch_planned = False
         random.shuffle(self._arrived)
         arrived, self._arrived = self._arrived, []
@@ -233,33 +243,48 @@ class Runner:
     def _room_freed(self, count: int = 1) -> None:
         self._admission.free(count)
         if len(self._admission):
-            # Runs end one by one; a moment's wait lets the room of several gather,
-            # so waiting ticks are claimed in batches rather than one at a time.
-            self._plan_dispatch(after=ROOM_GATHER_SECONDS)
+            self._plan_dispatch()
+
+    def _claim_ended(self) -> None:
+        self._admission.claim_ended()
+        if len(self._admission):
+            self._plan_dispatch()
 
     # --- claim --------------------------------------------------------------------
 
     async def _claim_and_run(self, batch: list[DueTick]) -> None:
-        """Claim a batch on one pinned connection, and run what it won there."""
+        """Claim a batch on one lock session, and run what it won there: the session
+        holds their locks, and is held for them until the last has ended."""
+        async with AsyncExitStack() as holding:
+            runs = await self._claim(batch, holding)
+            await asyncio.gather(*runs)
+
+    async def _claim(
+        self, batch: list[DueTick], holding: AsyncExitStack
+    ) -> list[Coroutine[Any, Any, None]]:
+        """Pass the batch through the gate on a session `holding` keeps; the runs it
+        won, to start. The claim is no longer in flight once its statement answered."""
         undecided = batch
         try:
-            async with self._sessions.session(ACQUIRE_SECONDS) as session:
-                undecided = self._in_time(batch)
-                claims = await session.claim([t.claim for t in undecided]) if undecided else []
-                decided, undecided = undecided, []
-                runs = [self._settle(session, t, c) for t, c in zip(decided, claims, strict=True)]
-                await asyncio.gather(*(run for run in runs if run is not None))
+            session = await holding.enter_async_context(self._sessions.session(ACQUIRE_SECONDS))
+            undecided = self._in_time(batch)
+            claims = await session.claim([t.claim for t in undecided]) if undecided else []
+            decided, undecided = undecided, []
+            runs = [self._settle(session, t, c) for t, c in zip(decided, claims, strict=True)]
+            return [run for run in runs if run is not None]
         except Exception as error:  # noqa: BLE001 - logged; the ticks go round again
             # A failed claim decided nothing: no tick of it may be lost to it.
             _log_failure(f"claim of {len(undecided)} ticks", error)
             self._again(undecided, _RETRY_AFTER_FAILURE_SECONDS, "its claims kept failing")
+            return []
         finally:
             if undecided:
                 self._room_freed(len(undecided))
+            self._claim_ended()
 
     def _in_time(self, batch: list[DueTick]) -> list[DueTick]:
-        """The ticks of `batch` still before their deadline, after the wait for a
-        connection; the others are misfires."""
+        """The ticks of `batch` still before their deadline, after the wait for an
+        open session; the others are misfires."""
         now = self._clock.now()
         late = [tick for tick in batch if tick.deadline < now]
         if late:
@@ -452,20 +477,15 @@ class Runner:
             await asyncio.sleep(RETRY_SECONDS)
 
     async def _on_the_side(self, tick: TickClaim, on_claim: Callable[[Claim], None]) -> Run | None:
-        """Claim one tick on a connection of its own, outside the room, and run it if
-        claimed; `on_claim` hears the claim as soon as there is one."""
+        """Claim one tick on a side session, outside the room, and run it if claimed;
+        `on_claim` hears the claim as soon as there is one."""
         if not self.accepting:
             on_claim(Claim(ClaimOutcome.LOCKED))
             return None
-        async with asyncio.timeout(SIDE_WAIT_SECONDS):
-            await self._side.acquire()
-        try:
-            async with self._sessions.session(ACQUIRE_SECONDS) as session:
-                [claim] = await session.claim([tick])
-                on_claim(claim)
-                return await self._executor.run(session, tick.job, claim) if claim.run else None
-        finally:
-            self._side.release()
+        async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
+            [claim] = await session.claim([tick])
+            on_claim(claim)
+            return await self._executor.run(session, tick.job, claim) if claim.run else None
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
         await work

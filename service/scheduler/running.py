@@ -1,8 +1,9 @@
-"""Run a claimed tick on the pinned connection that claimed it, then record its end.
+"""Run a claimed tick bound to the lock session that claimed it, then record its end.
 
-The connection holds the job's advisory lock for the whole run. The end record and the
-unlock go in one statement on it; if it died meanwhile (the lock with it), the run is
-fenced (cancelled at once) and its end is recorded through the API pool.
+The session holds the job's advisory lock for the whole run (and the locks of many
+other runs with it). The end record and the unlock go in one statement on it; if it
+died meanwhile (the lock with it), the run is fenced (cancelled at once) and its end is
+recorded through the API pool.
 """
 
 import asyncio
@@ -69,8 +70,9 @@ class RunExecutor:
                 await run_to_completion(self._unlock(session, pinned.hold))
 
     async def _unlock(self, session: PinnedSession, hold: "LockHold") -> None:
-        """Release the job's lock, or kill the session: a connection must never go
-        back to the pool still holding an advisory lock."""
+        """Release the job's lock, or kill the session: a session must never go on
+        holding the lock of a run that ended (the job's next ticks would find it held).
+        Killing it fences the other runs on it too, so it is the last resort."""
         hold.held = False
         try:
             async with asyncio.timeout(UNLOCK_TIMEOUT_SECONDS):

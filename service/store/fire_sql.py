@@ -7,7 +7,7 @@ go over the API pool, since they hold no lock. Values are passed as parallel arr
 ticks were given (`n`).
 """
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -63,7 +63,9 @@ class Skip:
 
 
 def claim_statement(*, counted: bool) -> str:
-    """Per tick: try the job's lock; read the job under a row lock (a delete waits for
+    """Per tick: try the job's lock, unless this session holds it already ($11: the
+    keys it holds, for other runs; a session's locks are re-entrant, so taking one
+    again would let two runs of a job through); read the job under a row lock (a delete waits for
     the claim, and a job deleted first reads as gone, for its own ticks only); insert
     the ledger row if the job is the one the replica scheduled from and a run cap
     leaves room; release the lock of every tick not claimed. For ticks not claimed it
@@ -91,7 +93,10 @@ def claim_statement(*, counted: bool) -> str:
             WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
                                  incarnation, version, any_version, n)
     ), gated AS MATERIALIZED (
-        SELECT ticks.*, (NOT locking OR pg_try_advisory_lock(lock_key)) AS got,
+        -- CASE, not AND: the lock must not be tried for a key this session holds.
+        SELECT ticks.*, CASE WHEN NOT locking THEN true
+                             WHEN lock_key = ANY($11::bigint[]) THEN false
+                             ELSE pg_try_advisory_lock(lock_key) END AS got,
                EXISTS (SELECT 1 FROM tickgate_pending p
                        WHERE p.job = ticks.job AND p.scheduled_for < ticks.scheduled_for
                          AND p.expires_at > clock_timestamp()) AS queued_before
@@ -148,7 +153,8 @@ CLAIM = claim_statement(counted=False)
 CLAIM_COUNTED = claim_statement(counted=True)
 
 
-def claim_arguments(ticks: Sequence[TickClaim]) -> tuple[object, ...]:
+def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> tuple[object, ...]:
+    """The claim's arguments; `held`: the lock keys the claiming session holds now."""
     return (
         [tick.job.name for tick in ticks],
         [tick.run_id for tick in ticks],
@@ -160,6 +166,7 @@ def claim_arguments(ticks: Sequence[TickClaim]) -> tuple[object, ...]:
         [tick.job.version for tick in ticks],
         [tick.any_version for tick in ticks],
         ticks[0].runner if ticks else "",
+        list(held),
     )
 
 

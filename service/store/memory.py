@@ -3,7 +3,8 @@
 `MemoryDatabase` is the state every replica shares: jobs, the run ledger (one row per
 job and tick), the queue_one slots, and advisory locks owned per session (re-entrant,
 counted, all dropped when the session closes). Each replica gets its own
-`MemoryLockPool` and `MemoryLedger` over it, as each has its own pools over PostgreSQL.
+`MemoryLockPool` (a few long-lived sessions, shared by its claims and runs) and
+`MemoryLedger` over it, as each has its own lock sessions and pool over PostgreSQL.
 
 Sessions close as connections do: `terminate` from within, `terminate_backend` from
 outside (pg_terminate_backend); either drops the session's locks and trips its fences.
@@ -19,6 +20,7 @@ No SQL, no I/O: time comes from the clock it is given, so tests decide what it r
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -151,6 +153,9 @@ class MemoryDatabase:
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
         self._session_ids = count(1)
         self._sessions: dict[int, MemorySession] = {}  # open ones
+        # Cleared while the database refuses new connections (a test's fault).
+        self.accepting = asyncio.Event()
+        self.accepting.set()
 
     # --- what the API and tests do -------------------------------------------------
 
@@ -185,8 +190,14 @@ class MemoryDatabase:
         held = self._locks.get(key)
         return held[0] if held else None
 
+    def advisory_locks(self) -> tuple[int, int]:
+        """Keys held, and how many sessions hold them (as pg_locks counts them)."""
+        return len(self._locks), len({owner for owner, _ in self._locks.values()})
+
     def connect(self) -> "MemorySession":
-        """A session of no pool: a foreign lock holder, say."""
+        """A new session: of a lock pool, or of no pool (a foreign lock holder, say)."""
+        if not self.accepting.is_set():
+            raise SessionClosedError("the database refuses new connections")
         session = MemorySession(self, next(self._session_ids))
         self._sessions[session.id] = session
         return session
@@ -221,6 +232,10 @@ class MemoryDatabase:
             del self._locks[key]
         return True
 
+    def locks_of(self, session: int) -> int:
+        """How many keys `session` holds."""
+        return sum(1 for owner, _ in self._locks.values() if owner == session)
+
     def unlock_all(self, session: int) -> int:
         """Drop every lock of `session` (it closed); how many keys it held."""
         keys = [key for key, (owner, _) in self._locks.items() if owner == session]
@@ -234,7 +249,16 @@ class MemoryDatabase:
         _check_batch(ticks)
         session.check_open()
         began = dict(self._runs)  # what `ticked` and `busy` are judged on
-        got = [not tick.lock or self.try_lock(session.id, tick.job.lock_key) for tick in ticks]
+        # A claim never takes a lock its session holds already (for another run of
+        # the job): re-entered, it would let two runs of the job through.
+        got = [
+            not tick.lock
+            or (
+                self.lock_owner(tick.job.lock_key) is None
+                and self.try_lock(session.id, tick.job.lock_key)
+            )
+            for tick in ticks
+        ]
         if self.hooks.before_deciding is not None:
             await self.hooks.before_deciding(ticks)
         session.check_open()  # a session closed meanwhile failed its statement
@@ -456,28 +480,57 @@ class MemorySession(PinnedSession):
 
 
 class MemoryLockPool(LockPool):
-    """One replica's lock pool: at most `size` sessions out at once."""
+    """One replica's lock pool: `size` long-lived sessions, shared by the blocks that
+    hold them; one that closed is replaced while the database accepts connections."""
 
     def __init__(self, database: MemoryDatabase, size: int = 8) -> None:
         self._database = database
-        self._free = asyncio.Semaphore(size)
+        self._sessions = [database.connect() for _ in range(size)]
+        self._holders: Counter[int] = Counter()
+
+    @property
+    def size(self) -> int:
+        return len(self._sessions)
+
+    async def fill(self) -> None:
+        await _round_trip()
+        self._replace_closed()
+        if any(session.closed for session in self._sessions):
+            raise SessionClosedError("the database refuses new connections")
 
     @asynccontextmanager
     async def session(self, wait_seconds: float) -> AsyncIterator[MemorySession]:
         async with asyncio.timeout(wait_seconds):
-            await self._free.acquire()
-        session = self._database.connect()
+            session = await self._least_held()
+        self._holders[session.id] += 1
         try:
             yield session
         finally:
-            self._free.release()
-            self._reset(session)
+            self._holders[session.id] -= 1
+            if not self._holders[session.id]:
+                del self._holders[session.id]
+                self._left(session)
 
-    def _reset(self, session: MemorySession) -> None:
-        # The real pool's safety net: a session must never outlive its claim's locks.
-        if not session.closed and self._database.unlock_all(session.id):
-            log.error("session %d went back to the pool holding a lock; releasing", session.id)
-        session.terminate()  # a fresh session next time: nothing carries over
+    async def _least_held(self) -> MemorySession:
+        await _round_trip()
+        while True:
+            self._replace_closed()
+            open_ones = [session for session in self._sessions if not session.closed]
+            if open_ones:
+                return min(open_ones, key=lambda session: self._holders[session.id])
+            await self._database.accepting.wait()
+
+    def _replace_closed(self) -> None:
+        for index, session in enumerate(self._sessions):
+            if session.closed and self._database.accepting.is_set():
+                self._sessions[index] = self._database.connect()
+
+    def _left(self, session: MemorySession) -> None:
+        # The real pool's safety net: no block holds the session, so a lock it still
+        # holds belongs to no run.
+        if not session.closed and self._database.locks_of(session.id):
+            log.error("session %d was left holding a lock; closing it", session.id)
+            session.terminate()
 
 
 class MemoryLedger(Ledger):

@@ -1,9 +1,10 @@
 """The ports of the fire path: exactly the store calls the runner makes, as Protocols.
 
-Three of them. `LockPool` hands out `PinnedSession`s: one connection each, which owns
-the advisory locks it takes, so a tick's lock, claim, end and unlock all go over it.
-`Ledger` is what goes over the API pool: skips, the queue_one slot, the job re-read of
-a stale tick, a run's end recorded elsewhere and a job's completion.
+Three of them. `LockPool` keeps a handful of long-lived `PinnedSession`s: one
+connection each, which owns the advisory locks it takes, so a tick's lock, claim, end
+and unlock all go over it, and holds the locks of many runs at once. `Ledger` is what
+goes over the API pool: skips, the queue_one slot, the job re-read of a stale tick, a
+run's end recorded elsewhere and a job's completion.
 
 PostgreSQL (`sessions.RunSessions`, `store.Store`) is the implementation, and the truth;
 `memory` holds an in-memory one with the same semantics, so races can be replayed
@@ -44,12 +45,13 @@ class ClaimOutcome(Enum):
     """What the gate said of one tick.
 
     CLAIMED: the ledger row is ours, run it. ALREADY_RAN: the tick has its row (a run
-    or a recorded skip). LOCKED: another session holds the job's lock and no other run
-    of the job is in progress: someone is claiming this tick, or a foreign holder has
-    the key; not an outcome, ask again. BUSY: the lock is held and another run of the
-    job is in progress: the overlap policy decides. STALE: the job is not the one the
-    tick was scheduled from (edited, or deleted and made anew): judge the tick again
-    against the job as it stands. JOB_GONE: no such job. CAPPED: `max_runs` reached.
+    or a recorded skip). LOCKED: the job's lock is held (by another session, or by
+    this one for another run) and no other run of the job is in progress: someone is
+    claiming this tick, or a foreign holder has the key; not an outcome, ask again.
+    BUSY: the lock is held and another run of the job is in progress: the overlap
+    policy decides. STALE: the job is not the one the tick was scheduled from (edited,
+    or deleted and made anew): judge the tick again against the job as it stands.
+    JOB_GONE: no such job. CAPPED: `max_runs` reached.
     """
 
     CLAIMED = "claimed"
@@ -73,7 +75,8 @@ class GateFacts:
     """What the gate found out about one tick (see `fire_sql.claim_statement`), from
     which its Claim follows. Every implementation of the gate reports these.
 
-    got: the lock was taken (or the tick takes none). job_exists: a job of its name is
+    got: the lock was taken (or the tick takes none); never one the claiming session
+    held already. job_exists: a job of its name is
     there. same_incarnation / same_revision: of the tick's incarnation / (incarnation,
     version). capped: its run cap is used up, for a tick that counts. ticked: not
     claimed, and the tick had a row when the claim began. busy: not claimed, and either
@@ -120,7 +123,8 @@ class GateFacts:
 class PinnedSession(Protocol):
     """One connection of the lock pool. Advisory locks belong to the session that
     took them: re-entrant within it (taken twice, released twice), invisible to any
-    other, and all gone the moment the session closes."""
+    other, and all gone the moment the session closes. Its calls take turns, as
+    statements on one connection do; many runs share it, each holding its own lock."""
 
     @property
     def closed(self) -> bool:
@@ -139,13 +143,19 @@ class PinnedSession(Protocol):
 
         At most one tick per job, and a tick that counts against `max_runs` goes
         alone (ValueError otherwise). Per tick: try the job's lock if it `lock`s, never
-        waiting; read the job as it stands; write a `running` ledger row if the job is
+        waiting, and never taking again one this session holds (its locks are
+        re-entrant; the gate is not: a run of the job here holds it, as if another
+        session did); read the job as it stands; write a `running` ledger row if the job is
         the tick's incarnation and (unless `any_version`) its active version, a cap
         leaves room, and the tick has no row yet (a backfill may take over a `skipped`
         row; nothing else may replace a row). A counting claim counts its run. A lock
         taken for a tick not claimed is given back in the same call, so only CLAIMED
         ticks may hold one (`holds_lock`). `ticked` and `busy` are judged on the
-        ledger as it was when the claim began (see GateFacts)."""
+        ledger as it was when the claim began (see GateFacts).
+
+        A claim that fails once it began may have left locks it cannot name: the
+        session is closed, and the runs whose locks it held are fenced. One still
+        waiting for its turn when it fails (cancelled) leaves the session as it was."""
         ...
 
     async def finish(
@@ -167,12 +177,28 @@ class PinnedSession(Protocol):
 
 
 class LockPool(Protocol):
-    """The lock pool: one PinnedSession per claim in flight."""
+    """A replica's lock sessions: `size` long-lived PinnedSessions, shared by every
+    claim and run that goes through the pool."""
+
+    @property
+    def size(self) -> int:
+        """How many sessions the pool keeps: one claim in flight each is the most
+        that keeps none waiting for another's turn."""
+        ...
+
+    async def fill(self) -> None:
+        """Open every session that is not open now; an error if one cannot be."""
+        ...
 
     def session(self, wait_seconds: float) -> AbstractAsyncContextManager[PinnedSession]:
-        """A session of its own for the block; TimeoutError if none frees up within
-        `wait_seconds`. A session given back still holding a lock has them all
-        released (a bug in the caller, and logged); a closed one is never reused."""
+        """A live session for the block, shared with other blocks: of the open ones,
+        the one fewest blocks hold (the first of equals). A block holds it for a
+        claim and the runs it won, which end (and unlock) on it. A session that
+        closed is replaced by a new one; TimeoutError if no session is open and none
+        can be opened within `wait_seconds`. A session is never closed under a block
+        that holds it, except by a failure; one that its last block leaves still
+        holding a lock (a bug in the caller, and logged) is closed, its locks with it.
+        Closing the pool closes every session, releasing their locks."""
         ...
 
 

@@ -1,16 +1,19 @@
-"""The lock pool: pinned connections, and the statements run on them.
+"""The lock pool: a handful of long-lived pinned connections, and the statements run on
+them.
 
-An advisory lock belongs to the session that took it, so the lock, the ledger claim,
-the result and the unlock all go over the same connection, held for the whole run.
-Ticks due at the same moment are claimed together in one statement and their runs
-share that connection; their ends are recorded, and their locks released, in batches.
+An advisory lock belongs to the session that took it, so a tick's lock, ledger claim,
+result and unlock all go over the same connection. Each connection is a session that
+holds the locks of many runs at once: ticks due together are claimed in one statement,
+their runs stay bound to the session that holds their locks, and their ends are
+recorded, and their locks released, in batches on it. A session that dies takes its
+locks with it (its runs are fenced) and is replaced by a new one.
 """
 
 import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
 from uuid import UUID
@@ -20,12 +23,13 @@ import asyncpg
 from service.domain.runs import Run
 from service.store import fire_sql
 from service.store.coalesce import Coalescer
-from service.store.connection import Connection, Pool
+from service.store.connection import Connection
 from service.store.errors import is_unavailable
 from service.store.fire_sql import RunEnd, TickClaim
 from service.store.ports import Claim, ClaimOutcome, GateFacts
 from service.store.rows import run_from_row
-from service.store.store import create_pool, init_connection
+from service.store.store import init_connection
+from service.store.turns import Turns
 
 __all__ = [
     "Claim",
@@ -37,11 +41,13 @@ __all__ = [
 ]
 
 
-# Sessions that may hold advisory locks, by backend pid, and how many each holds.
-LockCounts = Counter[int]
-
 # How long the first end of several runs sharing a session waits for the others.
 FINISH_LINGER_SECONDS = 0.005
+# Opening a session (connect and warm up) gives up after this long; a failed attempt
+# waits this long before the next, so a database that is away is not hammered.
+CONNECT_SECONDS = 5.0
+RECONNECT_BACKOFF_SECONDS = 0.5
+CLOSE_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -54,31 +60,33 @@ class _Ending:
 
 
 class RunSession:
-    """One pinned connection of the lock pool; the runs of one claim share it."""
+    """One pinned connection of the lock pool; the runs it claimed share it."""
 
-    def __init__(self, connection: Connection, lock_counts: LockCounts) -> None:
+    def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._lock_counts = lock_counts
-        # Read while the connection is surely open: a connection the server closed is
-        # detached from its pool proxy, which then answers nothing, not even its pid.
-        self._pid: int = connection.get_server_pid()
+        self.pid: int = connection.get_server_pid()
         self._terminated = False
-        # A connection runs one statement at a time; runs sharing it take turns, and
-        # ends that queue up meanwhile are recorded together by whoever goes next.
-        self._turn = asyncio.Lock()
+        # A connection runs one statement at a time; claims and ends take turns (ends,
+        # which release locks, before waiting claims), and ends that queue up meanwhile
+        # are recorded together by whoever goes next.
+        self._turns = Turns()
         self._endings = Coalescer(self._record_endings, self._finish_linger)
         self._open_runs = 0  # claimed here and not yet recorded
+        # The lock keys this session holds, as its statements said. Claims never take a
+        # lock twice (see `claim`), so each is held once. A release is noted once its
+        # statement answered: until then the key still reads as held, which can only
+        # make a claim ask again, never let one through.
+        self._held: set[int] = set()
+
+    @property
+    def holds_locks(self) -> bool:
+        return bool(self._held)
 
     @property
     def closed(self) -> bool:
-        """The session is gone: the server or the network closed it, or we did. An
+        """The session is gone: the server or the network closed it, or we did. Every
         advisory lock it held is gone with it."""
-        if self._terminated:
-            return True
-        try:
-            return self._connection.is_closed()
-        except asyncpg.InterfaceError:
-            return True  # asyncpg detached the dead connection from its pool proxy
+        return self._terminated or self._connection.is_closed()
 
     @contextmanager
     def fenced(self, on_lost: Callable[[], None]) -> Iterator[None]:
@@ -87,11 +95,11 @@ class RunSession:
         replica may now start the job's next tick.
 
         asyncpg calls termination listeners soon after it sees the connection close,
-        idle or not; the pool then drops that connection and never hands it out again.
+        idle or not.
         """
 
         def lost(_connection: object) -> None:
-            self._lock_counts.pop(self._pid, None)
+            self._held.clear()
             on_lost()
 
         if self.closed:
@@ -109,9 +117,13 @@ class RunSession:
         `fire_sql.claim_statement`); one Claim per tick, in order. A claim that counts
         against `max_runs` goes alone.
 
-        The lock is `pg_try_advisory_lock`, which never waits. Only claimed ticks leave
-        their lock held. A session lock outlives a failed statement, so on any error a
-        statement that may have taken locks closes the connection.
+        The lock is `pg_try_advisory_lock`, which never waits. A session's locks are
+        re-entrant, so a tick whose lock this session holds already (for another run
+        of its job) is not let through: the statement is told which keys it holds, and
+        answers as if another session held that one. Only claimed ticks leave their
+        lock held. A session lock outlives a failed statement, so on any error a
+        statement that may have taken locks closes the connection (and with it the
+        locks of every run on it, which are fenced).
         """
         if len({tick.job.name for tick in ticks}) != len(ticks):
             raise ValueError("a claim takes at most one tick per job")
@@ -120,29 +132,33 @@ class RunSession:
             raise ValueError("a claim that counts runs goes alone")
         statement = fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM
         locking = any(tick.lock for tick in ticks)
-        rows = await self._claiming(locking, statement, *fire_sql.claim_arguments(ticks))
-        return [self._took(_claim_of(row, tick)) for row, tick in zip(rows, ticks, strict=True)]
+        async with self._turns.turn():
+            # The keys held are read, and the ones taken noted, within the turn: no
+            # other statement on the session comes in between.
+            arguments = fire_sql.claim_arguments(ticks, self._held)
+            rows = await self._claiming(locking, statement, arguments)
+            claims = [_claim_of(row, tick) for row, tick in zip(rows, ticks, strict=True)]
+            for claim, tick in zip(claims, ticks, strict=True):
+                self._took(claim, tick.job.lock_key)
+            return claims
 
-    async def _claiming(self, locking: bool, statement: str, *arguments: object) -> list[Any]:
+    async def _claiming(
+        self, locking: bool, statement: str, arguments: Sequence[object]
+    ) -> list[Any]:
+        # Only a statement that was sent may have taken locks: waiting for the turn
+        # and giving up leaves the session, and the runs on it, as they were.
         try:
-            async with self._turn:
-                return list(await self._connection.fetch(statement, *arguments))
+            return list(await self._connection.fetch(statement, *arguments))
         except BaseException:
             if locking:
                 self.terminate()
             raise
 
-    def _took(self, claim: Claim) -> Claim:
+    def _took(self, claim: Claim, key: int) -> None:
         if claim.run is not None:
             self._open_runs += 1
         if claim.holds_lock:
-            self._lock_counts[self._pid] += 1
-        return claim
-
-    def _released(self, count: int = 1) -> None:
-        self._lock_counts[self._pid] -= count
-        if self._lock_counts[self._pid] <= 0:
-            del self._lock_counts[self._pid]
+            self._held.add(key)
 
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
@@ -177,7 +193,7 @@ class RunSession:
 
     async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
         # A refused statement ran nothing: no run was finished, no lock released.
-        async with self._turn:
+        async with self._turns.turn(urgent=True):
             return list(await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings)))
 
     async def _finishing_alone(self, ending: _Ending) -> list[Any]:
@@ -198,26 +214,34 @@ class RunSession:
         results = []
         for row, ending in zip(rows, endings, strict=True):
             released = bool(ending.release_lock is not None and row["released"])
-            if released:
-                self._released()
+            if released and ending.release_lock is not None:
+                self._held.discard(ending.release_lock)
             results.append((run_from_row(row) if row["id"] is not None else None, released))
         return results
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
-        async with self._turn:
+        async with self._turns.turn(urgent=True):
             released = await self._connection.fetchval(fire_sql.UNLOCK, key)
         if released:
-            self._released()
+            self._held.discard(key)
         return bool(released)
 
     def terminate(self) -> None:
         """Close the connection hard: its session, and any lock it holds, dies with it.
         Safe on a connection that is already gone."""
-        self._lock_counts.pop(self._pid, None)
+        self._held.clear()
         self._terminated = True
-        # Already closed and detached from its pool proxy: nothing is left to close.
-        with suppress(asyncpg.InterfaceError):
+        self._connection.terminate()
+
+    async def close(self) -> None:
+        """Close the connection politely (its locks go with the session); hard if the
+        server does not answer in time."""
+        self._terminated = True
+        try:
+            await self._connection.close(timeout=CLOSE_SECONDS)
+        except Exception as error:  # noqa: BLE001 - logged; the connection is cut instead
+            log.warning("lock session %d did not close (%r); cutting it", self.pid, error)
             self._connection.terminate()
 
 
@@ -241,44 +265,108 @@ def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
 
 
 class RunSessions:
-    """The lock pool: one connection per claim in flight (a lone tick, or the ticks
-    due together)."""
+    """The lock pool: `size` long-lived sessions, each holding the locks of many runs.
+    A session opens when first needed (or all at once, `fill`); one that closed is
+    replaced at the next `session` call, while its runs, fenced, end elsewhere."""
 
-    def __init__(self, pool: Pool, lock_counts: LockCounts) -> None:
-        self._pool = pool
-        self._lock_counts = lock_counts
+    def __init__(self, dsn: str, size: int) -> None:
+        self._dsn = dsn
+        self._slots: list[RunSession | None] = [None] * size
+        self._opening: dict[int, asyncio.Task[None]] = {}
+        # Blocks holding each session now: the least held one takes the next block.
+        self._holders: Counter[RunSession] = Counter()
 
     @classmethod
     async def open(cls, dsn: str, size: int) -> Self:
-        lock_counts: LockCounts = Counter()
+        pool = cls(dsn, size)
+        await pool.fill()
+        return pool
 
-        async def reset(connection: Connection) -> None:
-            """asyncpg's safety net, paid only when needed: a session returned while
-            it may still hold a lock (a bug: the runner always unlocks, or closes the
-            session) drops every advisory lock it has."""
-            pid = connection.get_server_pid()
-            if lock_counts.pop(pid, 0) > 0:
-                log.error("session %d went back to the pool holding a lock; releasing", pid)
-                await connection.execute("SELECT pg_advisory_unlock_all()")
+    @property
+    def size(self) -> int:
+        return len(self._slots)
 
-        pool = await create_pool(dsn, min_size=1, max_size=size, reset=reset, init=_warmed)
-        return cls(pool, lock_counts)
+    async def fill(self) -> None:
+        """Open every session that is not open now (a replica that will fire ticks,
+        at startup); ConnectionError if one cannot be opened."""
+        self._replace_closed()
+        await asyncio.gather(*self._opening.values())
+        if any(session is None or session.closed for session in self._slots):
+            raise ConnectionError("lock sessions could not be opened (see the log)")
 
     async def close(self) -> None:
-        await self._pool.close()
+        """Close every session; their locks are released with them. Called once runs
+        have ended."""
+        opening, self._opening = list(self._opening.values()), {}
+        for attempt in opening:
+            attempt.cancel()
+        await asyncio.gather(*opening, return_exceptions=True)
+        await asyncio.gather(*(session.close() for session in self._slots if session))
+        self._slots = [None] * self.size
 
     @asynccontextmanager
     async def session(self, wait_seconds: float) -> AsyncIterator[RunSession]:
-        """A connection pinned for one claim and its runs: lock, claim, results and
-        unlocks all use it. TimeoutError if none frees up within `wait_seconds`."""
-        async with self._pool.acquire(timeout=wait_seconds) as connection:
-            yield RunSession(connection, self._lock_counts)
+        """The open session fewest blocks hold, shared with them for this block (see
+        `ports.LockPool.session`)."""
+        session = await self._least_held(wait_seconds)
+        self._holders[session] += 1
+        try:
+            yield session
+        finally:
+            self._holders[session] -= 1
+            if not self._holders[session]:
+                del self._holders[session]
+                _left(session)
+
+    async def _least_held(self, wait_seconds: float) -> RunSession:
+        async with asyncio.timeout(wait_seconds):
+            while True:
+                self._replace_closed()
+                open_ones = [s for s in self._slots if s is not None and not s.closed]
+                if open_ones:
+                    return min(open_ones, key=lambda session: self._holders[session])
+                await asyncio.wait(self._opening.values(), return_when=asyncio.FIRST_COMPLETED)
+
+    def _replace_closed(self) -> None:
+        """Start opening a new session in every slot whose session closed (one attempt
+        at a time per slot)."""
+        for index, session in enumerate(self._slots):
+            if (session is None or session.closed) and index not in self._opening:
+                self._opening[index] = asyncio.create_task(self._reopen(index))
+
+    async def _reopen(self, index: int) -> None:
+        try:
+            self._slots[index] = await _opened(self._dsn)
+        except Exception as error:  # noqa: BLE001 - logged; the slot is tried again later
+            log.warning("lock session could not be opened (%r)", error)
+            await asyncio.sleep(RECONNECT_BACKOFF_SECONDS)
+        finally:
+            self._opening.pop(index, None)
+
+
+def _left(session: RunSession) -> None:
+    """No block holds `session` now, so no run on it holds a lock: a lock it still holds
+    would be held for nobody (a bug), and the session is closed to drop it."""
+    if session.holds_locks and not session.closed:
+        log.error("lock session %d was left holding a lock; closing it", session.pid)
+        session.terminate()
+
+
+async def _opened(dsn: str) -> RunSession:
+    connection = await asyncpg.connect(dsn, timeout=CONNECT_SECONDS)
+    try:
+        async with asyncio.timeout(CONNECT_SECONDS):
+            await _warmed(connection)
+    except BaseException:
+        connection.terminate()
+        raise
+    return RunSession(connection)
 
 
 async def _warmed(connection: Connection) -> None:
-    """A new lock-pool connection runs every fire-path statement once (claiming and
-    locking nothing) before it is handed out, so no run waits for a statement to be
-    prepared or a type to be looked up."""
+    """A new lock session runs every fire-path statement once (claiming and locking
+    nothing) before it is used, so no run waits for a statement to be prepared or a
+    type to be looked up."""
     await init_connection(connection)
     for statement, arguments in fire_sql.WARM_UP:
         await connection.fetch(statement, *arguments)

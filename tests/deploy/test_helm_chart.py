@@ -369,7 +369,8 @@ def test_settings_env(
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "json"
     assert env["TICKGATE_REQUIRE_DATABASE_URL"]["value"] == "1"
     assert env["TICKGATE_API_POOL_SIZE"]["value"] == "10"
-    assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "32"
+    assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "5000"
+    assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "4"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "3"
     assert "TICKGATE_APPLY_JOBS" not in env
     changed = render(
@@ -377,6 +378,7 @@ def test_settings_env(
         | {
             "maxConcurrentRuns": 16,
             "takeoverSeconds": 1.5,
+            "lockSessions": 2,
             "logFormat": "text",
             "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
         }
@@ -384,6 +386,7 @@ def test_settings_env(
     env = env_of(container(changed))
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "16"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "1.5"
+    assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "2"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
     assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"
 

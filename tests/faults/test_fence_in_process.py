@@ -95,6 +95,7 @@ def make_runner(
     registry.register(TaskDefinition("block", "blocks until released", NoArgs, blocker.run))
     return Runner(
         sessions=sessions,
+        side_sessions=sessions,
         store=store,
         tasks=registry,
         http=http,

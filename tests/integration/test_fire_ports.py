@@ -14,15 +14,17 @@ from uuid import uuid4
 
 import pytest
 
+from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
+from service.metrics import Metrics
 from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
-from tests.support.fire import Gates, lock_pool, skipped, tick_now
+from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 from tests.support.waiting import eventually
 
 SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
@@ -338,20 +340,32 @@ async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
     assert [run.scheduled_for for run in await backend.runs_of("in-order")] == [waiting]
 
 
-async def test_locks_are_reentrant_per_session_and_counted(backend: Backend) -> None:
+async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
+    backend: Backend,
+) -> None:
+    """A session's advisory locks are re-entrant; its claims are not: while a run of
+    the job holds the job's lock on this session, another tick of it is BUSY here, as
+    on any other session, and the lock is not taken twice."""
     job = await backend.add_job("twice")
     first, second = tick_now() - timedelta(seconds=1), tick_now()
     async with backend.sessions.session(5) as session:
         [one] = await session.claim([tick(job, first)])
-        # The session's own lock is no obstacle: it is taken again, not waited for.
         [two] = await session.claim([tick(job, second)])
-        assert [(c.outcome, c.holds_lock) for c in (one, two)] == [(ClaimOutcome.CLAIMED, True)] * 2
+        [again] = await session.claim([tick(job, first)])
+        [manual] = await session.claim([tick(job, second, RunTrigger.MANUAL)])
+        assert (one.outcome, one.holds_lock) == (ClaimOutcome.CLAIMED, True)
+        assert (two.outcome, two.holds_lock) == (ClaimOutcome.BUSY, False)
+        assert (again.outcome, again.holds_lock) == (ClaimOutcome.ALREADY_RAN, False)
+        assert (manual.outcome, manual.holds_lock) == (ClaimOutcome.BUSY, False)
         assert await backend.locks_on(job.lock_key) == 1
+        assert one.run is not None
+        assert await session.finish(one.run.id, SUCCEEDED, job.lock_key) != (None, False)
+        assert await backend.locks_on(job.lock_key) == 0  # held once: released once
+        [three] = await session.claim([tick(job, second)])
+        assert (three.outcome, three.holds_lock) == (ClaimOutcome.CLAIMED, True)
         assert await session.unlock(job.lock_key)
-        assert await backend.locks_on(job.lock_key) == 1
-        assert await session.unlock(job.lock_key)
-        assert await backend.locks_on(job.lock_key) == 0
         assert not await session.unlock(job.lock_key)
+    assert await backend.locks_on(job.lock_key) == 0
 
 
 async def test_terminate_drops_the_sessions_locks_and_trips_its_fence(backend: Backend) -> None:
@@ -417,21 +431,56 @@ async def test_jobs_are_read_and_updated_by_name(backend: Backend) -> None:
     assert (job.state.value, job.version, job.updated_at) == ("completed", 2, seen[0])
 
 
-async def test_a_full_pool_times_out_and_a_session_given_back_drops_its_locks(
+async def test_blocks_share_a_session_and_one_left_holding_a_lock_is_closed(
     backend: Backend,
 ) -> None:
-    job = await backend.add_job("pooled")
+    job, other = await backend.add_job("pooled"), await backend.add_job("other")
     async with backend.lock_pool(1) as pool:
+        async with pool.session(5) as holder:
+            [kept] = await holder.claim([tick(other, tick_now())])
+            async with pool.session(5) as passing:
+                assert passing is holder  # one session, shared by both blocks
+            # Still held by the outer block: neither closed nor stripped of its lock.
+            assert not holder.closed
+            assert await backend.locks_on(other.lock_key) == 1
+            assert await holder.unlock(other.lock_key)
+        assert kept.holds_lock
         async with pool.session(5) as session:
             [claim] = await session.claim([tick(job, tick_now())])
             assert claim.holds_lock
-            with pytest.raises(TimeoutError):
-                async with pool.session(0.1):
-                    pass
-        # Given back still holding the lock (a bug the pool survives): released.
+        # Left by its last block still holding the lock (a bug the pool survives):
+        # closed, and the lock with it; the next block gets a new session.
+        assert session.closed
         assert await backend.locks_on(job.lock_key) == 0
-        async with pool.session(5) as session:
-            assert not session.closed
+        async with pool.session(5) as replacement:
+            assert replacement is not session
+            assert not replacement.closed
+
+
+async def test_with_every_session_closed_a_pool_waits_for_a_new_one_within_its_deadline(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("reopened")
+    async with (
+        backend.lock_pool(2) as pool,
+        pool.session(5) as first,
+        pool.session(5) as second,
+    ):
+        assert first is not second
+        [claim] = await first.claim([tick(job, tick_now())])
+        assert claim.holds_lock
+        await backend.kill_lock_holder(job.lock_key)
+        await eventually(lambda: first.closed, 30, "the killed session to close")
+        async with backend.refusing_connections():
+            async with pool.session(5) as left:
+                assert left is second  # the open one, though another block holds it
+            second.terminate()
+            with pytest.raises(TimeoutError):
+                async with pool.session(0.5):
+                    pass
+        async with pool.session(30) as renewed:
+            assert not renewed.closed
+            assert renewed not in (first, second)
 
 
 # --- two replicas racing --------------------------------------------------------------
@@ -584,6 +633,142 @@ async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
         (second, RunStatus.SUCCEEDED, None, "b"),
     ]
     assert b.outcomes("fenced", second) == [ClaimOutcome.CLAIMED]
+
+
+# --- many runs on a few long-lived sessions -------------------------------------------
+
+
+async def test_five_hundred_runs_in_flight_on_two_sessions_all_end_and_unlock(
+    backend: Backend, gates: Gates
+) -> None:
+    jobs = [await backend.add_job(f"many-{index:03d}") for index in range(500)]
+    at = tick_now()
+    async with (
+        backend.lock_pool(2) as pool,
+        running(backend.ledger, pool, gates, Metrics(), max_in_flight=1000) as runner,
+    ):
+        for job in jobs:
+            runner.fire(job, at, RunTrigger.SCHEDULE)
+        await eventually(lambda: len(gates.started) == 500, 60, "500 runs in flight")
+        assert runner.runs_in_flight == 500
+        assert await backend.advisory_locks() == (500, 2)  # every run's lock, on 2 sessions
+        gates["default"].set()
+        await eventually(lambda: _no_locks(backend), 60, "every end recorded, every lock released")
+        for job in jobs:
+            [run] = await backend.runs_of(job.name)
+            assert (run.scheduled_for, run.status) == (at, RunStatus.SUCCEEDED)
+        assert runner.runs_in_flight == 0
+
+
+async def test_a_session_that_dies_fences_exactly_its_runs_and_a_new_one_takes_its_place(
+    backend: Backend, gates: Gates
+) -> None:
+    """Two waves of runs on the two sessions of a pool; the first wave's session is
+    killed from outside. Its runs, and only they, are cancelled (their locks died);
+    the second wave's finish; the next claims go to a new session."""
+    waves = {
+        wave: [await backend.add_job(f"{wave}-{index}", args={"gate": wave}) for index in range(10)]
+        for wave in ("doomed", "spared", "next")
+    }
+    at = tick_now()
+    async with (
+        backend.lock_pool(2) as pool,
+        running(backend.ledger, pool, gates, Metrics(), max_in_flight=100) as runner,
+    ):
+        owners = {}
+        for wave in ("doomed", "spared"):
+            for job in waves[wave]:
+                runner.fire(job, at, RunTrigger.SCHEDULE)
+            await eventually(lambda w=wave: gates.started.count(w) == 10, 30, f"{wave} runs")
+            owners[wave] = await _owners(backend, waves[wave])
+        assert len(owners["doomed"]) == len(owners["spared"]) == 1
+        assert owners["doomed"] != owners["spared"]
+        await backend.kill_lock_holder(waves["doomed"][0].lock_key)
+        for job in waves["doomed"]:
+            [fenced] = await _finished_runs(backend, job.name, 1)
+            assert (fenced.status, fenced.error) == (RunStatus.CANCELLED, LOCK_LOST)
+        assert runner.runs_in_flight == 10  # the spared wave runs on
+        await pool.fill()  # the dead session's replacement, open before the next claims
+        for job in waves["next"]:
+            runner.fire(job, at, RunTrigger.SCHEDULE)
+        await eventually(lambda: gates.started.count("next") == 10, 30, "the next runs")
+        owners["next"] = await _owners(backend, waves["next"])
+        assert len(owners["next"]) == 1
+        assert owners["next"].isdisjoint(owners["doomed"] | owners["spared"])
+        gates["spared"].set()
+        gates["next"].set()
+        for job in waves["spared"] + waves["next"]:
+            [run] = await _finished_runs(backend, job.name, 1)
+            assert (run.status, run.error) == (RunStatus.SUCCEEDED, None)
+    assert await backend.advisory_locks() == (0, 0)
+    assert gates.started.count("doomed") == 10  # started once each, never again
+
+
+async def test_a_manual_trigger_gets_through_while_the_schedule_holds_every_session(
+    backend: Backend, gates: Gates
+) -> None:
+    """Both scheduled sessions are busy with a claim that cannot finish (held on the
+    crowd's row); a manual run of another job still starts within its deadline, on
+    the side session."""
+    crowd = await backend.add_job("crowd")
+    manual = await backend.add_job("manual", args={"gate": "manual"})
+    at = tick_now()
+    async with (
+        backend.lock_pool(2) as pool,
+        backend.lock_pool(1) as side,
+        running(backend.ledger, pool, gates, Metrics(), side_sessions=side) as runner,
+    ):
+        async with backend.hold_claims(crowd) as held:
+            # One tick per job per claim: two ticks of the crowd take both sessions.
+            runner.fire(crowd, at - timedelta(seconds=1), RunTrigger.SCHEDULE)
+            runner.fire(crowd, at, RunTrigger.SCHEDULE)
+            await held.reached(2)
+            async with asyncio.timeout(runner_module.SIDE_WAIT_SECONDS):
+                run = await runner.trigger_now(manual)
+            assert (run.job, run.status) == ("manual", RunStatus.RUNNING)
+            await eventually(lambda: gates.started == ["manual"], 30, "the manual run")
+            assert await backend.runs_of("crowd") == []  # the schedule's claims still wait
+        gates["manual"].set()
+        gates["default"].set()
+        [ended] = await _finished_runs(backend, "manual", 1)
+        assert ended.status is RunStatus.SUCCEEDED
+        await _finished_runs(backend, "crowd", 2)
+
+
+async def test_a_job_never_runs_twice_at_once_on_a_replica_with_one_session(
+    backend: Backend, gates: Gates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every claim of this replica goes to its one session, which holds the running
+    job's lock: the job's next tick is an overlap skip and a manual run a conflict,
+    exactly as if the run held the lock elsewhere."""
+    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    job = await backend.add_job("one-at-a-time")
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    async with (
+        backend.lock_pool(1) as pool,
+        running(backend.ledger, pool, gates, Metrics()) as runner,
+    ):
+        runner.fire(job, first, RunTrigger.SCHEDULE)
+        await eventually(lambda: gates.started == ["default"], 30, "the first run")
+        runner.fire(job, second, RunTrigger.SCHEDULE)
+        await eventually(lambda: _has_run(backend, "one-at-a-time", second), 30, "the next tick")
+        with pytest.raises(Conflict):
+            await runner.trigger_now(job)
+        gates["default"].set()
+        runs = await _finished_runs(backend, "one-at-a-time", 2)
+    assert [(r.scheduled_for, r.status, r.skip_reason) for r in runs] == [
+        (first, RunStatus.SUCCEEDED, None),
+        (second, RunStatus.SKIPPED, SkipReason.OVERLAP),
+    ]
+    assert gates.started == ["default"]
+
+
+async def _owners(backend: Backend, jobs: list[Job]) -> set[int | None]:
+    return {await backend.lock_owner(job.lock_key) for job in jobs}
+
+
+async def _no_locks(backend: Backend) -> bool:
+    return await backend.advisory_locks() == (0, 0)
 
 
 async def _slot_is(backend: Backend, job: str, at: datetime | None) -> bool:

@@ -112,11 +112,12 @@ async def scripted(database_url: str) -> AsyncIterator[ScriptedStore]:
 async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mirror]:
     """A mirror reading through `scripted`, not started: a test starts it (listener and
     loops) or drives reconciles itself, as a replica whose listener is down does."""
-    sessions = await RunSessions.open(database_url, size=2)
+    sessions = RunSessions(database_url, size=2)  # opened when first needed
     tasks = builtin_registry()
     async with httpx.AsyncClient() as http:
         runner = Runner(
             sessions=sessions,
+            side_sessions=sessions,
             store=scripted,
             tasks=tasks,
             http=http,
@@ -137,6 +138,7 @@ async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mi
             await built.stop()
             await runner.shutdown(grace_seconds=0)
             await tasks.aclose()
+            await sessions.close()
             await sessions.close()
 
 

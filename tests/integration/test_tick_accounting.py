@@ -19,7 +19,7 @@ from service.scheduler import runner as runner_module
 from service.store import Store
 from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
 from service.tasks import TaskContext, TaskDefinition
-from tests.support.db import advisory_locks_on
+from tests.support.db import advisory_locks_on, refusing_connections
 from tests.support.fire import (
     GateArgs,
     Gates,
@@ -123,26 +123,29 @@ async def test_queue_one_across_two_replicas_runs_each_tick_in_order(
     assert runs[0].finished_at <= runs[1].started_at
 
 
-# 4. Lock-pool exhaustion: every wait for a connection has a deadline, and a tick that
-#    waited is judged against its grace again.
+# 4. No lock session to be had (the database refuses new connections and the open
+#    session died): every wait for a session has a deadline, and a tick that waited is
+#    judged against its grace again.
 
 
-async def test_a_manual_trigger_with_no_connection_free_fails_in_time(
+async def test_a_manual_trigger_with_no_session_to_be_had_fails_in_time(
     store: Store, gates: Gates, metrics: Metrics, database_url: str
 ) -> None:
     job = await add_job(store, "starved")
     async with (
         lock_pool(database_url, 1) as sessions,
-        running(store, sessions, gates, metrics) as runner,
-        sessions.session(5),
+        lock_pool(database_url, 1) as side,
+        running(store, sessions, gates, metrics, side_sessions=side) as runner,
     ):
-        async with asyncio.timeout(60) as patience:
+        async with side.session(5) as session:
+            session.terminate()
+        async with refusing_connections(database_url), asyncio.timeout(60) as patience:
             with pytest.raises(TimeoutError):
                 await runner.trigger_now(job)
-        assert not patience.expired(), "the trigger waited for a connection without end"
+        assert not patience.expired(), "the trigger waited for a session without end"
 
 
-async def test_a_tick_that_waited_past_its_grace_for_a_connection_is_a_misfire(
+async def test_a_tick_that_waited_past_its_grace_for_a_session_is_a_misfire(
     store: Store, gates: Gates, metrics: Metrics, database_url: str
 ) -> None:
     job = await add_job(store, "waited", misfire_grace_seconds=1)
@@ -151,7 +154,9 @@ async def test_a_tick_that_waited_past_its_grace_for_a_connection_is_a_misfire(
         lock_pool(database_url, 1) as sessions,
         running(store, sessions, gates, metrics) as runner,
     ):
-        async with sessions.session(5):
+        async with sessions.session(5) as session:
+            session.terminate()
+        async with refusing_connections(database_url):
             runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
             await asyncio.sleep(2.5)
         await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")

@@ -48,7 +48,12 @@ from service.store.ports import (
     TickClaim,
 )
 from service.store.sessions import RunSessions
-from tests.support.db import advisory_locks_on
+from tests.support.db import (
+    advisory_lock_holders,
+    advisory_locks_in,
+    advisory_locks_on,
+    refusing_connections,
+)
 from tests.support.fire import EVERY_SECOND, Gates, lock_pool, running
 from tests.support.waiting import eventually
 
@@ -109,6 +114,18 @@ class Backend(abc.ABC):
         """How many sessions hold advisory lock `key`."""
 
     @abc.abstractmethod
+    async def lock_owner(self, key: int) -> int | None:
+        """The session holding advisory lock `key` (a pid, an id), if one does."""
+
+    @abc.abstractmethod
+    async def advisory_locks(self) -> tuple[int, int]:
+        """Advisory locks held in the database, and how many sessions hold them."""
+
+    @abc.abstractmethod
+    def refusing_connections(self) -> AbstractAsyncContextManager[None]:
+        """The database refuses new sessions for the block; open ones stay open."""
+
+    @abc.abstractmethod
     async def slot_of(self, job: str) -> datetime | None:
         """The tick holding the job's queue_one slot."""
 
@@ -159,6 +176,15 @@ class PostgresBackend(Backend):
 
     async def locks_on(self, key: int) -> int:
         return await advisory_locks_on(self._url, key)
+
+    async def lock_owner(self, key: int) -> int | None:
+        return next(iter(await advisory_lock_holders(self._url, key)), None)
+
+    async def advisory_locks(self) -> tuple[int, int]:
+        return await advisory_locks_in(self._url)
+
+    def refusing_connections(self) -> AbstractAsyncContextManager[None]:
+        return refusing_connections(self._url)
 
     async def slot_of(self, job: str) -> datetime | None:
         connection = await asyncpg.connect(self._url)
@@ -292,6 +318,20 @@ class MemoryBackend(Backend):
     async def locks_on(self, key: int) -> int:
         return self.database.lock_holders(key)
 
+    async def lock_owner(self, key: int) -> int | None:
+        return self.database.lock_owner(key)
+
+    async def advisory_locks(self) -> tuple[int, int]:
+        return self.database.advisory_locks()
+
+    @asynccontextmanager
+    async def refusing_connections(self) -> AsyncIterator[None]:
+        self.database.accepting.clear()
+        try:
+            yield
+        finally:
+            self.database.accepting.set()
+
     async def slot_of(self, job: str) -> datetime | None:
         return self.database.slot(job)
 
@@ -400,6 +440,13 @@ class RecordingPool:
 
     inner: LockPool
     claims: list[tuple[str, datetime, ClaimOutcome]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.inner.size
+
+    async def fill(self) -> None:
+        await self.inner.fill()
 
     @asynccontextmanager
     async def session(self, wait_seconds: float) -> AsyncIterator[PinnedSession]:

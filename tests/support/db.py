@@ -2,6 +2,8 @@
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -52,17 +54,54 @@ class TemplateDatabases:
             await connection.close()
 
 
-async def advisory_locks_on(database_url: str, key: int) -> int:
-    """Sessions holding the advisory lock on bigint `key` (classid = high 32 bits,
-    objid = low 32 bits)."""
+async def advisory_lock_holders(database_url: str, key: int) -> list[int]:
+    """Backend pids of the sessions holding the advisory lock on bigint `key` (classid =
+    high 32 bits, objid = low 32 bits)."""
     connection = await asyncpg.connect(database_url)
     try:
-        count: int = await connection.fetchval(
-            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+        rows = await connection.fetch(
+            """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
                AND classid = (($1::bigint >> 32) & 4294967295)::oid
                AND objid = ($1::bigint & 4294967295)::oid""",
             key,
         )
-        return count
+        return [row["pid"] for row in rows]
+    finally:
+        await connection.close()
+
+
+async def advisory_locks_on(database_url: str, key: int) -> int:
+    """How many sessions hold the advisory lock on bigint `key`."""
+    return len(await advisory_lock_holders(database_url, key))
+
+
+async def advisory_locks_in(database_url: str) -> tuple[int, int]:
+    """Advisory locks held in the database, and how many sessions hold them."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        row = await connection.fetchrow(
+            """SELECT count(*) AS locks, count(DISTINCT pid) AS sessions FROM pg_locks
+               WHERE locktype = 'advisory' AND granted
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+        )
+        assert row is not None
+        return row["locks"], row["sessions"]
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def refusing_connections(database_url: str) -> AsyncIterator[None]:
+    """The database refuses new connections (superusers too) for the block; those open
+    stay open."""
+    database = urlsplit(database_url).path.lstrip("/")
+    # From another database: PostgreSQL refuses this for the one a session is on.
+    connection = await asyncpg.connect(with_database(database_url, "postgres"))
+    try:
+        await connection.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            yield
+        finally:
+            await connection.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
     finally:
         await connection.close()

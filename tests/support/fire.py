@@ -62,7 +62,7 @@ async def lock_pool(database_url: str, size: int) -> AsyncIterator[RunSessions]:
 
 @pytest.fixture
 async def sessions(database_url: str) -> AsyncIterator[RunSessions]:
-    async with lock_pool(database_url, 8) as pool:
+    async with lock_pool(database_url, 4) as pool:
         yield pool
 
 
@@ -99,9 +99,11 @@ async def running(
     tasks: Sequence[TaskDefinition[Any]] = (),
     runner_id: str = "test-runner",
     takeover_seconds: float = 3.0,
+    side_sessions: LockPool | None = None,
 ) -> AsyncIterator[Runner]:
     """A Runner (a replica's fire path) with the gate tasks, plus `tasks`, over any
-    implementation of the fire path's ports."""
+    implementation of the fire path's ports. Manual runs and backfills share
+    `sessions` unless given `side_sessions` of their own."""
     registry = builtin_registry(http_allow="127.0.0.1")
     registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
     registry.register(TaskDefinition("explode", "always fails", GateArgs, explode))
@@ -110,6 +112,7 @@ async def running(
     async with httpx.AsyncClient() as http:
         runner = Runner(
             sessions=sessions,
+            side_sessions=side_sessions or sessions,
             store=store,
             tasks=registry,
             http=http,

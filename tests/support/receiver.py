@@ -9,15 +9,16 @@ calls: `/slow?seconds=3&status=503`. `respond` can also add a `Location` header 
 a redirect) and pad the body to a given size.
 """
 
+import asyncio
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http import HTTPStatus
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 
@@ -69,7 +70,6 @@ class Receiver:
     _answers: dict[str, _Answer] = field(default_factory=dict)
     _failures: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _closing: threading.Event = field(default_factory=threading.Event)
     _failure_status: int = 503
 
     def url_for(self, path: str, *, seconds: float | None = None, status: int | None = None) -> str:
@@ -155,72 +155,135 @@ class Receiver:
             self._receipts.append(receipt)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # Every job of a cluster calls at the same whole second; the default backlog of 5
-    # would make the kernel turn connections away (seen by Tickgate as ReadError).
-    request_queue_size = 1024
-    receiver: Receiver
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that goes away mid-answer (a replica killed with SIGKILL while a slow
-        # request is held) is expected here; the receipt was recorded on arrival.
-        return
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    target: str
+    headers: dict[str, str]  # names lower-cased; a repeated header keeps its first value
+    body: bytes
+    received_at: float
+    close: bool  # the client asked to close after the answer
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    """The next request on the connection, or None once the client closed it."""
+    line = await reader.readline()
+    if not line.strip():
+        return None
+    received_at = time.time()
+    method, target, version = line.decode("latin-1").split()
+    headers: dict[str, str] = {}
+    while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = header.decode("latin-1").partition(":")
+        headers.setdefault(name.strip().lower(), value.strip())
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = await _read_chunked(reader)
+    else:
+        body = await reader.readexactly(int(headers.get("content-length") or 0))
+    closing = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+    return _Request(method, target, headers, body, received_at, closing)
 
-    def _handle(self) -> None:
-        received_at = time.time()
-        receiver = self.server.receiver
-        parts = urlsplit(self.path)
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = b""
+    while size := int((await reader.readline()).split(b";")[0], 16):
+        body += await reader.readexactly(size)
+        await reader.readline()
+    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+        pass  # trailers
+    return body
+
+
+def _receipt_of(request: _Request, path: str, query: dict[str, str]) -> Receipt:
+    headers = request.headers
+    return Receipt(
+        method=request.method,
+        path=path,
+        query=query,
+        job=headers.get("x-tickgate-job"),
+        scheduled_for=headers.get("x-tickgate-scheduled-for"),
+        run_id=headers.get("x-tickgate-run-id"),
+        idempotency_key=headers.get("idempotency-key"),
+        user_agent=headers.get("user-agent"),
+        content_type=headers.get("content-type"),
+        body=request.body,
+        received_at=request.received_at,
+        headers=headers,
+    )
+
+
+class _Server:
+    """Serves the receiver from an asyncio loop on a thread of its own: one thread for
+    every connection, so a crowd of requests arriving in the same moment (a whole
+    second of jobs) is taken in at once rather than a thread started per connection.
+    Without `keep_alive` each connection is closed after one answer (HTTP/1.0)."""
+
+    def __init__(self, receiver: Receiver, keep_alive: bool) -> None:
+        self._receiver = receiver
+        self._keep_alive = keep_alive
+        self._version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def serve(self, ready: "Future[str]", stop: asyncio.Event) -> None:
+        # Every job of a cluster calls at the same whole second: a deep backlog keeps
+        # the kernel from turning connections away (seen by Tickgate as ReadError).
+        server = await asyncio.start_server(self._connected, "127.0.0.1", 0, backlog=1024)
+        host, port = server.sockets[0].getsockname()[:2]
+        ready.set_result(f"http://{host!s}:{port}")
+        await stop.wait()
+        server.close()
+        for handler in list(self._handlers):
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            while (request := await _read_request(reader)) is not None:
+                keep = self._keep_alive and not request.close
+                if not await self._answer(request, writer, keep) or not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass  # a client that goes away mid-request or mid-answer is expected here
+        finally:
+            self._handlers.discard(handler)
+            writer.close()
+
+    async def _answer(self, request: _Request, writer: asyncio.StreamWriter, keep: bool) -> bool:
+        """Record the request and answer it; False if the receiver closed first."""
+        receiver = self._receiver
+        parts = urlsplit(request.target)
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        receipt = Receipt(
-            method=self.command,
-            path=parts.path,
-            query=query,
-            job=self.headers.get("X-Tickgate-Job"),
-            scheduled_for=self.headers.get("X-Tickgate-Scheduled-For"),
-            run_id=self.headers.get("X-Tickgate-Run-Id"),
-            idempotency_key=self.headers.get("Idempotency-Key"),
-            user_agent=self.headers.get("User-Agent"),
-            content_type=self.headers.get("Content-Type"),
-            body=body,
-            received_at=received_at,
-            headers={name.lower(): value for name, value in self.headers.items()},
-        )
+        receipt = _receipt_of(request, parts.path, query)
         receiver._record(receipt)
         answer = receiver._answer_for(parts.path, query)
-        if answer.delay > 0 and receiver._closing.wait(answer.delay):
-            return
+        if answer.delay > 0:
+            await asyncio.sleep(answer.delay)
         payload = b'{"ok":true}' if answer.body_size is None else b"x" * answer.body_size
-        self.send_response(answer.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
+        head = [
+            f"{self._version} {answer.status} {_reason(answer.status)}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(payload)}",
+            f"Connection: {'keep-alive' if keep else 'close'}",
+        ]
         if answer.location is not None:
-            self.send_header("Location", answer.location)
-        for name, value in answer.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        try:
-            self.wfile.write(payload)
-        except ConnectionError:  # a client that stops reading a large body hangs up
-            return
-        self.wfile.flush()
+            head.append(f"Location: {answer.location}")
+        head.extend(f"{name}: {value}" for name, value in answer.headers)
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
+        await writer.drain()
         receipt.status = answer.status
         receipt.answered_at = time.time()
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        return True
 
 
-class _KeepAliveHandler(_Handler):
-    protocol_version = "HTTP/1.1"
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
 
 
 @contextmanager
@@ -228,18 +291,18 @@ def receiving(*, keep_alive: bool = False) -> Iterator[Receiver]:
     """A receiver on 127.0.0.1 at a free port, serving from a background thread; it
     closes each connection after one answer (HTTP/1.0) unless `keep_alive`."""
     receiver = Receiver()
-    server = _Server(("127.0.0.1", 0), _KeepAliveHandler if keep_alive else _Handler)
-    server.receiver = receiver
-    host, port = server.server_address[:2]
-    receiver.url = f"http://{host!s}:{port}"
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ready: Future[str] = Future()
+    server = _Server(receiver, keep_alive)
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        target=loop.run_until_complete, args=(server.serve(ready, stop),), daemon=True
     )
     thread.start()
+    receiver.url = ready.result(timeout=10)
     try:
         yield receiver
     finally:
-        receiver._closing.set()
-        server.shutdown()
-        server.server_close()
+        loop.call_soon_threadsafe(stop.set)
         thread.join(10)
+        loop.close()

@@ -130,6 +130,8 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
   value: "1"
 - name: TICKGATE_API_POOL_SIZE
   value: {{ .Values.apiPoolSize | quote }}
+- name: TICKGATE_LOCK_SESSIONS
+  value: {{ .Values.lockSessions | quote }}
 - name: TICKGATE_MAX_CONCURRENT_RUNS
   value: {{ .Values.maxConcurrentRuns | quote }}
 - name: TICKGATE_TAKEOVER_SECONDS
