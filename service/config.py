@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         "does not win it holds its room only for the claim statement).",
     )
     ownership: bool = Field(
-        False,
+        True,
         description="Share the jobs out: each job's owner claims its ticks and a standby "
         "takes over (off: every replica claims every tick; see Ownership in the README).",
     )

@@ -127,7 +127,8 @@ def test_a_replica_slow_to_record_ends_loses_no_tick(
     late = {"TICKGATE_TEST_RECORD_DELAY_MS": "1500"}
     with serve_many(tmp_path, 3, database_url=database_url, each=[{}, {}, late]) as replicas:
         slow = replicas[2]
-        specs, periods = every_second_specs(receiver, {"cron": 1, "interval": 1}, prefix="late-")
+        # Twenty jobs: with ownership the slow replica owns about a third of them.
+        specs, periods = every_second_specs(receiver, {"cron": 10, "interval": 10}, prefix="late-")
         create_all(replicas, specs)
         first = next_whole_second(time.time(), 2)
         last = first + 14
@@ -139,7 +140,7 @@ def test_a_replica_slow_to_record_ends_loses_no_tick(
         for job in periods:
             problems += overlapping_runs(list(ledger_rows(sql, [job], 0, last).values()))
         assert not problems, report(problems, replicas)
-        # Two jobs, fifteen ticks each: the slow replica surely won some of them.
+        # Twenty jobs, fifteen ticks each: the slow replica surely ran some of them.
         by_slow = [
             row
             for row in accounting.rows.values()

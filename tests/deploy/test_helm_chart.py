@@ -372,12 +372,14 @@ def test_settings_env(
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "5000"
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "4"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "3"
+    assert env["TICKGATE_OWNERSHIP"]["value"] == "true"
     assert "TICKGATE_APPLY_JOBS" not in env
     changed = render(
         SCENARIOS["defaults"]
         | {
             "maxConcurrentRuns": 16,
             "takeoverSeconds": 1.5,
+            "ownership": False,
             "lockSessions": 2,
             "logFormat": "text",
             "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
@@ -386,6 +388,7 @@ def test_settings_env(
     env = env_of(container(changed))
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "16"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "1.5"
+    assert env["TICKGATE_OWNERSHIP"]["value"] == "false"
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "2"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
     assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"

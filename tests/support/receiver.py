@@ -248,6 +248,10 @@ class _Server:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass  # a client that goes away mid-request or mid-answer is expected here
+        except asyncio.CancelledError:
+            # The receiver is closing (`serve` cancels its handlers). Ending quietly keeps
+            # asyncio's stream callback from logging the cancellation as an error.
+            return
         finally:
             self._handlers.discard(handler)
             writer.close()

@@ -134,6 +134,8 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
   value: {{ .Values.lockSessions | quote }}
 - name: TICKGATE_MAX_CONCURRENT_RUNS
   value: {{ .Values.maxConcurrentRuns | quote }}
+- name: TICKGATE_OWNERSHIP
+  value: {{ .Values.ownership | quote }}
 - name: TICKGATE_TAKEOVER_SECONDS
   value: {{ .Values.takeoverSeconds | quote }}
 - name: TICKGATE_LOG_LEVEL
