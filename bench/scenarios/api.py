@@ -1,4 +1,4 @@
-"""Scenario 4, api: REST throughput and latency, against a bare FastAPI + asyncpg baseline.
+"""Scenario 5, api: REST throughput and latency, against a bare FastAPI + asyncpg baseline.
 
 Closed-loop load (`bench.loadgen`: wrk if installed, else the httpx generator) at each
 concurrency, connections spread round-robin over three replicas, for three endpoints:

@@ -1,4 +1,4 @@
-"""Scenario bulk: one `PUT /v1/jobs` of `bulk_jobs` jobs (GitOps apply), timed.
+"""Scenario 6, bulk: one `PUT /v1/jobs` of `bulk_jobs` jobs (GitOps apply), timed.
 
 `repeats` times, each on a fresh database with one `tickgate serve` replica: the set (jobs
 with cron `0 0 1 1 *` and the `log` task, so nothing fires) is applied once, where every

@@ -1,4 +1,4 @@
-"""Scenario 3, burst: N jobs all due in the same second T0 (`bench.crowd`).
+"""Scenario 4, burst: N jobs all due in the same second T0 (`bench.crowd`).
 
 `http` crowds, for each size in `burst_jobs`: a fresh database and the receiver; the
 crowd seeded as `bench.crowd` says (each job an `http` task POSTing to the receiver);

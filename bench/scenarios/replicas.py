@@ -1,4 +1,4 @@
-"""Scenario replicas: saturated fires/s with 1, 2 and 4 replicas that own their jobs.
+"""Scenario 9, replicas: saturated fires/s with 1, 2 and 4 replicas that own their jobs.
 
 For each count in `replica_counts`: a fresh database; a crowd of `replica_crowd_jobs`
 `log` jobs due at T0 (`bench.crowd`); that many `tickgate serve` replicas started with

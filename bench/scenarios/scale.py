@@ -1,4 +1,4 @@
-"""Scenario 5, scale: `scale_jobs` active jobs in the database.
+"""Scenario 7, scale: `scale_jobs` active jobs in the database.
 
 An API-only replica creates one template job (cron `0 0 1 1 *`, UTC: it does not fire
 during the run) through `PUT`; its row is cloned in SQL under the other names. Then a

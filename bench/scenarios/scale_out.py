@@ -1,7 +1,7 @@
-"""Scenario scale_out: `scale_out_jobs` jobs (10^6 in a full run) over
+"""Scenario 8, scale_out: `scale_out_jobs` jobs (10^6 in a full run) over
 `scale_out_replicas` (4) replicas that own their jobs (`TICKGATE_OWNERSHIP=on`).
 
-The jobs are cloned as in scenario 5 (scale: cron `0 0 1 1 *`, nothing fires during the
+The jobs are cloned as in scenario 7 (scale: cron `0 0 1 1 *`, nothing fires during the
 run). The replicas start together, as in a rollout, and are timed from process start to
 the first 200 of `GET /readyz` (the scheduler's first sync); each replica's peak RSS
 (its process tree, sampled every 0.2 s) runs from start to `ownership_settle_seconds`

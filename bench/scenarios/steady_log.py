@@ -1,4 +1,4 @@
-"""Scenario steady_log: the highest clean steady rate with the built-in `log` task.
+"""Scenario 3, steady_log: the highest clean steady rate with the built-in `log` task.
 
 As scenario 2 (steady), but each job runs the `log` task (nothing leaves the replica, so
 this is the fire path alone) and the window is judged from Tickgate's ledger
