@@ -26,9 +26,9 @@ test-only: $(VENV)/.test
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
 
-# `make bench`: the full benchmark (about 30 minutes on 2 cores): bench/results/<date>.json,
+# `make bench`: the full benchmark (about 50 minutes on 2 cores): bench/results/<date>.json,
 # BENCHMARKS.md and PNG plots. `make bench-smoke`: Tickgate's scenarios at tiny sizes in
-# under 2 minutes (CI; the peers, whose installs alone take minutes, run in `make bench`);
+# under 4 minutes (CI; the peers, whose installs alone take minutes, run in `make bench`);
 # fails only if the harness breaks or a tick is delivered twice, never on speed.
 # Both try to install wrk (Debian package) for the api scenario; without it the harness
 # uses its own httpx load generator. See bench/README.md.
