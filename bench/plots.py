@@ -87,14 +87,14 @@ def _lateness_points(levels: list[dict[str, Any]], key: str) -> tuple[list[int],
 
 
 def _draw_lateness_vs_rate(axes: Axes, document: dict[str, Any]) -> bool:
-    drawn = False
+    asked: set[int] = set()
     for name, label, color in (("steady", "http", "tab:blue"), ("steady_log", "log", "tab:green")):
         levels = (scenario(document, name) or {}).get("levels", [])
         for key, style in (("p50_ms", "o-"), ("p99_ms", "s--")):
             rates, values = _lateness_points(levels, key)
             if rates:
                 axes.plot(rates, values, style, color=color, label=f"Tickgate {label} {key[:3]}")
-                drawn = True
+                asked.update(rates)
     peers = (scenario(document, "peers") or {}).get("peers", {})
     for (name, peer), color in zip(peers.items(), PEER_COLORS, strict=False):
         rates, values = _lateness_points((peer.get("steady") or {}).get("levels", []), "p99_ms")
@@ -102,11 +102,13 @@ def _draw_lateness_vs_rate(axes: Axes, document: dict[str, Any]) -> bool:
             axes.plot(rates, values, ":", marker=".", color=color, label=f"{name} p99")
     axes.set_xscale("log")
     axes.set_yscale("log")
+    axes.set_xticks(sorted(asked), [f"{rate:,}" for rate in sorted(asked)])
+    axes.set_xticks([], minor=True)
     axes.set_xlabel("steady rate asked (fires/s, log)")
     axes.set_ylabel("lateness (ms, log)")
     axes.set_title("Lateness against rate (http: receipt - tick; log: started_at - tick)")
     axes.grid(True, which="both", alpha=0.3)
-    return drawn
+    return bool(asked)
 
 
 def _draw_scaling(axes: Axes, document: dict[str, Any]) -> bool:
