@@ -82,8 +82,8 @@ REPO = Path(__file__).resolve().parent.parent
 READY_DEADLINE_SECONDS = 120.0
 # Each job has an owner replica (README, Ownership); off by default for now.
 OWNERSHIP_ON = {"TICKGATE_OWNERSHIP": "on"}
-# Connections: 3 replicas x (10 API + 4 lock sessions + 1 side session + 1 listener)
-# = 48, plus the baseline app, pgbench and the peers' workers.
+# Connections: up to 4 replicas x 27 (README, Connections) = 108 plus an API-only one,
+# the baseline app, pgbench and the peers' workers.
 EMBEDDED_SETTINGS = {"max_connections": "500", "shared_buffers": "256MB"}
 
 
@@ -463,12 +463,11 @@ def tickgate_replicas(
     label: str,
     count: int = 3,
     env: Mapping[str, str] | None = None,
-    ready_deadline: float = READY_DEADLINE_SECONDS,
 ) -> Iterator[list[Replica]]:
     """`count` `tickgate serve` replicas started together, ready, stopped on exit."""
     replicas = start_tickgate(database_url, ctx.logdir(label), count, env)
     try:
-        wait_ready(replicas, deadline=ready_deadline)
+        wait_ready(replicas)
         yield replicas
     finally:
         stop_replicas(replicas)
