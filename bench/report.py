@@ -13,7 +13,7 @@ from typing import Any
 
 from bench import issue12
 from bench.plots import draw_plots
-from bench.reading import ceiling, fmt, mark, ratio, scenario, table
+from bench.reading import ceiling, fmt, mark, ratio, scenario, smoke, table
 
 TARGET_FIRES_PER_S = 1000
 TARGET_P99_MS = 100
@@ -154,12 +154,16 @@ def targets(document: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         ("REST create ≥70% of the bare baseline", _create_target),
         ("100k jobs: < 500 MB RSS per replica, ready in < 10 s", _scale_target),
     ]
-    smoke = bool(document["meta"].get("smoke"))
+    smoke_run = smoke(document)
     rows = []
     for title, check in checks:
         text, met = check(document)
         rows.append(
-            (title, text + (" (smoke: not judged)" if smoke else ""), None if smoke else met)
+            (
+                title,
+                text + (" (smoke: not judged)" if smoke_run else ""),
+                None if smoke_run else met,
+            )
         )
     return rows
 
