@@ -26,9 +26,9 @@ test-only: $(VENV)/.test
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
 
-# `make bench`: the full benchmark (about 30 minutes on 2 cores): bench/results/<date>.json,
+# `make bench`: the full benchmark (about 50 minutes on 2 cores): bench/results/<date>.json,
 # BENCHMARKS.md and PNG plots. `make bench-smoke`: Tickgate's scenarios at tiny sizes in
-# under 2 minutes (CI; the peers, whose installs alone take minutes, run in `make bench`);
+# under 4 minutes (CI; the peers, whose installs alone take minutes, run in `make bench`);
 # fails only if the harness breaks or a tick is delivered twice, never on speed.
 # Both try to install wrk (Debian package) for the api scenario; without it the harness
 # uses its own httpx load generator. See bench/README.md.
@@ -40,8 +40,9 @@ bench: $(VENV)/.bench
 bench-smoke: $(VENV)/.bench
 	-@command -v wrk >/dev/null || $(APT_WRK) \
 		|| echo "wrk unavailable: the api scenario uses the httpx generator"
-	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario burst \
-		--scenario api --scenario scale
+	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
+		--scenario burst --scenario api --scenario bulk --scenario scale --scenario scale_out \
+		--scenario replicas
 
 ROOT    = [ "$$(id -u)" = 0 ]
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }

@@ -22,7 +22,7 @@ from bench.scenarios import SCENARIOS
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, under 2 minutes (CI)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, under 4 minutes (CI)")
     parser.add_argument(
         "--scenario",
         action="append",
@@ -113,6 +113,7 @@ def _meta(ctx: Context, names: list[str]) -> dict[str, Any]:
         "replicas": {
             "count": 3,
             "env": "TICKGATE_LOG_LEVEL=WARNING, TICKGATE_LOG_FORMAT=json, other settings default",
+            "ownership": "TICKGATE_OWNERSHIP=on in scenarios replicas and scale_out",
         },
         "load_generator": generator_version(),
     }

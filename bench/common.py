@@ -14,8 +14,11 @@ Every scenario (and `bench.peers`) gets a `Context` and uses these pieces:
   (job, scheduled_for, received_at); `analyze_delivery` counts duplicates and misses.
 - `CpuMeter`: CPU seconds of process groups over a window, as cores (1.0 = one core).
 - `percentile`, `latency_summary`, `quantile_curve`, `machine_info`, `median_of`.
-- `put_jobs` (concurrent `PUT /v1/jobs/{name}` over httpx) and `clone_jobs` (copies one
-  job's row under many names in SQL, for 10^4..10^5 jobs).
+- `put_jobs` (concurrent `PUT /v1/jobs/{name}` over httpx), `apply_jobs` (one bulk
+  `PUT /v1/jobs` of a whole set) and `clone_jobs` (copies one job's row under many names
+  in SQL, for 10^4..10^6 jobs).
+- `replica_meter`: `standard_meter` plus each replica's own CPU; `OWNERSHIP_ON`: the
+  environment that gives each job an owner replica.
 
 Scenario functions return plain JSON-able dicts; `skipped(reason)` marks one that could
 not run on this machine (it is reported, not raised).
@@ -25,6 +28,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import json
 import os
 import platform
 import shutil
@@ -59,6 +63,7 @@ __all__ = [
     "Sizes",
     "analyze_delivery",
     "api_only_replica",
+    "apply_jobs",
     "clone_jobs",
     "latency_summary",
     "machine_info",
@@ -67,6 +72,7 @@ __all__ = [
     "put_jobs",
     "quantile_curve",
     "receiver",
+    "replica_meter",
     "skipped",
     "standard_meter",
     "tickgate_replicas",
@@ -74,8 +80,10 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 READY_DEADLINE_SECONDS = 120.0
-# Connections: 3 replicas x (10 API + 4 lock sessions + 1 side session + 1 listener)
-# = 48, plus the baseline app, pgbench and the peers' workers.
+# Each job has an owner replica (README, Ownership); off by default for now.
+OWNERSHIP_ON = {"TICKGATE_OWNERSHIP": "on"}
+# Connections: up to 4 replicas x 27 (README, Connections) = 108 plus an API-only one,
+# the baseline app, pgbench and the peers' workers.
 EMBEDDED_SETTINGS = {"max_connections": "500", "shared_buffers": "256MB"}
 
 
@@ -92,6 +100,17 @@ class Sizes:
     steady_seconds: int
     steady_warmup_seconds: int
     burst_jobs: tuple[int, ...]
+    burst_log_jobs: tuple[int, ...]  # burst: crowds of `log` jobs, judged from the ledger
+    steady_log_rates: tuple[int, ...]
+    steady_log_seconds: int
+    replica_counts: tuple[int, ...]  # replicas: the scaling curve's steps
+    replica_crowd_jobs: int
+    ownership_settle_seconds: float  # replicas: members' views settle before T0
+    scale_out_jobs: int
+    scale_out_replicas: int
+    bulk_jobs: int
+    peer_steady_rates: tuple[int, ...]
+    peer_burst_jobs: tuple[int, ...]
     api_concurrency: tuple[int, ...]
     api_seconds: int
     api_loaded_rate: int
@@ -109,6 +128,21 @@ class Sizes:
             steady_seconds=60,
             steady_warmup_seconds=5,
             burst_jobs=(1_000, 10_000, 50_000),
+            burst_log_jobs=(10_000,),
+            steady_log_rates=(1000, 2000, 4000, 6000),
+            steady_log_seconds=30,
+            replica_counts=(1, 2, 4),
+            replica_crowd_jobs=20_000,
+            # a demoted job stays in the old owner's mirror for 10 s (README, Ownership)
+            ownership_settle_seconds=12.0,
+            scale_out_jobs=1_000_000,
+            scale_out_replicas=4,
+            bulk_jobs=10_000,
+            # Every peer peaked at 500 fires/s or below and missed thousands of a 50k
+            # burst in the run of 2026-11-29 (APScheduler 4 alone needs some 5 minutes to
+            # create 50k schedules): the peers stop at 1000/s and 10k, saving ~15 minutes.
+            peer_steady_rates=(100, 250, 500, 1000),
+            peer_burst_jobs=(1_000, 10_000),
             api_concurrency=(16, 64),
             api_seconds=5,
             api_loaded_rate=250,
@@ -127,6 +161,17 @@ class Sizes:
             steady_seconds=10,
             steady_warmup_seconds=3,
             burst_jobs=(500,),
+            burst_log_jobs=(500,),
+            steady_log_rates=(100,),
+            steady_log_seconds=5,
+            replica_counts=(1, 2, 4),
+            replica_crowd_jobs=1_000,
+            ownership_settle_seconds=1.0,
+            scale_out_jobs=10_000,
+            scale_out_replicas=4,
+            bulk_jobs=1_000,
+            peer_steady_rates=(50,),
+            peer_burst_jobs=(500,),
             api_concurrency=(16,),
             api_seconds=2,
             api_loaded_rate=20,
@@ -485,6 +530,22 @@ def put_jobs(
     return time.monotonic() - began
 
 
+def apply_jobs(url: str, jobs: Sequence[Mapping[str, Any]]) -> tuple[float, dict[str, Any]]:
+    """One bulk `PUT /v1/jobs` of the whole set (one transaction): the seconds from
+    sending (the JSON body encoded beforehand) to the whole answer, and the answer
+    (`created`, `updated`, `unchanged`...)."""
+    body = json.dumps({"jobs": list(jobs)}).encode()
+    headers = {"content-type": "application/json"}
+    with httpx.Client(timeout=300) as client:
+        began = time.monotonic()
+        response = client.put(f"{url}/v1/jobs", content=body, headers=headers)
+        seconds = time.monotonic() - began
+    if response.status_code != 200:
+        raise RuntimeError(f"PUT {url}/v1/jobs: {response.status_code} {response.text[:300]}")
+    answer: dict[str, Any] = response.json()
+    return seconds, answer
+
+
 def lock_key(name: str) -> int:
     """FNV-1a 64 of the UTF-8 name as a signed int64 (Tickgate's documented lock key)."""
     digest = 0xCBF29CE484222325
@@ -640,6 +701,13 @@ def processes_of(pids: Iterable[int]) -> Callable[[], list[psutil.Process]]:
         return [process for pid in pids for process in process_tree(pid)]
 
     return listing
+
+
+def replica_meter(ctx: Context, replicas: Sequence[Replica]) -> CpuMeter:
+    """As `standard_meter`, plus each replica on its own (`r0`, `r1`, ...)."""
+    meter = standard_meter(ctx, replicas)
+    each = {f"r{i}": (processes_of([r.pid]), None) for i, r in enumerate(replicas)}
+    return CpuMeter({**meter.groups, **each})
 
 
 def standard_meter(

@@ -7,9 +7,13 @@ redraws the report and the plots of an earlier run.
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench import issue12
+from bench.plots import draw_plots
+from bench.reading import ceiling, fmt, mark, ratio, scenario, smoke, table
 
 TARGET_FIRES_PER_S = 1000
 TARGET_P99_MS = 100
@@ -52,50 +56,11 @@ def write_all(
     return written
 
 
-# ---------------------------------------------------------------------------- helpers
-
-
-def _scenario(document: dict[str, Any], name: str) -> dict[str, Any] | None:
-    result = document["scenarios"].get(name)
-    return result if result and result.get("status") == "ok" else None
-
-
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(cell) for cell in row) + " |" for row in rows]
-    return [*lines, ""]
-
-
-def _ratio(value: float | None, ceiling: float | None) -> str:
-    if not value or not ceiling:
-        return "-"
-    return f"{value / ceiling:.2f}"
-
-
-def ceiling(document: dict[str, Any]) -> float | None:
-    limit = _scenario(document, "limit")
-    return limit["ceiling_fires_per_s"] if limit else None
-
-
-def _mark(met: bool | None) -> str:
-    return {True: "✅ met", False: "❌ not met", None: "n/a"}[met]
-
-
 # ---------------------------------------------------------------------------- targets
 
 
 def _sustained(document: dict[str, Any]) -> tuple[str, bool | None]:
-    steady = _scenario(document, "steady")
+    steady = scenario(document, "steady")
     if not steady:
         return "steady did not run", None
     clean = [
@@ -120,7 +85,7 @@ def _sustained(document: dict[str, Any]) -> tuple[str, bool | None]:
 
 
 def _burst_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    burst = _scenario(document, "burst")
+    burst = scenario(document, "burst")
     sizes = {size["jobs"]: size for size in burst["sizes"]} if burst else {}
     size = sizes.get(TARGET_BURST_JOBS)
     if size is None:
@@ -131,7 +96,7 @@ def _burst_target(document: dict[str, Any]) -> tuple[str, bool | None]:
 
 
 def _peer_best(document: dict[str, Any]) -> tuple[str, float] | None:
-    peers = _scenario(document, "peers")
+    peers = scenario(document, "peers")
     best = None
     for name, peer in (peers or {}).get("peers", {}).items():
         value = (peer.get("steady") or {}).get("max_achieved_fires_per_s")
@@ -141,7 +106,7 @@ def _peer_best(document: dict[str, Any]) -> tuple[str, float] | None:
 
 
 def _peer_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    steady = _scenario(document, "steady")
+    steady = scenario(document, "steady")
     best = _peer_best(document)
     if not steady or best is None:
         return "no peer results in this run", None
@@ -154,7 +119,7 @@ def _peer_target(document: dict[str, Any]) -> tuple[str, bool | None]:
 
 
 def _create_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    api = _scenario(document, "api")
+    api = scenario(document, "api")
     ratios = [
         r
         for r in (api or {}).get("over_baseline", [])
@@ -167,7 +132,7 @@ def _create_target(document: dict[str, Any]) -> tuple[str, bool | None]:
 
 
 def _scale_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    scale = _scenario(document, "scale")
+    scale = scenario(document, "scale")
     if not scale:
         return "scale did not run", None
     rss, ready = max(scale["replica_rss_peak_mib"]), max(scale["replica_ready_s"])
@@ -189,12 +154,16 @@ def targets(document: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         ("REST create ≥70% of the bare baseline", _create_target),
         ("100k jobs: < 500 MB RSS per replica, ready in < 10 s", _scale_target),
     ]
-    smoke = bool(document["meta"].get("smoke"))
+    smoke_run = smoke(document)
     rows = []
     for title, check in checks:
         text, met = check(document)
         rows.append(
-            (title, text + (" (smoke: not judged)" if smoke else ""), None if smoke else met)
+            (
+                title,
+                text + (" (smoke: not judged)" if smoke_run else ""),
+                None if smoke_run else met,
+            )
         )
     return rows
 
@@ -221,14 +190,16 @@ def _header(document: dict[str, Any]) -> list[str]:
         f"- **PostgreSQL:** {pg['version_short']} "
         f"({'embedded, unix socket' if pg['embedded'] else 'BENCH_DATABASE_URL'}); {settings}.",
         "- **Tickgate:** 3 `tickgate serve` replicas, `TICKGATE_LOG_LEVEL=WARNING`, JSON logs, "
-        "everything else default (4 lock sessions, 5000 runs in flight, API pool 10). "
-        "All on the same 2-core box as "
+        "everything else default (4 lock sessions, 5000 runs in flight, API pool 10, "
+        "ownership off); the replicas and scale_out scenarios set `TICKGATE_OWNERSHIP=on` "
+        "(each job has an owner replica). All on the same 2-core box as "
         "PostgreSQL, the receiver and the load generator: CPU columns are in cores (1.0 = one "
         "core busy); `box` is the whole machine, anything else running included.",
         f"- **Load generator (api):** {meta.get('load_generator')}.",
         f"- **Repeats:** {_repeats(meta['sizes']['repeats'])}",
-        "- **Deliveries** are counted by a loopback HTTP receiver from its own records "
-        "(job, scheduled tick, arrival), not from Tickgate's ledger.",
+        "- **Deliveries** of the `http` task are counted by a loopback HTTP receiver from "
+        "its own records (job, scheduled tick, arrival), not from Tickgate's ledger; the "
+        "`log` task sends nothing, so its scenarios read the ledger (`started_at`).",
         "",
     ]
 
@@ -237,18 +208,18 @@ def _repeats(count: int) -> str:
     if count <= 1:
         return "every figure is a single run."
     return (
-        f"limit and api figures are the median of {count} runs; steady, burst and scale "
-        "run once per size (they are long)."
+        f"limit, api and bulk figures are the median of {count} runs; steady, steady_log, "
+        "burst, scale, scale_out and replicas run once per size (they are long)."
     )
 
 
 def _targets_section(document: dict[str, Any]) -> list[str]:
-    rows = [(title, text, _mark(met)) for title, text, met in targets(document)]
-    return ["## Targets", "", *_table(["target (this 2-core box)", "measured", ""], rows)]
+    rows = [(title, text, mark(met)) for title, text, met in targets(document)]
+    return ["## Targets", "", *table(["target (this 2-core box)", "measured", ""], rows)]
 
 
 def _limit_section(document: dict[str, Any]) -> list[str]:
-    limit = _scenario(document, "limit")
+    limit = scenario(document, "limit")
     if not limit:
         return []
     rows = [(lv["clients"], lv["tps"], lv["latency_avg_ms"]) for lv in limit["levels"]]
@@ -259,12 +230,12 @@ def _limit_section(document: dict[str, Any]) -> list[str]:
         f"`pg_advisory_unlock`, prepared, {limit['seconds']} s per run. The best figure "
         "is the ceiling every fire rate below is divided by.",
         "",
-        *_table(["clients", "gated fires/s (tps)", "avg latency ms"], rows),
+        *table(["clients", "gated fires/s (tps)", "avg latency ms"], rows),
     ]
 
 
 def _steady_section(document: dict[str, Any]) -> list[str]:
-    steady = _scenario(document, "steady")
+    steady = scenario(document, "steady")
     if not steady:
         return []
     top = ceiling(document)
@@ -272,7 +243,7 @@ def _steady_section(document: dict[str, Any]) -> list[str]:
         (
             lv["rate"],
             lv["achieved_fires_per_s"],
-            _ratio(lv["achieved_fires_per_s"], top),
+            ratio(lv["achieved_fires_per_s"], top),
             lv["lateness"]["p50_ms"],
             lv["lateness"]["p99_ms"],
             lv["lateness"]["max_ms"],
@@ -304,7 +275,7 @@ def _steady_section(document: dict[str, Any]) -> list[str]:
         "receiver's answer, over every run since the replicas started, and over each "
         "replica's first second of runs.",
         "",
-        *_table(header, rows),
+        *table(header, rows),
     ]
 
 
@@ -315,41 +286,44 @@ def _held(level: dict[str, Any], key: str) -> float | None:
     return value
 
 
+def _burst_row(size: dict[str, Any], top: float | None) -> tuple[Any, ...]:
+    log = size.get("task") == "log"
+    return (
+        size["jobs"],
+        "`log` (ledger)" if log else "`http` (receiver)",
+        *(fmt(size[key], 3) for key in ("drain_s", "p50_s", "p99_s")),
+        size["drain_fires_per_s"],
+        ratio(size["drain_fires_per_s"], top),
+        size["duplicates"],
+        size["missing"] if log else size["misses"],
+        "yes" if size["ready_before_t0"] else "NO",
+        max(size["replica_ready_s"]),
+    )
+
+
 def _burst_section(document: dict[str, Any]) -> list[str]:
-    burst = _scenario(document, "burst")
+    burst = scenario(document, "burst")
     if not burst:
         return []
     top = ceiling(document)
-    rows = [
-        (
-            size["jobs"],
-            size["drain_s"],
-            size["p50_s"],
-            size["p99_s"],
-            size["drain_fires_per_s"],
-            _ratio(size["drain_fires_per_s"], top),
-            size["duplicates"],
-            size["misses"],
-            "yes" if size["ready_before_t0"] else "NO",
-            max(size["replica_ready_s"]),
-        )
-        for size in burst["sizes"]
-    ]
+    rows = [_burst_row(size, top) for size in [*burst["sizes"], *burst.get("log_sizes", [])]]
     header = [
-        "jobs at T0", "drain s (last - T0)", "half by s", "99 % by s", "fires/s",
-        "÷ limit", "dup", "miss", "synced before T0", "replica ready s",
+        "jobs at T0", "task (counted by)", "drain s (last - T0)", "half by s", "99 % by s",
+        "fires/s", "÷ limit", "dup", "miss", "synced before T0", "replica ready s",
     ]  # fmt: skip
     return [
-        "## 3. burst: every job due in one second",
+        "## 4. burst: every job due in one second",
         "",
-        "`once` jobs at T0, loaded by each replica's first sync; times are receipts minus T0.",
+        "`once` jobs at T0, loaded by each replica's first sync. `http`: times are receipts "
+        "minus T0. `log`: times are the ledger's `started_at` minus T0; dup = jobs with more "
+        "than one row, miss = jobs with no row (a row that is a skip is no start).",
         "",
-        *_table(header, rows),
+        *table(header, rows),
     ]
 
 
 def _api_section(document: dict[str, Any]) -> list[str]:
-    api = _scenario(document, "api")
+    api = scenario(document, "api")
     if not api:
         return []
     cells = {(c["condition"], c["endpoint"], c["concurrency"]): c for c in api["cells"]}
@@ -364,7 +338,7 @@ def _api_section(document: dict[str, Any]) -> list[str]:
             cells.get(("tickgate_idle", endpoint, concurrency)),
             cells.get(("baseline", endpoint, concurrency)),
         )
-        row.append(_ratio(idle["rps"] if idle else None, base["rps"] if base else None))
+        row.append(ratio(idle["rps"] if idle else None, base["rps"] if base else None))
         rows.append(row)
     background = api.get("background_fires", {})
     header = [
@@ -376,38 +350,51 @@ def _api_section(document: dict[str, Any]) -> list[str]:
         "idle ÷ baseline",
     ]
     return [
-        "## 4. api: REST under closed-loop load",
+        "## 5. api: REST under closed-loop load",
         "",
         f"Generator: {api['generator_version']}; {api['seconds']} s per run, connections "
         "round-robin over 3 processes. Cells: req/s (p50 / p99 ms). "
         f"`Tickgate + fires`: while {background.get('rate')} one-second jobs fire.",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         f"Fires during the loaded runs: {background.get('achieved_fires_per_s')} /s achieved, "
         f"lateness p99 {background.get('lateness', {}).get('p99_ms')} ms, "
-        f"{background.get('duplicates')} duplicates, {background.get('misses')} misses.",
+        f"{background.get('duplicates')} duplicates, {background.get('misses')} misses."
+        + _top_concurrency_fires(background),
         "",
     ]
+
+
+def _top_concurrency_fires(background: dict[str, Any]) -> str:
+    """The ticks that fell while the generator ran at the highest concurrency."""
+    top = background.get("at_top_concurrency")
+    if not top:
+        return ""
+    return (
+        f" Ticks while the generator ran at c{top['concurrency']} ({top['ticks_s']} s, every "
+        f"endpoint): lateness p50 {top['lateness']['p50_ms']} ms, p99 "
+        f"{top['lateness']['p99_ms']} ms, {top['misses']} misses of {top['expected']:,}."
+    )
 
 
 def _api_cell(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "-"
     errors = f", {cell['errors'] + cell['non_2xx']} err" if cell["errors"] + cell["non_2xx"] else ""
-    return f"{_fmt(cell['rps'])} ({_fmt(cell['p50_ms'])} / {_fmt(cell['p99_ms'])}){errors}"
+    return f"{fmt(cell['rps'])} ({fmt(cell['p50_ms'])} / {fmt(cell['p99_ms'])}){errors}"
 
 
 def _scale_section(document: dict[str, Any]) -> list[str]:
-    scale = _scenario(document, "scale")
+    scale = scenario(document, "scale")
     if not scale:
         return []
     walk = scale["paging"]["walk_limit_1000"]
-    together_ready = " / ".join(_fmt(x, 2) for x in scale["replica_ready_s"])
-    together_rss = " / ".join(_fmt(x) for x in scale["replica_rss_peak_mib"])
+    together_ready = " / ".join(fmt(x, 2) for x in scale["replica_ready_s"])
+    together_rss = " / ".join(fmt(x) for x in scale["replica_rss_peak_mib"])
     page = walk["page"]
     rows = [
-        ("one replica alone: ready after start, s", _fmt(scale["solo_ready_s"], 2)),
-        ("one replica alone: peak RSS, MiB", _fmt(scale["solo_rss_peak_mib"])),
+        ("one replica alone: ready after start, s", fmt(scale["solo_ready_s"], 2)),
+        ("one replica alone: peak RSS, MiB", fmt(scale["solo_rss_peak_mib"])),
         ("three together: ready after start, s", together_ready),
         ("three together: peak RSS, MiB", together_rss),
         (
@@ -418,17 +405,147 @@ def _scale_section(document: dict[str, Any]) -> list[str]:
         ("prefix page, limit=100: p50 / p99 ms", _pair(scale["paging"]["prefix_page_limit_100"])),
     ]
     return [
-        f"## 5. scale: {scale['jobs']:,} jobs in the database",
+        f"## 7. scale: {scale['jobs']:,} jobs in the database",
         "",
         "Ready = first 200 of `GET /readyz` (the scheduler's first sync done), timed from "
         "process start; RSS is the peak from start to 5 s after ready.",
         "",
-        *_table(["measure", "value"], rows),
+        *table(["measure", "value"], rows),
     ]
 
 
 def _pair(summary: dict[str, Any]) -> str:
-    return f"{_fmt(summary['p50_ms'])} / {_fmt(summary['p99_ms'])}"
+    return f"{fmt(summary['p50_ms'])} / {fmt(summary['p99_ms'])}"
+
+
+def _steady_log_section(document: dict[str, Any]) -> list[str]:
+    result = scenario(document, "steady_log")
+    if not result:
+        return []
+    top = ceiling(document)
+    rows = [
+        (
+            lv["rate"],
+            lv["achieved_fires_per_s"],
+            ratio(lv["achieved_fires_per_s"], top),
+            lv["lateness"]["p50_ms"],
+            lv["lateness"]["p99_ms"],
+            lv["lateness"]["max_ms"],
+            lv["missing"],
+            _counts(lv["skipped_by_reason"]),
+            _counts(lv["other_by_status"]),
+            "yes" if lv["clean"] else "no",
+            lv["cpu_cores"].get("replicas"),
+            lv["cpu_cores"].get("postgres"),
+            lv["cpu_cores"].get("box"),
+            max(lv["replica_rss_mib"]),
+        )
+        for lv in result["levels"]
+    ]
+    header = [
+        "target fires/s", "succeeded/s", "÷ limit", "lateness p50 ms", "p99 ms", "max ms",
+        "missing", "skipped", "other", "clean", "CPU replicas", "CPU postgres", "CPU box",
+        "max RSS MiB",
+    ]  # fmt: skip
+    return [
+        "## 3. steady_log: one-second `log` jobs, judged from the ledger",
+        "",
+        f"As steady, with the `log` task (its message below the replicas' log level: the fire "
+        f"path alone), {result['window_seconds']} s window. Lateness = `started_at - "
+        f"scheduled_for`. Clean: {result['clean_rule']}. Highest clean rate: "
+        f"**{fmt(result['highest_clean_rate'])}**.",
+        "",
+        *table(header, rows),
+    ]
+
+
+def _counts(by_name: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in by_name.items()) or "0"
+
+
+def _bulk_section(document: dict[str, Any]) -> list[str]:
+    result = scenario(document, "bulk")
+    if not result:
+        return []
+    rows = [
+        (f"attempt {i + 1}", a["created_s"], a["unchanged_s"])
+        for i, a in enumerate(result["attempts"])
+    ]
+    rows.append(("**median**", result["created_s"], result["unchanged_s"]))
+    return [
+        f"## 6. bulk: `PUT /v1/jobs` of {result['jobs']:,} jobs",
+        "",
+        "One replica, a fresh database each attempt; the set applied once (every job "
+        "created), then again (every job unchanged). Seconds from sending to the answer.",
+        "",
+        *table(["", "created s", "unchanged s"], [tuple(fmt(v, 3) for v in r) for r in rows]),
+    ]
+
+
+def _scale_out_section(document: dict[str, Any]) -> list[str]:
+    result = scenario(document, "scale_out")
+    if not result:
+        return []
+    if "did_not_fit" in result:
+        body = [f"{result['jobs']:,} jobs did not fit: {result['did_not_fit']}.", ""]
+    else:
+        rows = [
+            (f"replica {i}", ready, rss)
+            for i, (ready, rss) in enumerate(
+                zip(result["replica_ready_s"], result["rss_peak_mib_each"], strict=True)
+            )
+        ]
+        body = table(["", "ready after start s", "peak RSS MiB"], rows)
+    note = f" {result['fits_note']}." if result.get("fits_note") else ""
+    return [
+        f"## 8. scale_out: {result['jobs']:,} jobs over {result['replicas']} owning replicas",
+        "",
+        "`TICKGATE_OWNERSHIP=on`; the replicas start together. Ready = first 200 of "
+        "`GET /readyz` from process start; RSS is each process tree's peak from start to "
+        f"a few seconds after the last was ready. {result['available_mib_at_start']:,} MiB "
+        f"were available at the start.{note}",
+        "",
+        *body,
+    ]
+
+
+def _replicas_section(document: dict[str, Any]) -> list[str]:
+    result = scenario(document, "replicas")
+    if not result:
+        return []
+    top = ceiling(document)
+    rows = [
+        (
+            step["replicas"],
+            step["fires_per_s"],
+            ratio(step["fires_per_s"], top),
+            *(fmt(step[key], 3) for key in ("drain_s", "p50_s", "p99_s")),
+            step["missing"],
+            step["cpu_cores"].get("replicas"),
+            " / ".join(fmt(c, 2) for c in step["cpu_cores_each"]),
+            step["cpu_cores"].get("postgres"),
+            step["cpu_cores"].get("box"),
+            " / ".join(fmt(r) for r in step["rss_peak_mib_each"]),
+            " / ".join(fmt(r) for r in step["runs_each"]),
+            "yes" if step["settled_before_t0"] else "NO",
+        )
+        for step in result["steps"]
+    ]
+    header = [
+        "replicas", "fires/s", "÷ limit", "drain s", "half by s", "99 % by s", "miss",
+        "CPU replicas", "CPU each", "CPU postgres", "CPU box", "peak RSS MiB each",
+        "runs each", "views settled before T0",
+    ]  # fmt: skip
+    return [
+        "## 9. replicas: saturated fires/s against the number of replicas",
+        "",
+        f"{result['jobs']:,} `log` jobs due at T0 on 1, 2 and 4 replicas with "
+        "`TICKGATE_OWNERSHIP=on`; fires/s = jobs / drain time (last `started_at` - T0, from "
+        "the ledger); CPU in cores over the drain; RSS from ready to drained. "
+        f"Rises with every step: **{'yes' if result['rises_every_step'] else 'no'}**.",
+        "",
+        *table(header, rows),
+    ]
 
 
 def _peers_section(document: dict[str, Any]) -> list[str]:
@@ -436,13 +553,13 @@ def _peers_section(document: dict[str, Any]) -> list[str]:
     if not result or result.get("status") != "ok":
         return []
     top = ceiling(document)
-    steady, burst = _scenario(document, "steady"), _scenario(document, "burst")
+    steady, burst = scenario(document, "steady"), scenario(document, "burst")
     ours = steady["max_achieved_fires_per_s"] if steady else None
     rows = [
         (
             "**Tickgate**",
             ours,
-            _ratio(ours, top),
+            ratio(ours, top),
             "1.00",
             _best_p99(steady),
             sum(level["duplicates"] for level in (steady or {}).get("levels", [])),
@@ -459,10 +576,11 @@ def _peers_section(document: dict[str, Any]) -> list[str]:
     return [
         "## Peers: the alternatives on the same box",
         "",
-        "Same receiver, same counting, same rates and burst sizes, 3 processes each "
-        "(`bench/peers`). A peer's duplicates are reported, not judged.",
+        "Same receiver, same counting, 3 processes each (`bench/peers`); the same steady "
+        "rates and crowd sizes up to 1,000/s and 10k (above every peer's saturation the "
+        "larger ones only cost time). A peer's duplicates are reported, not judged.",
         "",
-        *_table(header, rows),
+        *table(header, rows),
     ]
 
 
@@ -481,7 +599,7 @@ def _largest_burst(burst: dict[str, Any] | None) -> str:
     if not sizes:
         return "-"
     size = max(sizes, key=lambda s: s["jobs"])
-    return f"{_fmt(size.get('drain_s'), 2)} ({size['jobs']:,} jobs, {size.get('misses')} miss)"
+    return f"{fmt(size.get('drain_s'), 2)} ({size['jobs']:,} jobs, {size.get('misses')} miss)"
 
 
 def _peer_row(
@@ -495,8 +613,8 @@ def _peer_row(
     return (
         name,
         best,
-        _ratio(best, top),
-        _ratio(ours, best),
+        ratio(best, top),
+        ratio(ours, best),
         _best_p99(steady),
         sum(level.get("duplicates", 0) for level in levels),
         sum(level.get("misses", 0) for level in levels),
@@ -524,93 +642,23 @@ def _profiling_section() -> list[str]:
 def render(document: dict[str, Any], plots: Sequence[str]) -> str:
     sections = [
         _header(document),
+        issue12.section(document),
         _targets_section(document),
         _profiling_section(),
         _limit_section(document),
         _steady_section(document),
+        _steady_log_section(document),
         _burst_section(document),
         _api_section(document),
+        _bulk_section(document),
         _scale_section(document),
+        _scale_out_section(document),
+        _replicas_section(document),
         _peers_section(document),
         _problems_section(document),
         ["## Plots", "", *(f"![{Path(p).stem}]({p})" for p in plots), ""] if plots else [],
     ]
     return "\n".join(line for section in sections for line in section)
-
-
-# ---------------------------------------------------------------------------- plots
-
-
-def _cdf_series(document: dict[str, Any]) -> Iterator[tuple[str, list[float]]]:
-    steady = _scenario(document, "steady")
-    for level in (steady or {}).get("levels", []):
-        yield f"Tickgate {level['rate']}/s", level.get("lateness_cdf_s", [])
-    peers = _scenario(document, "peers")
-    for name, peer in (peers or {}).get("peers", {}).items():
-        for level in (peer.get("steady") or {}).get("levels", []):
-            if level.get("lateness_cdf_s"):
-                yield f"{name} {level['rate']}/s", level["lateness_cdf_s"]
-
-
-def _drain_series(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
-    """(label, burst size result, line style): Tickgate solid, peers dashed."""
-    burst = _scenario(document, "burst")
-    for size in (burst or {}).get("sizes", []):
-        if size.get("drain_curve_s"):
-            yield f"Tickgate {size['jobs']:,} jobs", size, "-"
-    peers = _scenario(document, "peers")
-    for name, peer in (peers or {}).get("peers", {}).items():
-        for size in (peer.get("burst") or {}).get("sizes", []):
-            if size.get("drain_curve_s"):
-                yield f"{name} {size['jobs']:,} jobs", size, "--"
-
-
-def draw_plots(document: dict[str, Any], out: Path, stem: str) -> list[Path]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("[bench] matplotlib missing: no plots (pip install '.[bench]')", file=sys.stderr)
-        return []
-    written = []
-    series = [(label, curve) for label, curve in _cdf_series(document) if curve]
-    if series:
-        path = out / f"{stem}-lateness-cdf.png"
-        figure, axes = plt.subplots(figsize=(8, 5))
-        for label, curve in series:
-            fractions = [i / (len(curve) - 1) for i in range(len(curve))]
-            axes.plot([max(v * 1000, 0.1) for v in curve], fractions, label=label)
-        axes.set_xscale("log")
-        axes.set_xlabel("lateness: receipt - nominal tick (ms, log)")
-        axes.set_ylabel("fraction of fires")
-        axes.set_title("Steady one-second jobs: lateness CDF")
-        axes.grid(True, which="both", alpha=0.3)
-        axes.legend(fontsize=8)
-        figure.tight_layout()
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        written.append(path)
-    curves = list(_drain_series(document))
-    if curves:
-        path = out / f"{stem}-burst-drain.png"
-        figure, axes = plt.subplots(figsize=(8, 5))
-        for label, size, style in curves:
-            curve = size["drain_curve_s"]
-            share = size["delivered"] / size["jobs"]
-            fractions = [share * i / (len(curve) - 1) for i in range(len(curve))]
-            axes.plot([0.0, *curve], [0.0, *fractions], style, label=label)
-        axes.set_xlabel("seconds after T0")
-        axes.set_ylabel("fraction of jobs started (received)")
-        axes.set_title("Burst: every job due at T0, drain curves")
-        axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=8)
-        figure.tight_layout()
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        written.append(path)
-    return written
 
 
 def main(argv: list[str] | None = None) -> None:

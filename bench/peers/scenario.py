@@ -1,7 +1,9 @@
 """The peers scenario: `run(ctx)`, called by `bench.scenarios.peers` as `bench.peers.run`.
 
 For each peer, the same steady rates and burst sizes as Tickgate's own scenarios
-(`ctx.sizes.steady_rates`, `steady_seconds`, `steady_warmup_seconds`, `burst_jobs`), with
+(`ctx.sizes.peer_steady_rates`, `steady_seconds`, `steady_warmup_seconds`,
+`peer_burst_jobs`: Tickgate's rates and sizes without the largest, above every peer's
+saturation), with
 the same receiver and the same counting (`bench.scenarios.steady.finish_window`,
 `bench.common.analyze_delivery`): a fresh database each time, 3 peer processes, and a
 result in the shapes Tickgate's scenarios use, so the report can set them side by side.
@@ -80,10 +82,11 @@ def _run_peer(ctx: Context, peer: str) -> dict[str, Any]:
     }
     levels = [
         _guarded(ctx, peer, "steady", rate, _steady_level, python)
-        for rate in ctx.sizes.steady_rates
+        for rate in ctx.sizes.peer_steady_rates
     ]
     sizes = [
-        _guarded(ctx, peer, "burst", count, _burst_size, python) for count in ctx.sizes.burst_jobs
+        _guarded(ctx, peer, "burst", count, _burst_size, python)
+        for count in ctx.sizes.peer_burst_jobs
     ]
     achieved = [level["achieved_fires_per_s"] for level in levels if "error" not in level]
     result["steady"] = {

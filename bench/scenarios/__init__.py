@@ -5,15 +5,30 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import Context
-from bench.scenarios import api, burst, limit, peers, scale, steady
+from bench.scenarios import (
+    api,
+    bulk,
+    burst,
+    limit,
+    peers,
+    replicas,
+    scale,
+    scale_out,
+    steady,
+    steady_log,
+)
 
 Scenario = Callable[[Context], dict[str, Any]]
 
 SCENARIOS: dict[str, Scenario] = {
     limit.NAME: limit.run,
     steady.NAME: steady.run,
+    steady_log.NAME: steady_log.run,
     burst.NAME: burst.run,
     api.NAME: api.run,
+    bulk.NAME: bulk.run,
     scale.NAME: scale.run,
+    scale_out.NAME: scale_out.run,
+    replicas.NAME: replicas.run,
     peers.NAME: peers.run,
 }

@@ -1,4 +1,4 @@
-"""Scenario 4, api: REST throughput and latency, against a bare FastAPI + asyncpg baseline.
+"""Scenario 5, api: REST throughput and latency, against a bare FastAPI + asyncpg baseline.
 
 Closed-loop load (`bench.loadgen`: wrk if installed, else the httpx generator) at each
 concurrency, connections spread round-robin over three replicas, for three endpoints:
@@ -9,13 +9,16 @@ concurrency, connections spread round-robin over three replicas, for three endpo
 Three conditions, in one run on one machine:
 - `tickgate_idle`: three Tickgate replicas with nothing to fire;
 - `tickgate_loaded`: the same while `api_loaded_rate` one-second jobs fire (scenario 2's
-  jobs), whose deliveries are checked for duplicates and misses like scenario 2;
+  jobs), whose deliveries are checked for duplicates and misses like scenario 2, over
+  the whole loaded run and over the ticks that fell while the generator ran at the
+  highest concurrency (`at_top_concurrency`, every endpoint);
 - `baseline`: three `bench.baseline_app` processes (same uvicorn settings) on a database
   of their own, seeded the same way.
 """
 
 import asyncio
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +30,9 @@ from bench import baseline_app
 from bench.common import (
     Context,
     Replica,
+    analyze_delivery,
     free_port,
+    latency_summary,
     median_of,
     put_jobs,
     receiver,
@@ -39,6 +44,7 @@ from bench.common import (
     wait_ready,
 )
 from bench.loadgen import JOB_BODY, Load, generator, generator_version, run_load
+from bench.receiver import Receipt
 from bench.scenarios.steady import finish_window, one_second_jobs, sleep_until, window_start
 
 NAME = "api"
@@ -55,6 +61,7 @@ def measure(ctx: Context, urls: Sequence[str], condition: str) -> list[dict[str,
     cells = []
     for mode, endpoint in MODES.items():
         for concurrency in ctx.sizes.api_concurrency:
+            began = time.time()
             runs = [
                 run_load(
                     Load(
@@ -69,7 +76,7 @@ def measure(ctx: Context, urls: Sequence[str], condition: str) -> list[dict[str,
                 )
                 for attempt in range(ctx.sizes.repeats)
             ]
-            cell = _cell(condition, endpoint, concurrency, runs)
+            cell = _cell(condition, endpoint, concurrency, runs) | {"span": (began, time.time())}
             ctx.say(
                 f"api {condition} {endpoint} c{concurrency}: {cell['rps']} req/s, "
                 f"p50 {cell['p50_ms']} ms, p99 {cell['p99_ms']} ms"
@@ -107,12 +114,35 @@ def _tickgate(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         sleep_until(began)
         meter = standard_meter(ctx, replicas, {"receiver": target.pid})
         meter.start()
-        cells += measure(ctx, urls, "tickgate_loaded")
+        loaded = measure(ctx, urls, "tickgate_loaded")
+        cells += loaded
         ended = float(int(time.time()))
         cpu = meter.stop()
-        background = finish_window(target, [j["name"] for j in jobs], began, ended)
+        names = [j["name"] for j in jobs]
+        background = finish_window(target, names, began, ended)
+        top = max(ctx.sizes.api_concurrency)
+        spans = [cell["span"] for cell in loaded if cell["concurrency"] == top]
+        background["at_top_concurrency"] = {"concurrency": top} | fires_within(
+            target.receipts(), names, spans
+        )
     background |= {"rate": rate, "cpu_cores": cpu}
     return cells, background
+
+
+def fires_within(
+    receipts: Sequence[Receipt], names: Sequence[str], spans: Sequence[tuple[float, float]]
+) -> dict[str, Any]:
+    """The deliveries of the ticks that fell while the load generator ran at one
+    concurrency: every whole second inside one of `spans`."""
+    ticks = {float(t) for began, ended in spans for t in range(math.ceil(began), int(ended))}
+    delivery = analyze_delivery(receipts, {(name, tick) for name in names for tick in ticks})
+    return {
+        "ticks_s": len(ticks),
+        "expected": delivery.expected,
+        "delivered": delivery.delivered,
+        "misses": delivery.misses,
+        "lateness": latency_summary(delivery.lateness),
+    }
 
 
 async def _baseline_schema(url: str) -> None:

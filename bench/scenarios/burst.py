@@ -1,68 +1,38 @@
-"""Scenario 3, burst: N jobs all due in the same second T0.
+"""Scenario 4, burst: N jobs all due in the same second T0 (`bench.crowd`).
 
-For each size: a fresh database; one API-only replica (`TICKGATE_SCHEDULER=off`) creates
-a template `once` job at T0 (an `http` task to the receiver) through `PUT`; its row is
-cloned in SQL under N-1 more names (10^4..10^5 jobs through the API would take minutes);
-then three scheduler replicas start, load every job at their first sync, and wait for T0.
-T0 is chosen far enough ahead for all of that (`Margin`); if a replica was not ready
-one second before T0 the result says so (`ready_before_t0: false`).
+`http` crowds, for each size in `burst_jobs`: a fresh database and the receiver; the
+crowd seeded as `bench.crowd` says (each job an `http` task POSTing to the receiver);
+three scheduler replicas start, load every job at their first sync, and wait for T0. If
+a replica was not ready one second before T0 the result says so
+(`ready_before_t0: false`). Reported: the drain time (last receipt minus T0: the
+receiver sees each start a moment after it happens), the time by which half and 99 % had
+arrived, duplicates and misses, CPU over the drain, and a drain curve (quantiles of
+receipt minus T0) for the plot.
 
-Reported: the drain time (last receipt minus T0: the receiver sees each start a moment
-after it happens), the time by which half and 99 % had arrived, duplicates and misses,
-CPU over the drain, and a drain curve (quantiles of receipt minus T0) for the plot.
+`log` crowds, for each size in `burst_log_jobs`: the same with the built-in `log` task and
+no receiver, judged from the ledger (`bench.ledger.crowd_starts`): the drain time is the
+last `started_at` minus T0, with the half and 99 % points and the curve; every job must
+have exactly one row (rows per job are counted), and a row that is a skip is no start.
 """
 
-import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from bench.common import (
     Context,
     ReceiverProcess,
     analyze_delivery,
-    api_only_replica,
-    clone_jobs,
     percentile,
-    put_jobs,
     quantile_curve,
     receiver,
     standard_meter,
     tickgate_replicas,
 )
+from bench.crowd import GRACE_SECONDS, QUIET_SECONDS, Margin, log_once_job, once_job, seed_crowd
+from bench.ledger import crowd_starts, wait_for_rows
 from bench.scenarios.steady import scrape_metrics, sleep_until
 
 NAME = "burst"
-QUIET_SECONDS = 5.0
-GRACE_SECONDS = 60  # the jobs' misfire grace (the default)
-
-
-@dataclass
-class Margin:
-    """Seconds from creating the template to T0: clone, replica start, first sync, slack.
-
-    Sizes run in ascending order; each measured ready time refines the per-job cost of
-    the first sync for the next, bigger size (the sync time depends on the service)."""
-
-    per_job_s: float = 0.001
-    fixed_s: float = 1.0
-
-    def seconds(self, jobs: int) -> float:
-        return 4.0 + jobs * 0.00005 + 1.5 * (self.fixed_s + self.per_job_s * jobs)
-
-    def learn(self, jobs: int, ready_s: float) -> None:
-        self.per_job_s = max(0.0, ready_s - self.fixed_s) / jobs if jobs else self.per_job_s
-
-
-def _template(name: str, target: str, t0: float) -> dict[str, Any]:
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
-    return {
-        "name": name,
-        "schedule": {"kind": "once", "at": at},
-        "timezone": "UTC",
-        "task": "http",
-        "args": {"url": f"{target}/burst", "method": "POST", "timeout_seconds": 5},
-    }
 
 
 def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) -> None:
@@ -73,15 +43,29 @@ def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) 
         ctx.say(f"burst: stopped waiting at {arrived}/{count}")
 
 
+def _ledger_drained(ctx: Context, url: str, count: int, t0: float) -> None:
+    """As `_wait_drained`, counting the crowd's finished rows in the ledger."""
+    sleep_until(t0 + 2)
+    done = wait_for_rows(
+        url, count, (t0, t0 + 1), quiet_seconds=QUIET_SECONDS, deadline=t0 + GRACE_SECONDS + 15
+    )
+    if done < count:
+        ctx.say(f"burst: stopped waiting at {done}/{count} rows")
+
+
 def run_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
     label = f"{NAME}-{count}"
     url = ctx.postgres.fresh_database(f"{NAME}{count}")
     names = [f"b-{index:06d}" for index in range(count)]
     with receiver(ctx, label) as target:
-        with api_only_replica(ctx, url, label=label) as api:
-            t0 = float(math.ceil(time.time() + margin.seconds(count)))
-            put_jobs([api.url], [_template(names[0], target.url, t0)])
-            clone_seconds = clone_jobs(url, names[0], names[1:])
+        args = {"url": f"{target.url}/burst", "method": "POST", "timeout_seconds": 5}
+
+        def http_job(name: str, t0: float) -> dict[str, Any]:
+            return once_job(name, t0, "http", args)
+
+        t0, clone_seconds = seed_crowd(
+            ctx, url, label, names, job_at=http_job, lead_seconds=margin.seconds(count)
+        )
         with tickgate_replicas(ctx, url, label=label) as replicas:
             ready_at = time.time()
             meter = standard_meter(ctx, replicas, {"receiver": target.pid})
@@ -114,26 +98,67 @@ def run_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
     }
 
 
+def run_log_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
+    """A crowd of `log` jobs, from the ledger."""
+    label = f"{NAME}-log-{count}"
+    url = ctx.postgres.fresh_database(f"{NAME}log{count}")
+    names = [f"l-{index:06d}" for index in range(count)]
+    t0, clone_seconds = seed_crowd(
+        ctx, url, label, names, job_at=log_once_job, lead_seconds=margin.seconds(count)
+    )
+    with tickgate_replicas(ctx, url, label=label) as replicas:
+        ready_at = time.time()
+        meter = standard_meter(ctx, replicas)
+        sleep_until(t0)
+        meter.start()
+        _ledger_drained(ctx, url, count, t0)
+        cpu = meter.stop()
+        own = scrape_metrics(replicas)
+        ready = [r.ready_seconds for r in replicas]
+    starts = crowd_starts(url, t0, count).summary()
+    return {
+        "task": "log",
+        "clone_seconds": round(clone_seconds, 2),
+        "replica_ready_s": [round(s or 0, 2) for s in ready],
+        "ready_before_t0": ready_at < t0 - 1,
+        **starts,
+        "duplicates": starts["jobs_with_more_than_one_row"],
+        "cpu_cores": cpu,
+        "tickgate_metrics": own,
+    }
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _say(ctx: Context, size: dict[str, Any], task: str) -> None:
+    done = size.get("delivered", size.get("started"))
+    ctx.say(
+        f"burst {size['jobs']} {task}: drain {size['drain_s']} s, started {done}, "
+        f"dup {size['duplicates']}, miss {size.get('misses', size.get('missing'))}, "
+        f"synced before T0: {size['ready_before_t0']}"
+    )
+
+
 def run(ctx: Context) -> dict[str, Any]:
-    sizes = []
+    sizes, log_sizes = [], []
     margin = Margin()
     for count in sorted(ctx.sizes.burst_jobs):
-        ctx.say(f"burst: {count} jobs due at one second")
+        ctx.say(f"burst: {count} `http` jobs due at one second")
         size = run_size(ctx, count, margin)
         margin.learn(count, max(size["replica_ready_s"]))
-        ctx.say(
-            f"burst {count}: drain {size['drain_s']} s, delivered {size['delivered']}, "
-            f"dup {size['duplicates']}, miss {size['misses']}, "
-            f"synced before T0: {size['ready_before_t0']}"
-        )
+        _say(ctx, size, "http")
         sizes.append(size)
+    for count in sorted(ctx.sizes.burst_log_jobs):
+        ctx.say(f"burst: {count} `log` jobs due at one second (judged from the ledger)")
+        size = run_log_size(ctx, count, margin)
+        _say(ctx, size, "log")
+        log_sizes.append(size)
     return {
         "status": "ok",
         "repeats": 1,
         "sizes": sizes,
-        "duplicates": sum(size["duplicates"] for size in sizes),
+        "log_sizes": log_sizes,
+        "duplicates": sum(size["duplicates"] for size in [*sizes, *log_sizes]),
     }

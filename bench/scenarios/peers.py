@@ -17,8 +17,8 @@ put them side by side and take ratios:
 
 Peers use the same `ctx.postgres` (`fresh_database`), `ReceiverProcess` (send
 `X-Bench-Job` and `X-Bench-Scheduled-For` headers, or `?job=&scheduled_for=`),
-`CpuMeter` and `ctx.sizes` (`steady_rates`, `steady_seconds`, `burst_jobs`). A peer's
-duplicates are reported but do not fail the run: only Tickgate's do.
+`CpuMeter` and `ctx.sizes` (`peer_steady_rates`, `steady_seconds`, `peer_burst_jobs`). A
+peer's duplicates are reported but do not fail the run: only Tickgate's do.
 """
 
 import importlib

@@ -1,4 +1,4 @@
-"""Scenario 5, scale: `scale_jobs` active jobs in the database.
+"""Scenario 7, scale: `scale_jobs` active jobs in the database.
 
 An API-only replica creates one template job (cron `0 0 1 1 *`, UTC: it does not fire
 during the run) through `PUT`; its row is cloned in SQL under the other names. Then a
@@ -34,7 +34,8 @@ NAME = "scale"
 SAMPLES = 20
 
 
-def _template(name: str) -> dict[str, Any]:
+def idle_job(name: str) -> dict[str, Any]:
+    """A job that does not fire during a run (cron `0 0 1 1 *`, UTC)."""
     return {
         "name": name,
         "schedule": {"kind": "cron", "expression": "0 0 1 1 *"},
@@ -108,7 +109,7 @@ def run(ctx: Context) -> dict[str, Any]:
     names = [f"j-{index:06d}" for index in range(count)]
     ctx.say(f"scale: {count} jobs")
     with api_only_replica(ctx, url, label=NAME) as api:
-        put_jobs([api.url], [_template(names[0])])
+        put_jobs([api.url], [idle_job(names[0])])
         clone_seconds = clone_jobs(url, names[0], names[1:])
     solo, solo_rss = _started(ctx, url, 1, f"{NAME}-solo")
     stop_replicas(solo)

@@ -45,8 +45,17 @@ QUIET_SECONDS = 2.0
 DRAIN_DEADLINE_SECONDS = 20.0
 
 
-def one_second_jobs(target: str, count: int, prefix: str) -> list[dict[str, Any]]:
-    """`count` jobs firing every second at `target`: even indexes cron, odd intervals."""
+def one_second_jobs(
+    target: str | None, count: int, prefix: str, task: str = "http"
+) -> list[dict[str, Any]]:
+    """`count` jobs firing every second: even indexes cron, odd intervals; an `http` task
+    POSTing to `target`, or a `log` task (its message at `info`, below the replicas'
+    WARNING, so it costs next to nothing)."""
+    args: dict[str, Any] = (
+        {"url": f"{target}/tick", "method": "POST", "timeout_seconds": 5}
+        if task == "http"
+        else {"message": "tick"}
+    )
     jobs = []
     for index in range(count):
         kind = "c" if index % 2 == 0 else "i"
@@ -55,8 +64,8 @@ def one_second_jobs(target: str, count: int, prefix: str) -> list[dict[str, Any]
                 "name": f"{prefix}-{kind}-{index:05d}",
                 "schedule": CRON if kind == "c" else INTERVAL,
                 "timezone": "UTC",
-                "task": "http",
-                "args": {"url": f"{target}/tick", "method": "POST", "timeout_seconds": 5},
+                "task": task,
+                "args": args,
             }
         )
     return jobs
@@ -167,7 +176,7 @@ def run_rate(ctx: Context, rate: int) -> dict[str, Any]:
             began = window_start(ctx.sizes.steady_warmup_seconds)
             ended = began + ctx.sizes.steady_seconds
             meter = standard_meter(ctx, replicas, {"receiver": target.pid})
-            cpu = _metered_wait(meter, began, ended)
+            cpu = metered_wait(meter, began, ended)
             rss = [round(r.rss_bytes() / 2**20, 1) for r in replicas]
             result = finish_window(target, [j["name"] for j in jobs], began, ended)
             own = scrape_metrics(replicas)
@@ -211,7 +220,7 @@ def lock_held_after_return(database_url: str, receipts: Sequence[Receipt]) -> di
     }
 
 
-def _metered_wait(meter: CpuMeter, began: float, ended: float) -> dict[str, float]:
+def metered_wait(meter: CpuMeter, began: float, ended: float) -> dict[str, float]:
     sleep_until(began)
     meter.start()
     sleep_until(ended)
