@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 # How often a member heartbeats and reads the live members: a member that dies is out
 # of every other's view within about this long after PostgreSQL ends its session.
 MEMBERSHIP_POLL_SECONDS = 1.0
+# At startup, how long a replica waits at most for its view of the members to hold still.
+STARTUP_SETTLE_SECONDS = 5.0
 
 
 def _nothing_to_report() -> Heartbeat:
@@ -86,10 +88,26 @@ class Membership:
         return self._session is not None and not self._session.closed
 
     async def start(self) -> None:
-        """Join and read the members once, so that the first sync already knows them,
-        then keep polling in the background. A first poll that fails is retried there."""
+        """Join and read the members until the view holds still, so that the first sync
+        already knows them, then keep polling in the background. A first poll that
+        fails is retried there."""
         first_poll_ok = await self._poll_guarded()
+        if first_poll_ok:
+            await self._settle()
         self._loop = asyncio.create_task(self._poll_forever(first_poll_ok))
+
+    async def _settle(self) -> None:
+        """Replicas started together (a fresh deployment) join within moments of each
+        other: polling until the view holds still for one poll keeps each from first
+        loading every job, only to shed most of them once the others are seen."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + STARTUP_SETTLE_SECONDS
+        seen = self._members
+        while loop.time() < give_up_at:
+            await asyncio.sleep(self._poll_seconds)
+            if not await self._poll_guarded() or self._members == seen:
+                return
+            seen = self._members
 
     async def stop(self) -> None:
         """Stop polling and leave: the connection closes, and the lock with it."""

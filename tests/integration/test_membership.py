@@ -1,6 +1,7 @@
 """Cluster membership and job ownership, on real PostgreSQL: members are live exactly while
 their lock is held, and rendezvous hashing gives each job one owner and one standby."""
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -117,6 +118,26 @@ async def test_members_see_each_other(database_url: str, size: int) -> None:
         assert all(member.joined for member in members)
         runners = {peer.runner_id for peer in members[0].peers}
         assert runners == {f"replica-{index}" for index in range(size)}
+
+
+async def test_members_started_together_know_each_other_when_started(database_url: str) -> None:
+    """Replicas of a fresh deployment start moments apart: the first one's start waits
+    until its view holds still, so its first sync already knows the others."""
+    first, second = (
+        Membership(dsn=database_url, runner_id=name, version="test", poll_seconds=POLL_SECONDS)
+        for name in ("early", "late")
+    )
+
+    async def late_start() -> None:
+        await asyncio.sleep(POLL_SECONDS / 2)
+        await second.start()
+
+    try:
+        await asyncio.gather(first.start(), late_start())
+        assert len(first.members.seeds) == 2, first.members
+    finally:
+        await first.stop()
+        await second.stop()
 
 
 async def test_a_killed_member_leaves_every_view_and_rejoins(database_url: str) -> None:
