@@ -157,6 +157,7 @@ class Runner:
         self._arrived: list[DueTick] = []
         self._unsettled: Counter[str] = Counter()
         self._dispatch_planned = False
+        self._takeover = timedelta(seconds=takeover_seconds)
         self._standby: Standby[DueTick] = Standby(
             ledger=store,
             takeover_seconds=takeover_seconds,
@@ -206,10 +207,12 @@ class Runner:
         return max(0.0, wait) + self._fire_delay.total_seconds()
 
     def _taken_over(self, tick: DueTick) -> None:
-        """A standby claims a tick its owner left: late, so an earlier run may be
-        ending just now; the overlap policy's patience counts from here."""
-        patience = min(self._clock.now() + OVERLAP_PATIENCE, tick.deadline)
-        self._arrive(replace(tick, patience_until=patience))
+        """A standby claims a tick its owner left. A run of the job in progress then
+        most likely means the owner is alive, only late (a stall, a clock behind the
+        standby's), and will claim this tick itself once that run ends: the overlap
+        policy judges a BUSY tick only after the takeover time again."""
+        patience = self._clock.now() + max(OVERLAP_PATIENCE, self._takeover)
+        self._arrive(replace(tick, patience_until=min(patience, tick.deadline)))
 
     def _arrive(self, tick: DueTick) -> None:
         if not self.accepting:

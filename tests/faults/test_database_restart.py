@@ -128,10 +128,14 @@ def test_postgres_restart_mid_run(tmp_path: Path, receiver: Receiver) -> None:
                 replicas,
             )
             fenced = run_by_id(replicas[0], held["id"])
-            # The job is not stuck: a later tick of it starts, on whichever replica.
+            # The job is not stuck: a later tick of it starts after the restart, on
+            # whichever replica. (A tick that fell as the database went away may be the
+            # one: its claim goes round again within its grace.)
+            fenced_tick = float(held["at"])
             wait_until(
                 lambda: any(
-                    r.tick is not None and r.tick > stopped_at for r in receiver.receipts(SLOW)
+                    r.tick is not None and r.tick > fenced_tick and r.received_at > back_at
+                    for r in receiver.receipts(SLOW)
                 ),
                 20,
                 "a later tick of the slow job",

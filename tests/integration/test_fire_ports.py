@@ -610,6 +610,31 @@ async def test_a_standby_claims_only_the_ticks_its_owner_left(
     assert b.outcomes("stood-by", ran) == []  # never claimed: the ledger had its row
 
 
+async def test_a_standby_waits_out_a_live_owners_run_before_judging_overlap(
+    backend: Backend, gates: Gates
+) -> None:
+    """B takes over a tick while its owner A's run of the previous tick is still in
+    progress (A is alive, only late): B does not skip it as an overlap after the usual
+    half second, but waits up to the takeover time again, and runs it once A's run
+    ends."""
+    job = await backend.add_job("late-owner", overlap=Overlap.SKIP)
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    async with replicas(backend, gates, takeover_seconds=4) as (a, b):
+        a.fire(job, first)
+        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        b.fire(job, second, standby=True)
+        await eventually(
+            lambda: ClaimOutcome.BUSY in b.outcomes("late-owner", second), 30, "B's busy claim"
+        )
+        await asyncio.sleep(1.0)  # past the usual patience of half a second
+        gates["default"].set()
+        runs = await _finished_runs(backend, "late-owner", 2)
+    assert [(r.scheduled_for, r.status, r.runner) for r in runs] == [
+        (first, RunStatus.SUCCEEDED, "a"),
+        (second, RunStatus.SUCCEEDED, "b"),
+    ]
+
+
 async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
     backend: Backend, gates: Gates
 ) -> None:
