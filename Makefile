@@ -41,8 +41,8 @@ bench-smoke: $(VENV)/.bench
 	-@command -v wrk >/dev/null || $(APT_WRK) \
 		|| echo "wrk unavailable: the api scenario uses the httpx generator"
 	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
-		--scenario burst --scenario api --scenario bulk --scenario scale --scenario scale_out \
-		--scenario replicas
+		--scenario burst --scenario api --scenario bulk --scenario scale --scenario retention \
+		--scenario scale_out --scenario replicas
 
 ROOT    = [ "$$(id -u)" = 0 ]
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }

@@ -44,13 +44,14 @@ class MemberSession:
         self._seed = seed
 
     @classmethod
-    async def join(cls, dsn: str, runner_id: str, version: str) -> Self:
+    async def join(cls, dsn: str, runner_id: str, version: str, tzdata: str = "") -> Self:
         """
         Become a live member: insert a row under a new seed and take its lock.
 
         :param dsn: the database, connected to directly (no pool)
         :param runner_id: this replica's name, shown with its membership
         :param version: the Tickgate version this replica runs, shown likewise
+        :param tzdata: the time-zone database it computes ticks with (service/tzdb.py)
         :return: the session, live until `close` or until its connection dies
         :raises SeedTakenError: if the new seed's lock is held by something else
         """
@@ -58,7 +59,7 @@ class MemberSession:
             connection = await asyncpg.connect(dsn)
         await _within_deadline(connection, init_connection(connection))
         seed = await _within_deadline(
-            connection, connection.fetchval(members_sql.JOIN, runner_id, version)
+            connection, connection.fetchval(members_sql.JOIN, runner_id, version, tzdata)
         )
         if seed is None:
             connection.terminate()
