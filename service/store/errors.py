@@ -1,6 +1,9 @@
-"""Which failures mean "the database is away right now" rather than a bug."""
+"""Which failures mean "the database is away right now" rather than a bug, and the
+database an operator must not give Tickgate."""
 
 import asyncpg
+
+from service.config import ConfigurationError
 
 # Connection refused or reset, the server shutting down or starting up, a pool or
 # connection that broke mid-query, or a statement that ran past its deadline.
@@ -19,3 +22,10 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 
 def is_unavailable(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE)
+
+
+class SharedSessionError(ConfigurationError):
+    """DATABASE_URL gives Tickgate PostgreSQL sessions other clients use too: a pooler
+    that lends them per transaction (PgBouncer in transaction mode), or hands them on
+    without a reset. Tickgate's session advisory locks would be taken, held and
+    released on sessions it does not own. Startup stops."""
