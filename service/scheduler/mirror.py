@@ -109,7 +109,6 @@ class Mirror:
         )
         self._scheduler.start()
         await self._guarded(self._sweep(), "sweeping runs")
-        await self._guarded(self._check_overdue(), "checking for overdue jobs")
         self._loops = [
             asyncio.create_task(self._relisten_forever(in_sync)),
             asyncio.create_task(self._apply_changes_forever()),
@@ -230,6 +229,9 @@ class Mirror:
             await asyncio.sleep(self._reconcile_seconds)
             await self._guarded(self.reconcile(), "reconciling jobs")
             await self._guarded(self._sweep(), "sweeping runs")
+            # The cluster's chores walk every job, so they wait for the first round rather
+            # than hold up this replica's start (readiness).
+            await self._guarded(self._prune(), "pruning run history")
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
 
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
@@ -324,8 +326,8 @@ class Mirror:
 
     async def _sweep(self) -> None:
         """Orphaned runs become `abandoned`; jobs with nothing left to fire become
-        completed (a one-time tick nobody ran is recorded as a misfire first); history
-        beyond the retention is deleted. All judged on the database's clock."""
+        completed (a one-time tick nobody ran is recorded as a misfire first). All judged
+        on the database's clock."""
         ended = await self._store.ended_jobs()
         if ended:
             await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
@@ -334,6 +336,8 @@ class Mirror:
                 await self._store.mutate_job(job.name, _closing_window(now))
         for run in await self._store.abandon_orphans():
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
+
+    async def _prune(self) -> None:
         pruned = await self._store.prune_runs(self._run_history, self._round_seconds)
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
