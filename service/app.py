@@ -15,6 +15,7 @@ from service.api import install_routes
 from service.api.bulk import APPLY_ROUTE
 from service.api.declarative import apply_job_file
 from service.api.deps import Services
+from service.api.docs import install_docs
 from service.api.guards import BearerAuth, BodyLimits, Tokens
 from service.config import Settings, split_names, token_scopes
 from service.domain.ownership import Heartbeat, Members
@@ -58,8 +59,13 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
         description="Cron, interval, daily and one-time jobs on PostgreSQL, "
         "each tick run exactly once across replicas.",
         lifespan=lifespan,
+        # Served from the package's own assets instead of a CDN (service/api/docs.py).
+        docs_url=None,
+        redoc_url=None,
     )
     install_routes(app, api=settings.api)
+    if settings.api:
+        install_docs(app)
     _install_guards(app, settings)
     app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app

@@ -127,8 +127,9 @@ class Settings(BaseSettings):
         False, description="Serve without tokens on a non-loopback address (not advised)."
     )
     open_paths: str = Field(
-        "/healthz,/readyz,/metrics",
-        description="Comma-separated paths served without a token.",
+        "/healthz,/readyz,/metrics,/openapi.json,/docs,/docs/assets/,/redoc",
+        description="Comma-separated paths served without a token; one ending in / opens "
+        "every path under it. The default opens the probes, metrics and the API docs.",
     )
     http_allow: str = Field(
         "",

@@ -31,15 +31,23 @@ class Tokens:
 
 class BearerAuth:
     """401 without a known token, 403 without the scope the method needs (GET/HEAD:
-    read, anything else: write). `open_paths` (probes, metrics) need no token."""
+    read, anything else: write). `open_paths` (probes, metrics, the API docs) need no
+    token; one ending in "/" opens every path under it."""
 
     def __init__(self, app: ASGIApp, tokens: Tokens, open_paths: frozenset[str]) -> None:
         self._app = app
         self._tokens = tokens
         self._open_paths = open_paths
+        self._open_prefixes = tuple(path for path in open_paths if path.endswith("/"))
+
+    def _is_open(self, path: str) -> bool:
+        if path in self._open_paths:
+            return True
+        # A dot-dot segment could climb out of an open folder to a guarded route.
+        return path.startswith(self._open_prefixes) and ".." not in path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open_paths:
+        if scope["type"] != "http" or self._is_open(scope["path"]):
             await self._app(scope, receive, send)
             return
         scopes = self._tokens.scopes_of(_bearer(scope) or "")

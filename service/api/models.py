@@ -1,11 +1,20 @@
 """Request and response bodies of the v1 API."""
 
 import base64
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    WithJsonSchema,
+)
 
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, ManagerName, Overlap
@@ -13,7 +22,7 @@ from service.domain.names import is_valid_job_name
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
-from service.store import RunPosition
+from service.store import RunFilter, RunPosition
 from service.tasks.http import redact_args
 
 NEXT_RUNS = 5
@@ -98,8 +107,53 @@ class RunQuery(BaseModel):
     status: RunStatus | None = None
 
 
+def _split_commas(value: object) -> object:
+    """`status=a,b` means the same as `status=a&status=b`."""
+    items = value if isinstance(value, list) else [value]
+    return [
+        part for item in items for part in (item.split(",") if isinstance(item, str) else [item])
+    ]
+
+
+def _in_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        raise ValueError("needs a UTC offset")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as error:  # 9999-12-31T23:00-05:00 is past datetime's range
+        raise ValueError("out of range once in UTC") from error
+
+
+Moment = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+
+
+class AllRunsQuery(BaseModel):
+    """Filters and paging of GET /v1/runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(100, ge=1, le=1000)
+    cursor: str | None = Field(None, max_length=400, description="`next_cursor` of a page.")
+    status: Annotated[list[RunStatus], BeforeValidator(_split_commas)] = Field(
+        [],
+        max_length=len(RunStatus),
+        description="Only runs in one of these statuses: repeat the parameter or "
+        "separate them with commas. Default: every status.",
+    )
+    job: JobName | None = Field(None, description="Only the runs of this job.")
+    since: Moment | None = Field(
+        None, description="Only runs started at or after this moment (ISO 8601, with offset)."
+    )
+    until: Moment | None = Field(
+        None, description="Only runs started before this moment (ISO 8601, with offset)."
+    )
+
+    def where(self) -> RunFilter:
+        return RunFilter(frozenset(self.status), self.since, self.until)
+
+
 class RunPage(BaseModel):
-    """One page of a job's runs, newest first."""
+    """One page of runs, newest first."""
 
     items: list[RunOut]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: end.")
@@ -277,7 +331,7 @@ def encode_run_cursor(last: Run) -> str:
 def decode_run_cursor(cursor: str) -> RunPosition:
     try:
         started_at, run_id = _unb64(cursor).split("|")
-        return RunPosition(datetime.fromisoformat(started_at), UUID(run_id))
+        return RunPosition(_in_utc(datetime.fromisoformat(started_at)), UUID(run_id))
     except ValueError as error:
         raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor) from error
 

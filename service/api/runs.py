@@ -1,4 +1,4 @@
-"""Runs: trigger one now, list a job's runs, read one."""
+"""Runs: trigger one now, list a job's runs or every job's, read one."""
 
 from datetime import datetime
 from typing import Annotated
@@ -11,6 +11,7 @@ from service.api.errors import COMMON, CONFLICT, NOT_FOUND
 from service.api.jobs import NamePath, existing_job
 from service.api.models import (
     MAX_BACKFILL_TICKS,
+    AllRunsQuery,
     BackfillRequest,
     RunList,
     RunOut,
@@ -21,7 +22,8 @@ from service.api.models import (
 )
 from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
-from service.domain.runs import SkipReason
+from service.domain.runs import Run, SkipReason
+from service.store import RunFilter
 
 router = APIRouter(tags=["runs"], responses=COMMON | NOT_FOUND)
 
@@ -90,11 +92,27 @@ async def list_runs(
     """The job's runs, newest first."""
     await existing_job(services, name)
     before = decode_run_cursor(query.cursor) if query.cursor else None
-    runs = await services.store.list_runs(name, query.limit + 1, before, query.status)
-    page = runs[: query.limit]
+    where = RunFilter(frozenset({query.status}) if query.status else frozenset())
+    runs = await services.store.list_runs(name, query.limit + 1, before, where)
+    return _page(runs, query.limit)
+
+
+@router.get("/v1/runs", operation_id="list_all_runs")
+async def list_all_runs(query: Annotated[AllRunsQuery, Query()], services: ServicesDep) -> RunPage:
+    """Every job's runs, newest first (by `started_at`, then id), a page at a time; runs
+    recorded while you page show up on no later page and push nothing into it twice.
+    Filters: status, job, and `since` <= `started_at` < `until`."""
+    before = decode_run_cursor(query.cursor) if query.cursor else None
+    runs = await services.store.list_runs(query.job, query.limit + 1, before, query.where())
+    return _page(runs, query.limit)
+
+
+def _page(runs: list[Run], limit: int) -> RunPage:
+    """The first `limit` of `runs` (fetched one over to learn whether more follow)."""
+    page = runs[:limit]
     return RunPage(
         items=[RunOut.model_validate(run, from_attributes=True) for run in page],
-        next_cursor=encode_run_cursor(page[-1]) if len(runs) > query.limit else None,
+        next_cursor=encode_run_cursor(page[-1]) if len(runs) > limit else None,
     )
 
 

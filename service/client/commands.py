@@ -212,7 +212,9 @@ def _add_trigger(actions: SubParsers, common: argparse.ArgumentParser) -> None:
 
 
 def _add_runs(actions: SubParsers, common: argparse.ArgumentParser) -> None:
-    parser = _named(_action(actions, common, "runs", _runs, "a job's runs, newest first"))
+    summary = "a job's runs, newest first; without NAME, every job's"
+    parser = _action(actions, common, "runs", _runs, summary)
+    parser.add_argument("name", metavar="NAME", nargs="?", help="the job's name")
     parser.add_argument("--status", choices=RUN_STATUSES)
     parser.add_argument(
         "--limit",
@@ -442,10 +444,11 @@ def _runs(ctx: Context) -> None:
     if ctx.out.as_json:
         ctx.out.document(page.document())
         return
+    every_job = ctx.args.name is None
     if not page.items:
-        ctx.out.line(f"no runs of job {ctx.args.name!r}")
+        ctx.out.line("no runs" if every_job else f"no runs of job {ctx.args.name!r}")
         return
-    ctx.out.table(runs_table(page.items))
+    ctx.out.table(runs_table(page.items, with_job=every_job))
     if page.next_cursor is not None:
         ctx.out.line(f"(newest {len(page.items)} runs shown; raise --limit for more)")
 
@@ -602,8 +605,18 @@ def run_table(run: JsonObject, *, title: str) -> Table:
     return table
 
 
-def runs_table(runs: Iterable[JsonObject]) -> Table:
-    columns = ("id", "scheduled_for", "trigger", "status", "duration_ms", "runner", "error")
+def runs_table(runs: Iterable[JsonObject], *, with_job: bool = False) -> Table:
+    columns: tuple[str, ...] = (
+        "id",
+        "scheduled_for",
+        "trigger",
+        "status",
+        "duration_ms",
+        "runner",
+        "error",
+    )
+    if with_job:
+        columns = ("job", *columns)
     table = _table(*columns)
     for run in runs:
         table.add_row(

@@ -182,13 +182,23 @@ class TickgateClient:
         return _object(self._request("POST", f"{_job_path(name)}/trigger"))
 
     def list_runs(
-        self, name: str, *, status: str | None = None, limit: int = 100, cursor: str | None = None
+        self,
+        name: str | None,
+        *,
+        status: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
     ) -> Page:
+        """A page of the job's runs, or of every job's when `name` is None."""
         params: Params = {"limit": limit, "cursor": cursor, "status": status}
-        return _page(self._request("GET", f"{_job_path(name)}/runs", params=params))
+        path = "/v1/runs" if name is None else f"{_job_path(name)}/runs"
+        return _page(self._request("GET", path, params=params))
 
-    def recent_runs(self, name: str, *, status: str | None = None, limit: int | None) -> Page:
-        """Newest first, following `next_cursor` until `limit` runs (or all of them)."""
+    def recent_runs(
+        self, name: str | None, *, status: str | None = None, limit: int | None
+    ) -> Page:
+        """Newest first, following `next_cursor` until `limit` runs (or all of them); of
+        every job when `name` is None."""
         return collect(
             lambda size, cursor: self.list_runs(name, status=status, limit=size, cursor=cursor),
             limit,

@@ -5,9 +5,19 @@ from service.store.store import (
     JobFilter,
     JobsApplied,
     Prune,
+    RunFilter,
     RunPosition,
     ShownJob,
     Store,
 )
 
-__all__ = ["JobChange", "JobFilter", "JobsApplied", "Prune", "RunPosition", "ShownJob", "Store"]
+__all__ = [
+    "JobChange",
+    "JobFilter",
+    "JobsApplied",
+    "Prune",
+    "RunFilter",
+    "RunPosition",
+    "ShownJob",
+    "Store",
+]

@@ -100,6 +100,44 @@ class RunPosition:
 
 
 @dataclass(frozen=True)
+class RunFilter:
+    """Which runs a listing shows: any of `statuses` (all when empty), started in
+    [since, until)."""
+
+    statuses: frozenset[RunStatus] = frozenset()
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def _runs_statement(
+    job: str | None, before: RunPosition | None, where: RunFilter
+) -> tuple[str, list[object]]:
+    conditions: list[str] = []
+    args: list[object] = []
+
+    def arg(value: object) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    if job is not None:
+        conditions.append(f"job = {arg(job)}")
+    if before is not None:
+        position = f"({arg(before.started_at)}, {arg(before.run_id)}::uuid)"
+        conditions.append(f"(started_at, id) < {position}")
+    if where.statuses:
+        statuses = sorted(status.value for status in where.statuses)
+        conditions.append(f"status = ANY({arg(statuses)}::text[])")
+    if where.since is not None:
+        conditions.append(f"started_at >= {arg(where.since)}")
+    if where.until is not None:
+        conditions.append(f"started_at < {arg(where.until)}")
+    predicate = " AND ".join(conditions) or "TRUE"
+    statement = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE {predicate}
+                    ORDER BY started_at DESC, id DESC"""
+    return statement, args
+
+
+@dataclass(frozen=True)
 class JobFilter:
     state: JobState | None = None
     task: str | None = None
@@ -284,21 +322,13 @@ class Store:
         return run_from_row(row) if row else None
 
     async def list_runs(
-        self, job: str, limit: int, before: RunPosition | None, status: RunStatus | None
+        self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None
     ) -> list[Run]:
-        """Runs of `job`, newest first, strictly older than `before`."""
-        rows = await self._pool.fetch(
-            f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
-                WHERE job = $1
-                  AND ($2::timestamptz IS NULL OR (started_at, id) < ($2, $3::uuid))
-                  AND ($4::text IS NULL OR status = $4)
-                ORDER BY started_at DESC, id DESC LIMIT $5""",
-            job,
-            before.started_at if before else None,
-            before.run_id if before else None,
-            status.value if status else None,
-            limit,
-        )
+        """Runs of `job` (of every job when None), newest first, strictly older than
+        `before`. Only the conditions in use reach the statement: a prepared plan stays
+        on the index that serves them (per job, or across jobs)."""
+        statement, args = _runs_statement(job, before, where or RunFilter())
+        rows = await self._pool.fetch(f"{statement} LIMIT ${len(args) + 1}", *args, limit)
         return [run_from_row(row) for row in rows]
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:

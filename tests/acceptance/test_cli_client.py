@@ -223,6 +223,18 @@ def test_trigger_prints_the_run_and_runs_lists_it(url: str, tmp_path: Path) -> N
     assert "manual" in table
 
 
+def test_runs_without_a_name_lists_every_jobs_runs_newest_first(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("across-a"), job("across-b"))
+    triggered = [ok(url, "trigger", name) for name in ("across-a", "across-b")]
+    ids = [match.group() for match in map(UUID_PATTERN.search, triggered) if match]
+    runs = as_json(url, "runs", "--limit", "2")
+    assert names_of(runs, key="id") == ids[::-1]
+    table = ok(url, "runs", "--limit", "2")
+    assert [name for name in ("across-a", "across-b") if name in table] == ["across-a", "across-b"]
+    failed = as_json(url, "runs", "--status", "failed")
+    assert names_of(failed, key="id") == []
+
+
 def test_delete_then_get_is_no_job_named(url: str, tmp_path: Path) -> None:
     created(url, tmp_path, job("doomed"))
     assert "deleted" in ok(url, "delete", "doomed")
