@@ -55,6 +55,8 @@ DEFAULT_LINK_SECONDS = 30.0
 KEEPALIVE_PROBES = 3
 # Server settings that older PostgreSQL versions do not know, and the first that does.
 _SINCE_VERSION = {"tcp_user_timeout": 12, "idle_session_timeout": 14}
+# How long a deadline that ran out waits for an answer already in before it drops.
+_LAST_LOOK_SECONDS = 0.1
 # The client's socket options, each the same value as a server setting.
 _SOCKET_OPTIONS = {
     "TCP_KEEPIDLE": "tcp_keepalives_idle",
@@ -156,14 +158,22 @@ def deadline(seconds: float, drop: Callable[[], None], what: str) -> Iterator[No
     cancel it over a new connection and waits for the answer, which a silent link never
     gives; and a statement that ran past its deadline leaves the session in a state
     nobody knows."""
-    expired = False
+    loop = asyncio.get_running_loop()
+    expired = finished = False
 
     def expire() -> None:
-        nonlocal expired
-        expired = True
-        drop()
+        # After a stall of the event loop (CPU throttling, a long pause) the answer and
+        # the timer come due together, and the timer may run first: a last look lets
+        # an answer that is in be read before the connection is dropped for silence.
+        loop.call_later(_LAST_LOOK_SECONDS, drop_unless_answered)
 
-    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    def drop_unless_answered() -> None:
+        nonlocal expired
+        if not finished:
+            expired = True
+            drop()
+
+    timer = loop.call_later(seconds, expire)
     try:
         yield
     except Exception as error:
@@ -171,6 +181,7 @@ def deadline(seconds: float, drop: Callable[[], None], what: str) -> Iterator[No
             raise TimeoutError(f"{what}: no answer within {seconds:g}s") from error
         raise
     finally:
+        finished = True
         timer.cancel()
 
 

@@ -21,7 +21,7 @@ from service.domain.runs import RunStatus, RunTrigger
 from service.metrics import Metrics
 from service.store import Store
 from service.store.errors import TIMED_OUT
-from service.store.link import Link
+from service.store.link import Link, deadline
 from service.store.ports import ClaimOutcome, RunEnd, TickClaim
 from tests.support.db import advisory_lock_holders, advisory_locks_on
 from tests.support.fire import (
@@ -118,3 +118,20 @@ async def test_a_blocked_claim_holds_up_neither_the_session_nor_its_tick(
         [run] = await finished_runs(store, "blocked", 1)
         assert (run.scheduled_for, run.status, run.attempts) == (at, RunStatus.SUCCEEDED, 1)
     assert await advisory_locks_on(database_url, blocked.lock_key) == 0
+
+
+async def test_an_answer_that_came_in_while_the_event_loop_stalled_is_taken(
+    database_url: str,
+) -> None:
+    """A stalled event loop (CPU throttling, a long pause) finds the answer and the
+    deadline both due: the answer wins, and the connection is kept."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        with deadline(0.2, connection.terminate, "stalled"):
+            answer = asyncio.ensure_future(connection.fetchval("SELECT 7 FROM pg_sleep(0.01)"))
+            await asyncio.sleep(0.01)  # sent
+            time.sleep(1.0)  # noqa: ASYNC251 - the loop stalls; the answer comes in meanwhile
+            assert await answer == 7
+        assert not connection.is_closed()
+    finally:
+        await connection.close()
