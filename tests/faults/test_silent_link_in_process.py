@@ -8,6 +8,7 @@ the fire path's calls over the pool end at their deadline instead of waiting for
 """
 
 import asyncio
+import socket
 import time
 from uuid import uuid4
 
@@ -127,3 +128,39 @@ async def test_fire_path_calls_over_the_pool_end_within_their_deadline(database_
             assert await store.get_jobs(["none"]) == []
         finally:
             await asyncio.wait_for(store.close(), 10)
+
+
+async def test_a_tuned_connection_bounds_its_link_on_both_ends(database_url: str) -> None:
+    with proxying(database_url) as proxy:
+        connection = await asyncpg.connect(proxy.dsn_for(database_url))  # TCP to the proxy
+        try:
+            await LINK.tune(connection, quiet_ends=True, fire_path=True)
+            shown = {
+                name: await connection.fetchval(f"SHOW {name}")
+                for name in ("idle_session_timeout", "statement_timeout", "lock_timeout")
+            }
+            assert shown == {
+                "idle_session_timeout": "10s",
+                "statement_timeout": "1667ms",
+                "lock_timeout": "1s",
+            }
+            sock = getattr(connection, "_transport").get_extra_info("socket")  # noqa: B009
+            options = {
+                name: sock.getsockopt(level, getattr(socket, name))
+                for level, name in (
+                    (socket.SOL_SOCKET, "SO_KEEPALIVE"),
+                    (socket.IPPROTO_TCP, "TCP_KEEPIDLE"),
+                    (socket.IPPROTO_TCP, "TCP_KEEPINTVL"),
+                    (socket.IPPROTO_TCP, "TCP_KEEPCNT"),
+                    (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT"),
+                )
+            }
+            assert options == {
+                "SO_KEEPALIVE": 1,
+                "TCP_KEEPIDLE": 3,
+                "TCP_KEEPINTVL": 2,
+                "TCP_KEEPCNT": 3,
+                "TCP_USER_TIMEOUT": 10_000,
+            }
+        finally:
+            await connection.close()
