@@ -37,8 +37,11 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
         --home-dir /nonexistent --shell /usr/sbin/nologin tickgate
 
 # Bytecode was compiled at install time; at run time the root filesystem may be read-only.
+# PYTHONTZPATH empty: ticks are computed with the `tzdata` package installed here (its
+# release pinned with the image), never with whatever zoneinfo the base image carries.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    PYTHONTZPATH="" \
     TICKGATE_REQUIRE_DATABASE_URL=1 \
     TICKGATE_LOG_FORMAT=json
 

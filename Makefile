@@ -21,7 +21,11 @@ types: $(VENV)/.test
 	$(BIN)/mypy
 
 # The fault and fuzz tests log their figures; RELIABILITY.md is written from that log.
+# The PgBouncer tests run the real pgbouncer (Debian package): installed here when
+# missing and root is available; otherwise they fail saying what to install.
 test-only: $(VENV)/.test
+	-@$(HAVE_PGBOUNCER) || $(APT_PGBOUNCER) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
+		&& $(APT_PGBOUNCER); } || echo "pgbouncer unavailable: the PgBouncer tests will fail"
 	rm -f .reliability.jsonl
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
@@ -41,11 +45,14 @@ bench-smoke: $(VENV)/.bench
 	-@command -v wrk >/dev/null || $(APT_WRK) \
 		|| echo "wrk unavailable: the api scenario uses the httpx generator"
 	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
-		--scenario burst --scenario api --scenario bulk --scenario scale --scenario scale_out \
-		--scenario replicas
+		--scenario burst --scenario api --scenario bulk --scenario scale --scenario retention \
+		--scenario scale_out --scenario replicas
 
 ROOT    = [ "$$(id -u)" = 0 ]
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }
+HAVE_PGBOUNCER = { command -v pgbouncer || [ -x /usr/sbin/pgbouncer ]; } >/dev/null
+APT_PGBOUNCER  = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer \
+	>/dev/null 2>&1; }
 
 $(VENV)/.bench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -113,7 +113,7 @@ def _meta(ctx: Context, names: list[str]) -> dict[str, Any]:
         "replicas": {
             "count": 3,
             "env": "TICKGATE_LOG_LEVEL=WARNING, TICKGATE_LOG_FORMAT=json, other settings default",
-            "ownership": "TICKGATE_OWNERSHIP=on in scenarios replicas and scale_out",
+            "ownership": "on (the default) in every scenario",
         },
         "load_generator": generator_version(),
     }

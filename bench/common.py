@@ -116,6 +116,8 @@ class Sizes:
     api_loaded_rate: int
     api_seed_jobs: int
     scale_jobs: int
+    retention_jobs: int  # retention: jobs, each with this many rows a day old
+    retention_rows_per_job: int
     settle_seconds: float  # scale: RSS is watched this long after ready
     repeats: int  # median of this many runs for the short scenarios (limit, api)
 
@@ -148,6 +150,8 @@ class Sizes:
             api_loaded_rate=250,
             api_seed_jobs=1_000,
             scale_jobs=100_000,
+            retention_jobs=1_000,
+            retention_rows_per_job=1_100,
             settle_seconds=5.0,
             repeats=3,
         )
@@ -177,6 +181,8 @@ class Sizes:
             api_loaded_rate=20,
             api_seed_jobs=200,
             scale_jobs=5_000,
+            retention_jobs=50,
+            retention_rows_per_job=120,
             settle_seconds=1.0,
             repeats=1,
         )

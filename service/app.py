@@ -32,6 +32,7 @@ from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
 from service.tasks.plugins import load_plugins
 from service.tasks.sql import sql_task
+from service.tzdb import tz_database
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     if settings.scheduler:
         tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
     metrics = Metrics(database_gauges=settings.api)
+    metrics.set_tzdata(tz_database())
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
@@ -176,6 +178,8 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         mirror=mirror,
         departure=departure,
         scheduler_process=_scheduler_process(stack, settings),
+        now=clock.now,
+        tzdata=tz_database(),
     )
 
 
@@ -194,6 +198,7 @@ async def _open_scheduler(
         dsn=dsn,
         runner_id=settings.runner_id,
         version=version("tickgate"),
+        tzdata=str(tz_database()),
         on_change=lambda _members: mirror.members_changed(),
         heartbeat=heartbeat,
         link=Link(settings.db_link_timeout_seconds),

@@ -1,10 +1,14 @@
 """Prometheus metrics, on a registry of the app's own (no import-time global state)."""
 
 from collections.abc import Iterator
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+
+from service.domain.runs import RunStatus
+from service.tzdb import TzDatabase
 
 HELD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -65,14 +69,43 @@ class Metrics:
         self.jobs_overdue = Gauge(
             "tickgate_jobs_overdue",
             "Active jobs whose latest nominal tick is older than their misfire grace and "
-            "has no run: ticks nobody ran.",
+            "has no run (ticks nobody ran), as of the last overdue check.",
             registry=exported_if_read,
+        )
+        self.overdue_checked = Gauge(
+            "tickgate_overdue_checked_timestamp_seconds",
+            "Unix time the overdue check last finished (one replica per reconcile round "
+            "does it); 0 if never. Alert if it goes stale: nobody is checking.",
+            registry=exported_if_read,
+        )
+        self.tzdata = Gauge(
+            "tickgate_tzdata_info",
+            "1, labelled with the time-zone database release this replica computes ticks "
+            "with and where it reads it from; replicas should all show the same.",
+            ["version", "source"],
+            registry=self.registry,
         )
         self.sync_age = Gauge(
             "tickgate_scheduler_sync_age_seconds",
             "Seconds since this replica's scheduler last fully synced with the database.",
             registry=self.registry,
         )
+
+    def set_tzdata(self, database: TzDatabase) -> None:
+        self.tzdata.labels(database.version, database.source).set(1)
+
+    def count_run(self, job: str, status: RunStatus, finished_at: datetime | None) -> None:
+        """A run of `job` ended here; `finished_at` if it succeeded."""
+        self.runs.labels(job, status.value).inc()
+        if status is RunStatus.SUCCEEDED and finished_at is not None:
+            self.last_success.labels(job).set(finished_at.timestamp())
+
+    def forget_job(self, job: str) -> None:
+        """Drop a deleted job's series: kept, they would pile up with every job ever
+        made, and the job's history lives in the ledger anyway."""
+        self.last_success.remove(job)
+        for status in RunStatus:
+            self.runs.remove(job, status.value)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,7 @@
 Apart from the command line (service/cli.py) so that the supervisor (service/supervisor.py),
 which serves nothing itself, never loads the web stack."""
 
+import asyncio
 import socket
 from types import FrameType
 
@@ -12,10 +13,18 @@ from fastapi import FastAPI
 from service.app import begin_shutdown, create_app
 from service.config import Listen, Settings
 from service.heap import settle_after_startup
+from service.store.pooling import refuse_shared_sessions
 
 
 def serve_app(settings: Settings, listen: Listen) -> None:
-    """The API, or the scheduler with its probes and metrics, until a signal stops it."""
+    """The API, or the scheduler with its probes and metrics, until a signal stops it.
+
+    First, before anything opens a lock session, refuse a DATABASE_URL whose sessions
+    other clients share, as transaction pooling does (service/store/pooling.py). Checked
+    here rather than in the app's lifespan: the refusal is a ConfigurationError, which
+    `tickgate` reports in one line and exits 2, where uvicorn would log a traceback and
+    exit 3."""
+    asyncio.run(refuse_shared_sessions(str(settings.database_url)))
     app = create_app(settings)
     config = uvicorn.Config(
         app,

@@ -100,7 +100,13 @@ def _paging(urls: Sequence[str], count: int) -> dict[str, Any]:
         first = _timed_gets(client, f"{urls[0]}/v1/jobs", {"limit": 100})
         prefix = f"j-{count // 2:06d}"[:-2]  # the 100 names from the middle of the list
         deep = _timed_gets(client, f"{urls[0]}/v1/jobs", {"limit": 100, "prefix": prefix})
-    return {"walk_limit_1000": walk, "first_page_limit_100": first, "prefix_page_limit_100": deep}
+        scrape = _timed_gets(client, f"{urls[0]}/metrics", {})
+    return {
+        "walk_limit_1000": walk,
+        "first_page_limit_100": first,
+        "prefix_page_limit_100": deep,
+        "metrics_scrape": scrape,
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:

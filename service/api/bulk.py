@@ -44,7 +44,7 @@ async def apply_jobs(services: Services, items: Sequence[Item], scope: ApplyQuer
         for index, item in enumerate(items)
     ]
     declared = [job for job in parsed if isinstance(job, JobCreate)]
-    now = services.now()
+    now = await services.store.clock()
 
     def plan(stored: Mapping[str, Job]) -> list[Job]:
         """Every job as declared; the problems of the whole set, parsed or planned, as

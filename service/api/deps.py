@@ -14,6 +14,7 @@ from service.scheduler.departure import Departure
 from service.scheduler.remote import SchedulerProcess
 from service.store import Store
 from service.tasks import TaskRegistry
+from service.tzdb import TzDatabase, tz_database
 
 
 def utc_now() -> datetime:
@@ -40,6 +41,7 @@ class Services:
     scheduler_process: SchedulerProcess | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     now: Callable[[], datetime] = field(default=utc_now)
+    tzdata: TzDatabase = field(default_factory=tz_database)
 
     def begin_shutdown(self) -> None:
         """Readiness fails at once; the scheduler hands its jobs over, then starts no

@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 
 from service.api.deps import Services, ServicesDep
 from service.metrics import merge_expositions
-from service.scheduler.overdue import overdue_jobs
 from service.store.errors import UNAVAILABLE
 from service.store.migrate import head_version
 
@@ -40,6 +39,10 @@ class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str] = Field(
         description="database, migrations, scheduler and shutdown: 'ok' or what is wrong."
+    )
+    tzdata: str = Field(
+        description="The time-zone database release ticks are computed with, and its "
+        "source, e.g. `2025b (tzdata package)`: every replica should report the same."
     )
 
 
@@ -72,7 +75,9 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     )
     checks |= database | {"scheduler": scheduler}
     ready = all(verdict in {OK, "off"} for verdict in checks.values())
-    body = Readiness(status="ready" if ready else "not_ready", checks=checks)
+    body = Readiness(
+        status="ready" if ready else "not_ready", checks=checks, tzdata=str(services.tzdata)
+    )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
@@ -122,7 +127,10 @@ async def _refresh_database_gauges(services: Services) -> None:
     try:
         for state, count in (await services.store.job_counts()).items():
             gauges.jobs.labels(state.value).set(count)
-        gauges.jobs_overdue.set(len(await overdue_jobs(services.store)))
+        overdue = await services.store.overdue_summary()
+        gauges.jobs_overdue.set(overdue.count)
+        if overdue.checked_at is not None:
+            gauges.overdue_checked.set(overdue.checked_at.timestamp())
     except UNAVAILABLE as error:
         # Keep the last values; readiness reports the outage.
         log.debug("job gauges not refreshed: %r", error)

@@ -45,7 +45,7 @@ NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 async def create(body: JobCreate, services: ServicesDep, response: Response) -> JobOut:
     """Create a job. 409 if the name (or its lock_key) is taken."""
     spec = _checked(services, body.spec())
-    now = services.now()
+    now = await services.store.clock()
     job = create_job(body.name, spec, now)
     if not await services.store.insert_job(job):
         raise Conflict(f"job {body.name!r} already exists")
@@ -73,7 +73,7 @@ async def apply(
 
 
 async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
-    now = services.now()
+    now = await services.store.clock()
     return await services.store.mutate_job(
         name, lambda current: declared_job(services, name, spec, current, now)
     )
@@ -121,7 +121,7 @@ async def patch(
     body: Annotated[dict[str, JsonValue], Body(description="JSON merge patch (RFC 7396).")],
 ) -> JobOut:
     """Change some declared fields; null resets a field to its default."""
-    now = services.now()
+    now = await services.store.clock()
 
     def change(current: Job) -> Job:
         patched = patch_job(current, body, now)
@@ -143,12 +143,13 @@ async def patch(
 async def delete(name: NamePath, services: ServicesDep) -> None:
     """Delete the job and its run history; replicas stop firing it within moments."""
     await services.store.mutate_job(name, _existing(name, lambda _: None))
+    services.runner.job_deleted(name)  # the scheduler's replicas hear of it by NOTIFY
 
 
 @router.post("/{name}/pause", operation_id="pause_job", responses=NOT_FOUND | CONFLICT)
 async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None = None) -> JobOut:
     """Stop firing; `next_run_at` becomes null. An optional `note` is kept on the job."""
-    now = services.now()
+    now = await services.store.clock()
     note = body.note if body else None
     job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now, note)))
     return await _out(services, job, now)
@@ -157,7 +158,7 @@ async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None
 @router.post("/{name}/resume", operation_id="resume_job", responses=NOT_FOUND | CONFLICT)
 async def resume(name: NamePath, services: ServicesDep) -> JobOut:
     """Fire again from the next tick after now; ticks missed while paused are not replayed."""
-    now = services.now()
+    now = await services.store.clock()
     job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)))
     return await _out(services, job, now)
 

@@ -210,7 +210,8 @@ class JobQuery(BaseModel):
     )
     overdue: bool = Field(
         False,
-        description="Only active jobs whose latest tick is past its misfire grace and never ran.",
+        description="Only active jobs whose latest tick is past its misfire grace and never "
+        "ran: those the last overdue check found (once per reconcile round) that still are.",
     )
 
 

@@ -19,7 +19,7 @@ async def preview(body: PreviewRequest, services: ServicesDep) -> PreviewRespons
         tz = zone(body.timezone)
     except ValueError as error:
         raise InvalidInput.one(("body", "timezone"), str(error), body.timezone) from error
-    now = services.now()
+    now = await services.store.clock()
     after = body.after or now
     if after.tzinfo is None:
         raise InvalidInput.one(("body", "after"), "must include a UTC offset", str(after))

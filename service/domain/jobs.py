@@ -312,7 +312,9 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     resolved = _resolved(spec, now, previous=current)
     if _declared_fields(resolved) == _declared_fields(current):
         return current
-    rescheduled = resolved.schedule != current.schedule
+    # Another zone moves the ticks as much as another schedule: ticks between the old
+    # fence and now, new to this definition, must not read as missed.
+    rescheduled = resolved.schedule != current.schedule or resolved.timezone != current.timezone
     state = current.state
     if rescheduled and state is JobState.COMPLETED:
         state = JobState.ACTIVE
@@ -419,7 +421,9 @@ def _resolved(spec: JobSpec, now: datetime, previous: Job | None) -> JobSpec:
     schedule = resolve_schedule(
         spec.schedule, spec.zone, now, previous.schedule if previous else None
     )
-    changed = previous is None or schedule != previous.schedule
+    changed = (
+        previous is None or schedule != previous.schedule or spec.timezone != previous.timezone
+    )
     if changed and isinstance(schedule, OnceSchedule) and schedule.at <= now:
         raise InvalidInput.one(
             ("body", "schedule", "at"), "a one-time job must be in the future", str(schedule.at)

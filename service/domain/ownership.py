@@ -107,11 +107,13 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Member:
     """One live member as its row in `tickgate_members` describes it: who it is
-    (`runner_id`, its Tickgate `version`), since when, and its latest heartbeat."""
+    (`runner_id`, its Tickgate `version`, the time-zone database it computes ticks
+    with), since when, and its latest heartbeat."""
 
     seed: int
     runner_id: str
     version: str
+    tzdata: str
     started_at: datetime
     heartbeat_at: datetime
     runs_in_flight: int

@@ -4,7 +4,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,11 @@ from service.domain.runs import Run, RunStatus
 from service.tasks import SqlTargets, TaskContext, TaskRegistry
 
 MAX_RESULT_BYTES = 64 * 1024
+# A task told to stop (its attempt timed out, its run's lock was lost, the replica shuts
+# down) gets this long to end. One that ignores the cancellation must not pin the run's
+# lock and connection for as long as it likes.
+STOP_GRACE_SECONDS = 5.0
+LEFT_RUNNING = "ignored cancellation and was left running"
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class Attempts:
     tasks: TaskRegistry
     http: httpx.AsyncClient
     sql: SqlTargets
+    stop_grace_seconds: float = STOP_GRACE_SECONDS
+    # Tasks that ignored cancellation and still run; see `_stop`.
+    left_running: set["asyncio.Future[JsonValue]"] = field(default_factory=set)
 
     async def run(self, job: Job, run: Run, progress: Progress) -> Outcome:
         policy = job.retry
@@ -87,14 +95,44 @@ class Attempts:
             job.name, run.id, run.scheduled_for, attempt, logger, deadline, self.http, self.sql
         )
         try:
-            async with asyncio.timeout(seconds):
-                result = await definition.run(definition.parse_args(job.args), context)
-        except TimeoutError:
-            return Outcome(RunStatus.TIMED_OUT, f"attempt {attempt} timed out after {seconds:g}s")
-        except Exception as error:  # noqa: BLE001 - a task's failure is the run's result
-            # and is recorded on the run; it must never escape into the scheduler.
-            return Outcome(RunStatus.FAILED, f"{type(error).__name__}: {error}")
-        return _bounded(result)
+            work = asyncio.ensure_future(definition.run(definition.parse_args(job.args), context))
+        except Exception as error:  # noqa: BLE001 - see below
+            return _failed(error)
+        try:
+            done, _ = await asyncio.wait({work}, timeout=seconds)
+        except asyncio.CancelledError:  # the lock was lost, or the replica shuts down
+            await self._stop(work, logger)
+            raise
+        if not done:
+            left = "" if await self._stop(work, logger) else f"; {LEFT_RUNNING}"
+            return Outcome(
+                RunStatus.TIMED_OUT, f"attempt {attempt} timed out after {seconds:g}s{left}"
+            )
+        try:
+            return _bounded(work.result())
+        except Exception as error:  # noqa: BLE001 - see _failed
+            return _failed(error)
+
+    async def _stop(self, work: "asyncio.Future[JsonValue]", logger: RunLogger) -> bool:
+        """Cancel the task and give it `stop_grace_seconds` to end. False if it did not:
+        it is left running (held here, so it is not collected mid-flight), and the run
+        goes on to be recorded and its lock released, rather than wait on it forever."""
+        work.cancel()
+        done, _ = await asyncio.wait({work}, timeout=self.stop_grace_seconds)
+        if done:
+            if not work.cancelled():
+                work.exception()  # retrieved: an error on the way out changes nothing now
+            return True
+        logger.error("the task %s for %gs", LEFT_RUNNING, self.stop_grace_seconds)
+        self.left_running.add(work)
+        work.add_done_callback(self.left_running.discard)
+        return False
+
+
+def _failed(error: Exception) -> Outcome:
+    """A task's failure is the run's result, recorded on the run; it must never escape
+    into the scheduler."""
+    return Outcome(RunStatus.FAILED, f"{type(error).__name__}: {error}")
 
 
 def _bounded(result: JsonValue) -> Outcome:

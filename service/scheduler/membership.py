@@ -46,6 +46,8 @@ class Membership:
     :param dsn: the database; the membership holds one connection of its own
     :param runner_id: this replica's name, shown with its membership
     :param version: the Tickgate version this replica runs, shown likewise
+    :param tzdata: the time-zone database it computes ticks with (service/tzdb.py); a
+        view with members that use another is logged as a warning
     :param on_change: called with each new view, in the event loop; it must not block
         (set an event, say) and should not raise (an error is logged and dropped)
     :param heartbeat: what this replica reports at each poll (runs in flight, last sync)
@@ -59,6 +61,7 @@ class Membership:
         dsn: str,
         runner_id: str,
         version: str,
+        tzdata: str = "",
         on_change: Callable[[Members], None] = _ignore,
         heartbeat: Callable[[], Heartbeat] = _nothing_to_report,
         poll_seconds: float = MEMBERSHIP_POLL_SECONDS,
@@ -68,6 +71,7 @@ class Membership:
         self._link = link
         self._runner_id = runner_id
         self._version = version
+        self._tzdata = tzdata
         self._on_change = on_change
         self._heartbeat = heartbeat
         self._poll_seconds = poll_seconds
@@ -148,7 +152,7 @@ class Membership:
     async def _poll(self) -> None:
         if self._session is None or self._session.closed:
             self._session = await MemberSession.join(
-                self._dsn, self._runner_id, self._version, self._link
+                self._dsn, self._runner_id, self._version, self._tzdata, self._link
             )
             log.info("joined the cluster as member %d", self._session.seed)
         live = await self._session.heartbeat(self._heartbeat())
@@ -161,6 +165,7 @@ class Membership:
             return
         log.info("live members: %s (this replica: %d)", list(members.seeds), own)
         self._members = members
+        _warn_of_mixed_tzdata(live)
         try:
             self._on_change(members)
         except Exception:
@@ -170,3 +175,16 @@ class Membership:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+
+def _warn_of_mixed_tzdata(live: list[Member]) -> None:
+    """Members on different time-zone databases may each put a tick of a job in a zone
+    whose rules changed at its own instant: the ledger still lets one run per tick it
+    knows, but the two see different ticks."""
+    releases = sorted({member.tzdata for member in live if member.tzdata})
+    if len(releases) > 1:
+        log.warning(
+            "live members compute ticks with different time-zone databases: %s; "
+            "run one image (PYTHONTZPATH empty, one tzdata release) on every replica",
+            ", ".join(releases),
+        )

@@ -25,6 +25,7 @@ from service.domain.schedules import OnceSchedule
 from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import WakeExecutor
+from service.scheduler.overdue import check_overdue
 from service.scheduler.roles import Roles
 from service.scheduler.runner import Runner
 from service.scheduler.timetable import Timetable
@@ -111,6 +112,7 @@ class Mirror:
         )
         self._scheduler.start()
         await self._guarded(self._sweep(), "sweeping runs")
+        await self._guarded(self._check_overdue(), "checking for overdue jobs")
         self._loops = [
             asyncio.create_task(self._relisten_forever(in_sync)),
             asyncio.create_task(self._apply_changes_forever()),
@@ -233,6 +235,7 @@ class Mirror:
             await asyncio.sleep(self._reconcile_seconds)
             await self._guarded(self.reconcile(), "reconciling jobs")
             await self._guarded(self._sweep(), "sweeping runs")
+            await self._guarded(self._check_overdue(), "checking for overdue jobs")
 
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
         """Run `work`; False if it failed, which is logged."""
@@ -258,7 +261,10 @@ class Mirror:
         loaded = []
         for name in names:
             job, role = found.get(name, (None, None))
-            if job is None or job.state is not JobState.ACTIVE:
+            if job is None:
+                self._drop(name)
+                self._runner.job_deleted(name)
+            elif job.state is not JobState.ACTIVE:
                 self._drop(name)
             elif role is not None or self._timetable.get(name) is not None:
                 # A job leaving the rank is kept up to date while it is handed over.
@@ -333,9 +339,19 @@ class Mirror:
                 await self._store.mutate_job(job.name, _closing_window(now))
         for run in await self._store.abandon_orphans():
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
-        pruned = await self._store.prune_runs(self._run_history)
+        pruned = await self._store.prune_runs(self._run_history, self._round_seconds)
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
+
+    async def _check_overdue(self) -> None:
+        await check_overdue(self._store, self._round_seconds)
+
+    @property
+    def _round_seconds(self) -> float:
+        """How often one replica of the cluster does each chore (retention, the overdue
+        check): a little under the reconcile period, so that replicas' rounds drifting
+        apart do not each find the last one too recent."""
+        return self._reconcile_seconds * 0.9
 
 
 def _supersedes(job: Job, current: Job) -> bool:

@@ -167,6 +167,10 @@ class Runner:
         )
         self.accepting = True
 
+    def job_deleted(self, name: str) -> None:
+        """The job is gone from the database: forget what this replica knew of it."""
+        self._executor.forget_job(name)
+
     @property
     def runs_in_flight(self) -> int:
         return self._executor.in_flight

@@ -51,12 +51,21 @@ class RunExecutor:
         self._attempts = attempts
         self._metrics = metrics
         self._runs_by_job: Counter[str] = Counter()
+        # Deleted jobs with runs still in flight here: their ends are not counted, or
+        # they would bring back the series `forget_job` dropped.
+        self._deleted: set[str] = set()
         # Runs that may complete their job (once, max_runs, end_at) record it together.
         self._job_ends = Coalescer(self._finish_jobs, lambda: JOB_END_LINGER_SECONDS)
 
     @property
     def in_flight(self) -> int:
         return self._runs_by_job.total()
+
+    def forget_job(self, name: str) -> None:
+        """The job was deleted: drop its metric series."""
+        self._metrics.forget_job(name)
+        if self._runs_by_job[name]:
+            self._deleted.add(name)
 
     async def run(self, session: PinnedSession, job: Job, claim: Claim) -> Run | None:
         """Run a claimed tick as `job` stands; whatever happens, record its end and
@@ -135,9 +144,11 @@ class RunExecutor:
         finished = await self._finish(pinned, run, end)
         if returned is not None:
             self._metrics.lock_held_after_return.observe(time.monotonic() - returned)
-        self._metrics.runs.labels(job.name, outcome.status.value).inc()
-        if outcome.status is RunStatus.SUCCEEDED and finished and finished.finished_at:
-            self._metrics.last_success.labels(job.name).set(finished.finished_at.timestamp())
+        if job.name not in self._deleted:
+            finished_at = finished.finished_at if finished else None
+            self._metrics.count_run(job.name, outcome.status, finished_at)
+        elif not self._runs_by_job[job.name]:
+            self._deleted.discard(job.name)  # its last run here has ended
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
         if run.trigger is not RunTrigger.MANUAL:
             await self.tick_ended(job, run.scheduled_for)

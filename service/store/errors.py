@@ -1,6 +1,9 @@
-"""Which failures mean "the database is away right now" rather than a bug."""
+"""Which failures mean "the database is away right now" rather than a bug, and the
+database an operator must not give Tickgate."""
 
 import asyncpg
+
+from service.config import ConfigurationError
 
 # A statement the server ended at its `statement_timeout` or `lock_timeout` (or that
 # an operator cancelled): it changed nothing, and the session lives on. Session-level
@@ -33,3 +36,10 @@ def is_unavailable(error: BaseException) -> bool:
 
 def timed_out(error: BaseException) -> bool:
     return isinstance(error, TIMED_OUT)
+
+
+class SharedSessionError(ConfigurationError):
+    """DATABASE_URL gives Tickgate PostgreSQL sessions other clients use too: a pooler
+    that lends them per transaction (PgBouncer in transaction mode), or hands them on
+    without a reset. Tickgate's session advisory locks would be taken, held and
+    released on sessions it does not own. Startup stops."""

@@ -45,13 +45,16 @@ class MemberSession:
         self._seed = seed
 
     @classmethod
-    async def join(cls, dsn: str, runner_id: str, version: str, link: Link | None = None) -> Self:
+    async def join(
+        cls, dsn: str, runner_id: str, version: str, tzdata: str = "", link: Link | None = None
+    ) -> Self:
         """
         Become a live member: insert a row under a new seed and take its lock.
 
         :param dsn: the database, connected to directly (no pool)
         :param runner_id: this replica's name, shown with its membership
         :param version: the Tickgate version this replica runs, shown likewise
+        :param tzdata: the time-zone database it computes ticks with (service/tzdb.py)
         :param link: the bounds on a silent link: keepalives, and the server ends the
             session once quiet that long (the membership polls every second)
         :return: the session, live until `close` or until its connection dies
@@ -63,7 +66,7 @@ class MemberSession:
         link = link or Link()
         await _within_deadline(connection, link.tune(connection, quiet_ends=True))
         seed = await _within_deadline(
-            connection, connection.fetchval(members_sql.JOIN, runner_id, version)
+            connection, connection.fetchval(members_sql.JOIN, runner_id, version, tzdata)
         )
         if seed is None:
             connection.terminate()

@@ -25,7 +25,8 @@ DEAD_MEMBER_RETENTION = "1 hour"
 DEAD_MEMBERS_PER_HEARTBEAT = 100
 
 MEMBER_COLUMNS = (
-    "m.seed, m.runner_id, m.version, m.started_at, m.heartbeat_at, m.runs_in_flight, m.last_sync"
+    "m.seed, m.runner_id, m.version, m.tzdata, m.started_at, m.heartbeat_at, m.runs_in_flight,"
+    " m.last_sync"
 )
 
 _LIVE = f"""EXISTS (SELECT 1 FROM pg_locks l
@@ -41,8 +42,8 @@ JOIN = f"""WITH drawn AS (
         SELECT nextval('tickgate_member_seeds')::integer AS seed),
     locked AS (
         SELECT seed FROM drawn WHERE pg_try_advisory_lock({MEMBER_LOCK_CLASS}, seed))
-    INSERT INTO tickgate_members (seed, runner_id, version, heartbeat_at)
-    SELECT seed, $1, $2, clock_timestamp() FROM locked
+    INSERT INTO tickgate_members (seed, runner_id, version, tzdata, heartbeat_at)
+    SELECT seed, $1, $2, $3, clock_timestamp() FROM locked
     RETURNING seed"""
 
 # Live members in seed order.

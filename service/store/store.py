@@ -13,10 +13,9 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.names import lock_key
 from service.domain.ownership import Members, Role
 from service.domain.runs import Run, RunStatus, SkipReason
-from service.store import fire_sql, members_sql
+from service.store import chores_sql, fire_sql, members_sql
 from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, Skip
 from service.store.link import Link, deadline
@@ -39,9 +38,8 @@ from service.store.rows import (
 JOBS_CHANNEL = "tickgate_jobs"
 _JOB_PLACEHOLDERS = ", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))
 _INSERT_ATTEMPTS = 3
-# Taken by the sweeper that prunes history this round. Its name is no valid job name,
-# so it is no job's lock key either (keys are derived the same way, service/domain/names.py).
-RETENTION_LOCK_KEY = lock_key("tickgate:retention")
+# Jobs whose history one statement of a retention round prunes.
+PRUNE_JOBS_PER_STATEMENT = 200
 
 JobChangeFn = Callable[[Job | None], Job | None]
 # Given the stored jobs of a bulk apply's names (those that exist), the jobs as they
@@ -74,6 +72,14 @@ class Prune:
     """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
 
     managed_by: str
+
+
+@dataclass(frozen=True)
+class OverdueSummary:
+    """What the overdue book holds: how many jobs, filed when (None: never yet)."""
+
+    count: int
+    checked_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -244,12 +250,36 @@ class Store:
         )
         return [ShownJob.of(row) for row in rows]
 
-    async def active_jobs(self) -> list[Job]:
-        async with self._bounded() as connection:
-            rows = await connection.fetch(
-                f"SELECT {_JOB} FROM tickgate_jobs j WHERE state = 'active' ORDER BY name"
-            )
+    async def active_jobs_page(self, after: str | None, limit: int) -> list[Job]:
+        """Active jobs in name order, the first `limit` after the name `after`."""
+        rows = await self._pool.fetch(chores_sql.ACTIVE_JOBS_PAGE, after, limit)
         return [job_from_row(row) for row in rows]
+
+    async def claim_overdue_check(self, every_seconds: float) -> bool:
+        """Take this round of the overdue check, unless one began in the last
+        `every_seconds` (on any replica)."""
+        taken = await self._pool.fetchval(chores_sql.CLAIM_CHORE, "overdue", every_seconds)
+        return bool(taken)
+
+    async def file_overdue(self, ticks: Sequence[tuple[str, datetime]]) -> None:
+        """Replace the overdue book with these (job, missed tick) pairs."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            await connection.execute(chores_sql.CLEAR_BOOK)
+            await connection.execute(
+                chores_sql.FILE_BOOK, [job for job, _ in ticks], [tick for _, tick in ticks]
+            )
+            await connection.execute(chores_sql.FINISH_CHORE, "overdue")
+
+    async def overdue_summary(self) -> OverdueSummary:
+        async with self._bounded() as connection:
+            row = await connection.fetchrow(chores_sql.SUMMARY)
+        assert row is not None, "one row: a select of two subqueries"
+        return OverdueSummary(row["overdue"], row["checked_at"])
+
+    async def booked_overdue(self) -> list[tuple[Job, datetime]]:
+        """The jobs in the overdue book, in name order, with the tick found missed."""
+        rows = await self._pool.fetch(chores_sql.BOOKED_JOBS)
+        return [(job_from_row(row), row["overdue_tick"]) for row in rows]
 
     async def active_versions(self) -> dict[str, tuple[UUID, int]]:
         """Name to revision (incarnation, version) of every active job: what a
@@ -389,18 +419,24 @@ class Store:
         )
         return [run_from_row(row) for row in rows]
 
-    async def prune_runs(self, keep: int) -> int:
+    async def prune_runs(self, keep: int, every_seconds: float = 0) -> int:
         """Delete runs beyond the newest `keep` per job, sparing every run younger than
         its job's misfire grace plus 5 minutes (those rows still fence late replicas)
         and every run still `running` (its end is yet to be recorded on it). Return
-        how many were deleted: 0 if another replica is pruning this round."""
-        async with self._pool.acquire() as connection, connection.transaction():
-            # One sweeper at a time: two would pick the same rows and wait on each
-            # other's row locks for nothing. The lock ends with the transaction.
-            if not await connection.fetchval(_TRY_LOCK, RETENTION_LOCK_KEY):
-                return 0
-            pruned: int = await connection.fetchval(_PRUNE_RUNS, keep)
-            return pruned
+        how many were deleted: 0 if a replica began a round in the last `every_seconds`.
+
+        One replica per round walks every job, PRUNE_JOBS_PER_STATEMENT at a time, each
+        batch in a transaction of its own: a round deletes all that is due, however
+        many rows that is, with no statement holding row locks for long."""
+        if not await self._pool.fetchval(chores_sql.CLAIM_CHORE, "retention", every_seconds):
+            return 0
+        pruned, after = 0, None
+        while True:
+            row = await self._pool.fetchrow(_PRUNE_RUNS, keep, after, PRUNE_JOBS_PER_STATEMENT)
+            assert row is not None, "one row: a select of two subqueries"
+            pruned += int(row["pruned"])
+            if (after := row["last_job"]) is None:
+                return pruned
 
     async def pruned_through(self, job: str) -> datetime | None:
         """The newest tick of `job` whose run retention deleted, if any did."""
@@ -543,22 +579,23 @@ _JOBS_WITH_LAST_RUN = f"""SELECT {_JOB}, {last_run_columns("last")}
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
 # one, nor one for a claim; only a delete does.
-_TRY_LOCK = "SELECT pg_try_advisory_xact_lock($1)"
 # The deletion and the watermark move together, in one statement: a backfill that
 # finds a pruned tick missing from the ledger finds the watermark covering it too.
 # The watermark only moves forward (a row older than it may still be pruned later).
 # Jobs are key-share locked in name order, as the API locks them, before their runs:
 # a job deleted meanwhile (it locks the job, then its runs) makes this wait, not deadlock.
-_PRUNE_RUNS = """WITH doomed AS (
-        SELECT old.id FROM tickgate_jobs j
+_PRUNE_RUNS = """WITH batch AS (
+        SELECT name, misfire_grace_seconds FROM tickgate_jobs
+        WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3
+        FOR KEY SHARE),
+    doomed AS (
+        SELECT old.id FROM batch j
         CROSS JOIN LATERAL (
             SELECT id, scheduled_for, status FROM tickgate_runs
             WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
         WHERE old.status <> 'running'
           AND old.scheduled_for
-              < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)
-        ORDER BY j.name LIMIT 10000
-        FOR KEY SHARE OF j),
+              < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)),
     deleted AS (
         DELETE FROM tickgate_runs r USING doomed WHERE r.id = doomed.id
         RETURNING r.job, r.scheduled_for),
@@ -567,7 +604,7 @@ _PRUNE_RUNS = """WITH doomed AS (
         SELECT job, max(scheduled_for) FROM deleted GROUP BY job
         ON CONFLICT (job) DO UPDATE
             SET through = greatest(tickgate_pruned.through, excluded.through))
-    SELECT count(*) FROM deleted"""
+    SELECT (SELECT count(*) FROM deleted) AS pruned, (SELECT max(name) FROM batch) AS last_job"""
 _UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({_JOB_PLACEHOLDERS}) WHERE name = $1"
 _LOCK_JOBS = f"""SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""

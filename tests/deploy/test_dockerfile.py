@@ -2,7 +2,10 @@
 
 import fnmatch
 import importlib
+import os
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -128,3 +131,19 @@ def test_dockerignore_keeps_the_context_small_but_buildable() -> None:
         assert _ignored(unwanted, patterns), f"{unwanted} is sent to the Docker daemon"
     for needed in ("pyproject.toml", "README.md", "service", "service/cli.py"):
         assert not _ignored(needed, patterns), f"{needed} is needed by the build"
+
+
+def test_image_computes_ticks_with_the_pinned_tzdata_package() -> None:
+    """With PYTHONTZPATH empty, zoneinfo reads the `tzdata` package installed with the
+    image, not whatever zoneinfo the base image carries."""
+    env = final_stage().env()
+    assert env.get("PYTHONTZPATH") == ""
+    probe = "from service.tzdb import tz_database; print(tz_database().source)"
+    answer = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=os.environ | {"PYTHONTZPATH": env["PYTHONTZPATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert answer.stdout.strip() == "tzdata package"

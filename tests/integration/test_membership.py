@@ -120,6 +120,43 @@ async def test_members_see_each_other(database_url: str, size: int) -> None:
         assert runners == {f"replica-{index}" for index in range(size)}
 
 
+async def test_members_on_different_time_zone_databases_are_warned_about(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    releases = {"old": "2024a (tzdata package)", "new": "2025b (tzdata package)"}
+    members = [
+        Membership(
+            dsn=database_url,
+            runner_id=name,
+            version="test",
+            tzdata=release,
+            poll_seconds=POLL_SECONDS,
+        )
+        for name, release in releases.items()
+    ]
+    try:
+        for member in members:
+            await member.start()
+        await settled(members, 2)
+        assert {peer.tzdata for peer in members[0].peers} == set(releases.values())
+        await eventually(
+            lambda: "different time-zone databases: 2024a" in caplog.text,
+            PATIENCE_SECONDS,
+            "a warning naming both releases",
+        )
+    finally:
+        for member in members:
+            await member.stop()
+
+
+async def test_members_on_one_time_zone_database_raise_no_warning(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with cluster(database_url, 2) as members:
+        await settled(members, 2)
+    assert "time-zone databases" not in caplog.text
+
+
 async def test_members_started_together_know_each_other_when_started(database_url: str) -> None:
     """Replicas of a fresh deployment start moments apart: the first one's start waits
     until its view holds still, so its first sync already knows the others."""

@@ -57,6 +57,22 @@ class Upstream:
         return upstream
 
 
+def loopback_dsn(dsn: str, port: int) -> str:
+    """`dsn` (user, password, database) rewritten to reach 127.0.0.1:`port` without TLS:
+    a proxy or pooler in front of the server `dsn` names."""
+    parts = urlsplit(dsn)
+    user = quote(parts.username or "postgres", safe="")
+    password = f":{quote(parts.password, safe='')}" if parts.password else ""
+    query = "&".join(
+        f"{key}={values[-1]}"
+        for key, values in parse_qs(parts.query).items()
+        if key not in {"host", "port", "sslmode"}
+    )
+    query = f"{query}&sslmode=disable" if query else "sslmode=disable"
+    netloc = f"{user}{password}@127.0.0.1:{port}"
+    return urlunsplit(("postgresql", netloc, parts.path, query, ""))
+
+
 @dataclass(eq=False)
 class _Pair:
     client: socket.socket
@@ -96,17 +112,7 @@ class TcpProxy:
 
     def dsn_for(self, dsn: str) -> str:
         """`dsn` (any database of the upstream server) rewritten to go through the proxy."""
-        parts = urlsplit(dsn)
-        user = quote(parts.username or "postgres", safe="")
-        password = f":{quote(parts.password, safe='')}" if parts.password else ""
-        query = "&".join(
-            f"{key}={values[-1]}"
-            for key, values in parse_qs(parts.query).items()
-            if key not in {"host", "port", "sslmode"}
-        )
-        query = f"{query}&sslmode=disable" if query else "sslmode=disable"
-        netloc = f"{user}{password}@127.0.0.1:{self.port}"
-        return urlunsplit(("postgresql", netloc, parts.path, query, ""))
+        return loopback_dsn(dsn, self.port)
 
     @property
     def open_connections(self) -> int:

@@ -1,0 +1,30 @@
+"""Every statement of the cluster-wide chores (migration 0008): taking a round, and the
+overdue book. One constant per statement."""
+
+from service.store.rows import job_document
+
+_JOB = job_document("j")
+
+# Take this round of a chore: only if the last one began at least $2 seconds ago.
+CLAIM_CHORE = """UPDATE tickgate_chores SET started_at = clock_timestamp()
+    WHERE name = $1 AND started_at < clock_timestamp() - make_interval(secs => $2)
+    RETURNING true"""
+
+# Keyset paging in name order: each page is one probe of the primary key.
+ACTIVE_JOBS_PAGE = f"""SELECT {_JOB} FROM tickgate_jobs j
+    WHERE j.state = 'active' AND ($1::text IS NULL OR j.name > $1)
+    ORDER BY j.name LIMIT $2"""
+
+# The whole book at once, so a scrape never sees half of two checks. A job deleted
+# while the check walked is left out; it has no row to refer to.
+CLEAR_BOOK = "DELETE FROM tickgate_overdue"
+FILE_BOOK = """INSERT INTO tickgate_overdue (job, tick)
+    SELECT t.job, t.tick FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
+    JOIN tickgate_jobs j ON j.name = t.job"""
+FINISH_CHORE = "UPDATE tickgate_chores SET finished_at = clock_timestamp() WHERE name = $1"
+
+SUMMARY = """SELECT (SELECT count(*) FROM tickgate_overdue) AS overdue,
+    (SELECT finished_at FROM tickgate_chores WHERE name = 'overdue') AS checked_at"""
+
+BOOKED_JOBS = f"""SELECT {_JOB}, o.tick AS overdue_tick FROM tickgate_overdue o
+    JOIN tickgate_jobs j ON j.name = o.job ORDER BY j.name"""
