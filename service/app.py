@@ -27,6 +27,7 @@ from service.scheduler.membership import Membership
 from service.scheduler.remote import SchedulerProcess
 from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
+from service.store.link import Link
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
@@ -135,14 +136,15 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     """Open everything; `stack` closes it in reverse: ticks stop, runs get their grace,
     then the listener, the HTTP client and the pools close."""
     dsn = str(settings.database_url)
-    store = await Store.open(dsn, max_size=settings.api_pool_size)
+    link = Link(settings.db_link_timeout_seconds)
+    store = await Store.open(dsn, max_size=settings.api_pool_size, link=link)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = RunSessions(dsn, settings.lock_sessions)
+    sessions = RunSessions(dsn, settings.lock_sessions, link)
     stack.push_async_callback(sessions.close)
     if settings.scheduler:
         await sessions.fill()  # an API-only replica claims no scheduled tick
-    side_sessions = RunSessions(dsn, SIDE_SESSIONS)
+    side_sessions = RunSessions(dsn, SIDE_SESSIONS, link)
     stack.push_async_callback(side_sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
@@ -205,6 +207,7 @@ async def _open_scheduler(
         tzdata=str(tz_database()),
         on_change=lambda _members: mirror.members_changed(),
         heartbeat=heartbeat,
+        link=Link(settings.db_link_timeout_seconds),
     )
     mirror = Mirror(
         store=store,
@@ -214,6 +217,7 @@ async def _open_scheduler(
         run_history=settings.run_history,
         clock=clock,
         members=(lambda: membership.members) if settings.ownership else Members.unknown,
+        link=Link(settings.db_link_timeout_seconds),
     )
     stack.push_async_callback(mirror.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)

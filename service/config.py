@@ -102,6 +102,15 @@ class Settings(BaseSettings):
         description="A job's standby replica claims a tick that still has no ledger row "
         "this long after it was due (its owner died or stalls).",
     )
+    db_link_timeout_seconds: float = Field(
+        30,
+        ge=10,
+        le=3600,
+        description="How long a link to PostgreSQL may stay silent: PostgreSQL ends a quiet "
+        "pinned session (and frees its advisory locks) after this long, a replica fences "
+        "the runs of a silent session within half of it, and keepalives, heartbeats and "
+        "fire-path statement deadlines derive from it (see service/store/link.py).",
+    )
     shutdown_grace_seconds: float = Field(
         30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
     )

@@ -97,8 +97,7 @@ async def metrics(services: ServicesDep) -> Response:
 
 async def _database_checks(services: Services) -> dict[str, str]:
     try:
-        async with asyncio.timeout(READY_DB_TIMEOUT_SECONDS):
-            version = await services.store.schema_version()
+        version = await services.store.schema_version(within=READY_DB_TIMEOUT_SECONDS)
     except UNAVAILABLE as error:
         return {"database": f"unavailable: {error!r}", "migrations": "unknown"}
     head = head_version()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from service.domain.ownership import Heartbeat, Member, Members
 from service.scheduler.backoff import Backoff
 from service.store.errors import is_unavailable
+from service.store.link import Link
 from service.store.members import MemberSession
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Membership:
         (set an event, say) and should not raise (an error is logged and dropped)
     :param heartbeat: what this replica reports at each poll (runs in flight, last sync)
     :param poll_seconds: the pause between polls
+    :param link: the bounds on a silent link (see `service.store.link`)
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class Membership:
         on_change: Callable[[Members], None] = _ignore,
         heartbeat: Callable[[], Heartbeat] = _nothing_to_report,
         poll_seconds: float = MEMBERSHIP_POLL_SECONDS,
+        link: Link | None = None,
     ) -> None:
         self._dsn = dsn
+        self._link = link
         self._runner_id = runner_id
         self._version = version
         self._tzdata = tzdata
@@ -148,7 +152,7 @@ class Membership:
     async def _poll(self) -> None:
         if self._session is None or self._session.closed:
             self._session = await MemberSession.join(
-                self._dsn, self._runner_id, self._version, self._tzdata
+                self._dsn, self._runner_id, self._version, self._tzdata, self._link
             )
             log.info("joined the cluster as member %d", self._session.seed)
         live = await self._session.heartbeat(self._heartbeat())

@@ -33,6 +33,7 @@ from service.scheduler.trigger import NextDue
 from service.store import Store
 from service.store.errors import is_unavailable
 from service.store.fire_sql import Skip
+from service.store.link import Link
 from service.store.listener import JobListener
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,10 @@ class Mirror:
         run_history: int,
         clock: ReplicaClock | None = None,
         members: Callable[[], Members] = Members.unknown,
+        link: Link | None = None,
     ) -> None:
         self._store = store
+        self._link = link
         self._clock = clock or ReplicaClock()
         self._runner = runner
         self._dsn = dsn
@@ -181,7 +184,9 @@ class Mirror:
         if self._listener is not None:
             await self._listener.close()
         self._lost.clear()
-        self._listener = await JobListener.open(self._dsn, self._on_notify, self._on_listener_lost)
+        self._listener = await JobListener.open(
+            self._dsn, self._on_notify, self._on_listener_lost, self._link
+        )
         await self.reconcile()
         log.info("scheduler synced: %d active jobs mirrored", len(self._timetable))
 

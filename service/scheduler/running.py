@@ -181,8 +181,14 @@ class RunExecutor:
                     run.id, end, hold.key if hold.held else None
                 )
             except Exception as error:
-                if not (is_unavailable(error) and session.closed):
+                if not is_unavailable(error):
                     raise
+                if not session.closed:
+                    # The server ended the statement at its timeout (a row lock held
+                    # elsewhere, say): nothing was recorded or released. The end goes
+                    # through the API pool; the lock stays held until then (`run`
+                    # releases it), so no later tick finds the run still `running`.
+                    return await self._finish_elsewhere(run, end)
             else:
                 hold.held = hold.held and not released
                 return finished

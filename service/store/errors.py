@@ -5,9 +5,19 @@ import asyncpg
 
 from service.config import ConfigurationError
 
+# A statement the server ended at its `statement_timeout` or `lock_timeout` (or that
+# an operator cancelled): it changed nothing, and the session lives on. Session-level
+# advisory locks it took are the exception: they outlive it.
+TIMED_OUT: tuple[type[Exception], ...] = (
+    asyncpg.QueryCanceledError,
+    asyncpg.LockNotAvailableError,
+)
+
 # Connection refused or reset, the server shutting down or starting up, a pool or
-# connection that broke mid-query, or a statement that ran past its deadline.
+# connection that broke mid-query, or a statement that ran past its deadline (the
+# client's, or the server's).
 UNAVAILABLE: tuple[type[Exception], ...] = (
+    *TIMED_OUT,
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,
@@ -22,6 +32,10 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 
 def is_unavailable(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE)
+
+
+def timed_out(error: BaseException) -> bool:
+    return isinstance(error, TIMED_OUT)
 
 
 class SharedSessionError(ConfigurationError):

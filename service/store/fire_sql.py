@@ -211,6 +211,15 @@ def finish_arguments(
 
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 
+# Release, once each, the keys of $1 this session holds now (pg_locks names them; a
+# key it does not hold is left alone, so the server logs no warning): the locks a
+# claim took before the server ended it at its statement or lock timeout.
+UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
+    FROM (SELECT (classid::bigint << 32) | objid::bigint AS key FROM pg_locks
+          WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+            AND pid = pg_backend_pid()) AS held
+    WHERE held.key = ANY($1::bigint[])"""
+
 # Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a tick
 # the only one. The job row is read under a key-share lock, so a job deleted meanwhile
 # loses only its own skips, never the statement.

@@ -11,6 +11,7 @@ import asyncpg
 from service.domain.ownership import Heartbeat, Member
 from service.store import members_sql
 from service.store.errors import UNAVAILABLE
+from service.store.link import Link
 from service.store.store import init_connection
 
 # Deadlines: opening the connection (a TLS handshake, a busy server), each statement,
@@ -44,7 +45,9 @@ class MemberSession:
         self._seed = seed
 
     @classmethod
-    async def join(cls, dsn: str, runner_id: str, version: str, tzdata: str = "") -> Self:
+    async def join(
+        cls, dsn: str, runner_id: str, version: str, tzdata: str = "", link: Link | None = None
+    ) -> Self:
         """
         Become a live member: insert a row under a new seed and take its lock.
 
@@ -52,12 +55,16 @@ class MemberSession:
         :param runner_id: this replica's name, shown with its membership
         :param version: the Tickgate version this replica runs, shown likewise
         :param tzdata: the time-zone database it computes ticks with (service/tzdb.py)
+        :param link: the bounds on a silent link: keepalives, and the server ends the
+            session once quiet that long (the membership polls every second)
         :return: the session, live until `close` or until its connection dies
         :raises SeedTakenError: if the new seed's lock is held by something else
         """
         async with asyncio.timeout(CONNECT_SECONDS):
             connection = await asyncpg.connect(dsn)
         await _within_deadline(connection, init_connection(connection))
+        link = link or Link()
+        await _within_deadline(connection, link.tune(connection, quiet_ends=True))
         seed = await _within_deadline(
             connection, connection.fetchval(members_sql.JOIN, runner_id, version, tzdata)
         )

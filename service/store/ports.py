@@ -155,7 +155,9 @@ class PinnedSession(Protocol):
 
         A claim that fails once it began may have left locks it cannot name: the
         session is closed, and the runs whose locks it held are fenced. One still
-        waiting for its turn when it fails (cancelled) leaves the session as it was."""
+        waiting for its turn when it fails (cancelled) leaves the session as it was,
+        and so does one the database ended at its timeout (`errors.TIMED_OUT`): it
+        wrote nothing and gives back the locks it took."""
         ...
 
     async def finish(

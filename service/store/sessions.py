@@ -7,15 +7,24 @@ holds the locks of many runs at once: ticks due together are claimed in one stat
 their runs stay bound to the session that holds their locks, and their ends are
 recorded, and their locks released, in batches on it. A session that dies takes its
 locks with it (its runs are fenced) and is replaced by a new one.
+
+A session whose link goes silent must die too, on both ends (see `link`): every
+statement on it has a deadline, past which the connection is dropped; a quiet session
+heartbeats, so a silent link is noticed while runs hold locks on it and no statement
+flows; and PostgreSQL ends a session quiet for the link timeout, freeing its locks. The
+server bounds each statement (`statement_timeout`, `lock_timeout`) well inside the
+client's deadline: a claim it ends that way changed nothing, and gives back the locks
+it took (session locks outlive the statement) rather than dropping the session.
 """
 
 import asyncio
 import logging
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -24,8 +33,9 @@ from service.domain.runs import Run
 from service.store import fire_sql
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection
-from service.store.errors import is_unavailable
+from service.store.errors import is_unavailable, timed_out
 from service.store.fire_sql import RunEnd, TickClaim
+from service.store.link import Link, deadline, heartbeat
 from service.store.ports import Claim, ClaimOutcome, GateFacts
 from service.store.rows import run_from_row
 from service.store.store import init_connection
@@ -51,6 +61,8 @@ CLOSE_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class _Ending:
@@ -62,10 +74,13 @@ class _Ending:
 class RunSession:
     """One pinned connection of the lock pool; the runs it claimed share it."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, link: Link) -> None:
         self._connection = connection
+        self._link = link
         self.pid: int = connection.get_server_pid()
         self._terminated = False
+        self._answered_at = time.monotonic()
+        self._beating = False
         # A connection runs one statement at a time; claims and ends take turns (ends,
         # which release locks, before waiting claims), and ends that queue up meanwhile
         # are recorded together by whoever goes next.
@@ -77,6 +92,21 @@ class RunSession:
         # statement answered: until then the key still reads as held, which can only
         # make a claim ask again, never let one through.
         self._held: set[int] = set()
+        self._heartbeat = asyncio.create_task(heartbeat(link, self, f"lock session {self.pid}"))
+
+    @classmethod
+    async def open(cls, dsn: str, link: Link) -> Self:
+        """Connect, bound the session (`Link.tune`) and warm it up, within
+        CONNECT_SECONDS; then it heartbeats until it closes."""
+        connection = await asyncpg.connect(dsn, timeout=CONNECT_SECONDS)
+        try:
+            async with asyncio.timeout(CONNECT_SECONDS):
+                await link.tune(connection, quiet_ends=True, fire_path=True)
+                await _warmed(connection)
+        except BaseException:
+            connection.terminate()
+            raise
+        return cls(connection, link)
 
     @property
     def holds_locks(self) -> bool:
@@ -121,8 +151,9 @@ class RunSession:
         re-entrant, so a tick whose lock this session holds already (for another run
         of its job) is not let through: the statement is told which keys it holds, and
         answers as if another session held that one. Only claimed ticks leave their
-        lock held. A session lock outlives a failed statement, so on any error a
-        statement that may have taken locks closes the connection (and with it the
+        lock held. A session lock outlives a failed statement: one the server ended at
+        its statement or lock timeout gives back the locks it took; on any other error
+        a statement that may have taken locks closes the connection (and with it the
         locks of every run on it, which are fenced).
         """
         if len({tick.job.name for tick in ticks}) != len(ticks):
@@ -131,28 +162,70 @@ class RunSession:
         if counted and len(ticks) > 1:
             raise ValueError("a claim that counts runs goes alone")
         statement = fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM
-        locking = any(tick.lock for tick in ticks)
         async with self._turns.turn():
             # The keys held are read, and the ones taken noted, within the turn: no
             # other statement on the session comes in between.
             arguments = fire_sql.claim_arguments(ticks, self._held)
-            rows = await self._claiming(locking, statement, arguments)
+            taking = {tick.job.lock_key for tick in ticks if tick.lock} - self._held
+            rows = await self._claiming(taking, statement, arguments)
             claims = [_claim_of(row, tick) for row, tick in zip(rows, ticks, strict=True)]
             for claim, tick in zip(claims, ticks, strict=True):
                 self._took(claim, tick.job.lock_key)
             return claims
 
     async def _claiming(
-        self, locking: bool, statement: str, arguments: Sequence[object]
+        self, taking: set[int], statement: str, arguments: Sequence[object]
     ) -> list[Any]:
-        # Only a statement that was sent may have taken locks: waiting for the turn
-        # and giving up leaves the session, and the runs on it, as they were.
+        # Only a statement that was sent may have taken locks (of `taking`): waiting
+        # for the turn and giving up leaves the session, and the runs on it, as they were.
         try:
-            return list(await self._connection.fetch(statement, *arguments))
-        except BaseException:
-            if locking:
+            return list(await self._answer(self._connection.fetch(statement, *arguments)))
+        except BaseException as error:
+            if taking and not (timed_out(error) and await self._gave_back(taking)):
                 self.terminate()
             raise
+
+    async def _gave_back(self, taking: set[int]) -> bool:
+        """After a claim the server ended at its timeout (it wrote nothing, yet the
+        locks it took live on), release those it took: the ones of `taking` this
+        session holds now (it held none of them before). False if that failed too."""
+        try:
+            await self._answer(self._connection.execute(fire_sql.UNLOCK_HELD, list(taking)))
+        except Exception as error:  # noqa: BLE001 - logged; the session is dropped instead
+            log.warning("lock session %d: locks of a refused claim kept (%r)", self.pid, error)
+            return False
+        except asyncio.CancelledError:
+            self.terminate()
+            raise
+        return True
+
+    async def _answer(self, statement: Awaitable[T]) -> T:
+        """Await one statement of this session within the link's `statement_seconds`;
+        past it the session is dropped."""
+        with deadline(self._link.statement_seconds, self.terminate, "lock session statement"):
+            answer = await statement
+        self._answered_at = time.monotonic()
+        return answer
+
+    # --- the heartbeat (`link.Pulse`) ---
+
+    def quiet_seconds(self) -> float:
+        return time.monotonic() - self._answered_at
+
+    async def beat(self) -> None:
+        # A statement holding the turn has its own deadline: no need to queue behind it.
+        if self._turns.busy:
+            return
+        async with self._turns.turn():
+            self._beating = True  # the heartbeat's deadline may drop the session now
+            try:
+                await self._connection.fetchval("SELECT 1")
+            finally:
+                self._beating = False
+        self._answered_at = time.monotonic()
+
+    def drop(self) -> None:
+        self.terminate()
 
     def _took(self, claim: Claim, key: int) -> None:
         if claim.run is not None:
@@ -194,7 +267,8 @@ class RunSession:
     async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
         # A refused statement ran nothing: no run was finished, no lock released.
         async with self._turns.turn(urgent=True):
-            return list(await self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings)))
+            finishing = self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
+            return list(await self._answer(finishing))
 
     async def _finishing_alone(self, ending: _Ending) -> list[Any]:
         """One end; if the database refuses even that, the run is recorded with the
@@ -222,7 +296,7 @@ class RunSession:
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""
         async with self._turns.turn(urgent=True):
-            released = await self._connection.fetchval(fire_sql.UNLOCK, key)
+            released = await self._answer(self._connection.fetchval(fire_sql.UNLOCK, key))
         if released:
             self._held.discard(key)
         return bool(released)
@@ -233,11 +307,15 @@ class RunSession:
         self._held.clear()
         self._terminated = True
         self._connection.terminate()
+        if not self._beating:  # a beat in flight fails at once, and ends the heartbeat
+            self._heartbeat.cancel()
 
     async def close(self) -> None:
         """Close the connection politely (its locks go with the session); hard if the
         server does not answer in time."""
         self._terminated = True
+        self._heartbeat.cancel()
+        await asyncio.gather(self._heartbeat, return_exceptions=True)
         try:
             await self._connection.close(timeout=CLOSE_SECONDS)
         except Exception as error:  # noqa: BLE001 - logged; the connection is cut instead
@@ -269,16 +347,17 @@ class RunSessions:
     A session opens when first needed (or all at once, `fill`); one that closed is
     replaced at the next `session` call, while its runs, fenced, end elsewhere."""
 
-    def __init__(self, dsn: str, size: int) -> None:
+    def __init__(self, dsn: str, size: int, link: Link | None = None) -> None:
         self._dsn = dsn
+        self._link = link or Link()
         self._slots: list[RunSession | None] = [None] * size
         self._opening: dict[int, asyncio.Task[None]] = {}
         # Blocks holding each session now: the least held one takes the next block.
         self._holders: Counter[RunSession] = Counter()
 
     @classmethod
-    async def open(cls, dsn: str, size: int) -> Self:
-        pool = cls(dsn, size)
+    async def open(cls, dsn: str, size: int, link: Link | None = None) -> Self:
+        pool = cls(dsn, size, link)
         await pool.fill()
         return pool
 
@@ -336,7 +415,7 @@ class RunSessions:
 
     async def _reopen(self, index: int) -> None:
         try:
-            self._slots[index] = await _opened(self._dsn)
+            self._slots[index] = await RunSession.open(self._dsn, self._link)
         except Exception as error:  # noqa: BLE001 - logged; the slot is tried again later
             log.warning("lock session could not be opened (%r)", error)
             await asyncio.sleep(RECONNECT_BACKOFF_SECONDS)
@@ -350,17 +429,6 @@ def _left(session: RunSession) -> None:
     if session.holds_locks and not session.closed:
         log.error("lock session %d was left holding a lock; closing it", session.pid)
         session.terminate()
-
-
-async def _opened(dsn: str) -> RunSession:
-    connection = await asyncpg.connect(dsn, timeout=CONNECT_SECONDS)
-    try:
-        async with asyncio.timeout(CONNECT_SECONDS):
-            await _warmed(connection)
-    except BaseException:
-        connection.terminate()
-        raise
-    return RunSession(connection)
 
 
 async def _warmed(connection: Connection) -> None:

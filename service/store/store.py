@@ -1,7 +1,9 @@
 """The one class that issues SQL. Every method returns frozen domain objects."""
 
 import json
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Self
@@ -16,6 +18,7 @@ from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, fire_sql, members_sql
 from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, Skip
+from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
 from service.store.ports import JobUpdateFn
 from service.store.rows import (
@@ -187,15 +190,41 @@ async def _stateless_reset(_connection: Connection) -> None:
 
 
 class Store:
-    """Owns the API pool and every statement run on it."""
+    """Owns the API pool and every statement run on it.
 
-    def __init__(self, pool: Pool) -> None:
+    The fire path's calls (the `ports.Ledger` methods), and those of the probes and
+    the metrics, each answer within the link's `statement_seconds` (the wait for a
+    connection included) or raise; past the deadline the connection is dropped, not
+    returned to the pool, so a silent link never hangs them.
+    """
+
+    def __init__(self, pool: Pool, link: Link | None = None) -> None:
         self._pool = pool
+        self._link = link or Link()
         self._shared = SharedParts()
 
     @classmethod
-    async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Self:
-        return cls(await create_pool(dsn, min_size, max_size, _stateless_reset))
+    async def open(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, link: Link | None = None
+    ) -> Self:
+        link = link or Link()
+
+        async def init(connection: Connection) -> None:
+            await init_connection(connection)
+            await link.tune(connection)  # keepalives: pool connections never heartbeat
+
+        return cls(await create_pool(dsn, min_size, max_size, _stateless_reset, init), link)
+
+    @asynccontextmanager
+    async def _bounded(self, seconds: float | None = None) -> AsyncIterator[Connection]:
+        """A pool connection for one call that ends within `seconds` (by default the
+        link's `statement_seconds`), the wait for the connection included."""
+        seconds = seconds or self._link.statement_seconds
+        ends_at = time.monotonic() + seconds
+        async with self._pool.acquire(timeout=seconds) as connection:
+            left = max(ends_at - time.monotonic(), 0.001)
+            with deadline(left, connection.terminate, "statement"):
+                yield connection
 
     async def close(self) -> None:
         await self._pool.close()
@@ -211,18 +240,24 @@ class Store:
 
     async def clock(self) -> datetime:
         """The database's clock: the one time every replica agrees on."""
-        now: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
+        async with self._bounded() as connection:
+            now: datetime = await connection.fetchval("SELECT clock_timestamp()")
         return now
 
-    async def schema_version(self) -> int:
-        """The newest migration applied; doubles as the readiness ping."""
-        version: int | None = await self._pool.fetchval(
-            "SELECT max(version) FROM tickgate_schema_migrations"
-        )
+    async def schema_version(self, within: float | None = None) -> int:
+        """The newest migration applied; doubles as the readiness ping, answered
+        `within` seconds."""
+        async with self._bounded(within) as connection:
+            version: int | None = await connection.fetchval(
+                "SELECT max(version) FROM tickgate_schema_migrations"
+            )
         return version or 0
 
     async def job_counts(self) -> dict[JobState, int]:
-        rows = await self._pool.fetch("SELECT state, count(*) FROM tickgate_jobs GROUP BY state")
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                "SELECT state, count(*) FROM tickgate_jobs GROUP BY state"
+            )
         counts = dict.fromkeys(JobState, 0)
         counts.update({JobState(row["state"]): row["count"] for row in rows})
         return counts
@@ -274,7 +309,8 @@ class Store:
             await connection.execute(chores_sql.FINISH_CHORE, "overdue")
 
     async def overdue_summary(self) -> OverdueSummary:
-        row = await self._pool.fetchrow(chores_sql.SUMMARY)
+        async with self._bounded() as connection:
+            row = await connection.fetchrow(chores_sql.SUMMARY)
         assert row is not None, "one row: a select of two subqueries"
         return OverdueSummary(row["overdue"], row["checked_at"])
 
@@ -294,9 +330,10 @@ class Store:
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
         """The jobs of these names that exist. What they have in common is held once
         (the scheduler's mirror keeps them all)."""
-        rows = await self._pool.fetch(
-            f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])", list(names)
-        )
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])", list(names)
+            )
         return [self._shared.job_from_row(row) for row in rows]
 
     async def owned_versions(self, members: Members) -> dict[str, tuple[tuple[UUID, int], Role]]:
@@ -344,16 +381,13 @@ class Store:
     ) -> set[tuple[str, datetime]]:
         """Which of these (job, tick) pairs have no ledger row yet; a tick skipped for
         one of the `unrun` reasons counts as having none either (it never ran)."""
-        rows = await self._pool.fetch(
-            """SELECT t.job, t.tick FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
-               WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
-                                 WHERE r.job = t.job AND r.scheduled_for = t.tick
-                                   AND (r.skip_reason IS NULL
-                                        OR r.skip_reason <> ALL($3::text[])))""",
-            [job for job, _ in ticks],
-            [tick for _, tick in ticks],
-            [reason.value for reason in unrun],
-        )
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                _TICKS_WITHOUT_RUNS,
+                [job for job, _ in ticks],
+                [tick for _, tick in ticks],
+                [reason.value for reason in unrun],
+            )
         return {(row["job"], row["tick"]) for row in rows}
 
     async def latest_ticks(self, names: Sequence[str]) -> dict[str, datetime]:
@@ -371,9 +405,10 @@ class Store:
         """Record a run's end through the API pool, for a run whose own connection is
         gone (with it, the job's lock). None if the run is no longer `running`: it was
         recorded already, or the orphan sweep marked it `abandoned` meanwhile."""
-        [row] = await self._pool.fetch(
-            fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)])
-        )
+        async with self._bounded() as connection:
+            [row] = await connection.fetch(
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)])
+            )
         return run_from_row(row) if row["id"] is not None else None
 
     async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
@@ -382,7 +417,8 @@ class Store:
         if not skips:
             return []
         arguments = fire_sql.skip_arguments(skips, runner, [uuid4() for _ in skips])
-        rows = await self._pool.fetch(fire_sql.RECORD_SKIPS, *arguments)
+        async with self._bounded() as connection:
+            rows = await connection.fetch(fire_sql.RECORD_SKIPS, *arguments)
         return [run_from_row(row) for row in rows]
 
     async def abandon_orphans(self) -> list[Run]:
@@ -447,13 +483,15 @@ class Store:
 
         A waiter that died leaves a row that simply expires.
         """
-        held: datetime | None = await self._pool.fetchval(
-            fire_sql.RESERVE_PENDING, job, tick, runner, expires_in_seconds
-        )
+        async with self._bounded() as connection:
+            held: datetime | None = await connection.fetchval(
+                fire_sql.RESERVE_PENDING, job, tick, runner, expires_in_seconds
+            )
         return held
 
     async def release_pending(self, job: str, tick: datetime) -> None:
-        await self._pool.execute(fire_sql.RELEASE_PENDING, job, tick)
+        async with self._bounded() as connection:
+            await connection.execute(fire_sql.RELEASE_PENDING, job, tick)
 
     async def ended_jobs(self) -> list[Job]:
         """Active jobs with nothing left to fire, by the database clock: the window
@@ -488,7 +526,7 @@ class Store:
         deadlock; `now` given to each update is the database's clock; the schedulers
         are notified of every job that changed. For updates only: nothing is created
         or deleted here (`mutate_job` does that)."""
-        async with self._pool.acquire() as connection, connection.transaction():
+        async with self._bounded() as connection, connection.transaction():
             rows = await connection.fetch(_LOCK_JOBS, sorted(updates))
             now: datetime = await connection.fetchval("SELECT clock_timestamp()")
             before = [job_from_row(row) for row in rows]
@@ -557,6 +595,11 @@ class Store:
 
 
 _LOCK_KEY_UNIQUE = "tickgate_jobs_lock_key_unique"
+_TICKS_WITHOUT_RUNS = """SELECT t.job, t.tick
+    FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
+    WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
+                      WHERE r.job = t.job AND r.scheduled_for = t.tick
+                        AND (r.skip_reason IS NULL OR r.skip_reason <> ALL($3::text[])))"""
 _JOB = job_document("j")  # every statement that reads whole jobs names the table j
 # A job's latest run: one probe of the runs' (job, started_at DESC, id DESC) index.
 _LAST_RUN_OF = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs

@@ -21,6 +21,11 @@ class Turns:
         self._urgent: deque[asyncio.Future[None]] = deque()
         self._others: deque[asyncio.Future[None]] = deque()
 
+    @property
+    def busy(self) -> bool:
+        """A statement holds the turn now."""
+        return self._busy
+
     @asynccontextmanager
     async def turn(self, *, urgent: bool = False) -> AsyncIterator[None]:
         if self._busy:

@@ -373,12 +373,14 @@ def test_settings_env(
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "4"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "3"
     assert env["TICKGATE_OWNERSHIP"]["value"] == "true"
+    assert env["TICKGATE_DB_LINK_TIMEOUT_SECONDS"]["value"] == "30"
     assert "TICKGATE_APPLY_JOBS" not in env
     changed = render(
         SCENARIOS["defaults"]
         | {
             "maxConcurrentRuns": 16,
             "takeoverSeconds": 1.5,
+            "dbLinkTimeoutSeconds": 60,
             "ownership": False,
             "lockSessions": 2,
             "logFormat": "text",
@@ -388,6 +390,7 @@ def test_settings_env(
     env = env_of(container(changed))
     assert env["TICKGATE_MAX_CONCURRENT_RUNS"]["value"] == "16"
     assert env["TICKGATE_TAKEOVER_SECONDS"]["value"] == "1.5"
+    assert env["TICKGATE_DB_LINK_TIMEOUT_SECONDS"]["value"] == "60"
     assert env["TICKGATE_OWNERSHIP"]["value"] == "false"
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "2"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
@@ -609,6 +612,7 @@ def test_scheduler_pods_take_no_api_traffic(scenario: Callable[[str], Manifests]
         ({"database": {"uri": DSN}}, "uri"),
         ({"shutdownGraceSeconds": 2.5}, "/shutdownGraceSeconds"),
         ({"takeoverSeconds": 0.1}, "/takeoverSeconds"),
+        ({"dbLinkTimeoutSeconds": 5}, "/dbLinkTimeoutSeconds"),
         (
             {"jobs": [{"name": "x", "schedule": {"kind": "cron", "expression": "* * * * *"}}]},
             "task",

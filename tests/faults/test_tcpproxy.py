@@ -52,3 +52,35 @@ async def test_sever_cuts_connections_and_restore_lets_them_through(database_url
             assert await again.fetchval("SELECT 2") == 2
         finally:
             await again.close()
+
+
+async def test_blackhole_silences_connections_without_closing_them(database_url: str) -> None:
+    with proxying(database_url) as proxy:
+        dsn = proxy.dsn_for(database_url)
+        connection = await asyncpg.connect(dsn)
+        try:
+            backend = connection.get_server_pid()
+            await asyncio.to_thread(proxy.blackhole)
+            # Nothing gets through either way, and nothing closes.
+            query = asyncio.create_task(connection.fetchval("SELECT 42"))
+            done, _ = await asyncio.wait({query}, timeout=2)
+            assert not done
+            assert not connection.is_closed()
+            with pytest.raises(TimeoutError):
+                await asyncpg.connect(dsn, timeout=2)  # accepted, never answered
+            direct = await asyncpg.connect(database_url)
+            try:
+                alive = await direct.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend
+                )
+            finally:
+                await direct.close()
+            assert alive == 1, "PostgreSQL should not have heard of the silence"
+
+            # Restored, the same connection carries on where it stopped.
+            await asyncio.to_thread(proxy.restore)
+            assert await asyncio.wait_for(query, 10) == 42
+            again = await asyncpg.connect(dsn, timeout=10)
+            await again.close()
+        finally:
+            await connection.close(timeout=5)

@@ -27,6 +27,7 @@ from service.scheduler import Runner
 from service.scheduler.mirror import Mirror
 from service.store import Store
 from service.store.connection import Pool
+from service.store.link import Link
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import builtin_registry
@@ -62,8 +63,8 @@ class Hold:
 class ScriptedStore(Store):
     """The real Store; `hold` parks its next read of a kind, `fail_once` breaks it."""
 
-    def __init__(self, pool: Pool) -> None:
-        super().__init__(pool)
+    def __init__(self, pool: Pool, link: Link | None = None) -> None:
+        super().__init__(pool, link)
         self._holds: dict[str, Hold] = {}
         self._failures: dict[str, Exception] = {}
 

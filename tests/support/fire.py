@@ -18,6 +18,7 @@ from service.domain.schedules import CronSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
+from service.store.link import Link
 from service.store.ports import Ledger, LockPool
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
@@ -52,8 +53,10 @@ async def explode(args: GateArgs, context: TaskContext) -> JsonValue:
 
 
 @asynccontextmanager
-async def lock_pool(database_url: str, size: int) -> AsyncIterator[RunSessions]:
-    pool = await RunSessions.open(database_url, size=size)
+async def lock_pool(
+    database_url: str, size: int, link: Link | None = None
+) -> AsyncIterator[RunSessions]:
+    pool = await RunSessions.open(database_url, size=size, link=link)
     try:
         yield pool
     finally:

@@ -138,6 +138,8 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
   value: {{ .Values.ownership | quote }}
 - name: TICKGATE_TAKEOVER_SECONDS
   value: {{ .Values.takeoverSeconds | quote }}
+- name: TICKGATE_DB_LINK_TIMEOUT_SECONDS
+  value: {{ .Values.dbLinkTimeoutSeconds | quote }}
 - name: TICKGATE_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: TICKGATE_LOG_FORMAT
