@@ -5,6 +5,11 @@ closes every connection through the proxy at once (both ends: the replica sees i
 connections close, PostgreSQL sees its sessions end and drops their advisory locks) and
 turns new ones away; `restore()` lets connections through again.
 
+`blackhole()` is the silent kind of failure (a node that lost power, a failover without
+a FIN, a stuck middlebox): every connection stays open at both ends, but nothing is
+forwarded either way, and new connections are accepted and never forwarded. Neither end
+hears a word. `restore()` forwards again, old connections and new.
+
 The upstream is PostgreSQL's Unix socket (the embedded test server listens on nothing
 else) or a TCP address, taken from the server's DSN. Everything runs on one background
 thread around a selector; the proxy listens on 127.0.0.1 only.
@@ -75,6 +80,8 @@ class TcpProxy:
         self._pairs: list[_Pair] = []
         self._lock = threading.Lock()
         self._severed = False
+        self._blackholed = False
+        self._held: list[socket.socket] = []  # accepted while blackholed, not yet forwarded
         self._stopping = False
         self._commands: list[tuple[str, threading.Event]] = []
         self.connections_accepted = 0
@@ -110,8 +117,13 @@ class TcpProxy:
         """Close every connection through the proxy now, and refuse new ones."""
         self._command("sever")
 
+    def blackhole(self) -> None:
+        """Stop forwarding without closing anything: every connection through the
+        proxy, and each new one (accepted, never forwarded), goes silent."""
+        self._command("blackhole")
+
     def restore(self) -> None:
-        """Let connections through again."""
+        """Let connections through again (after `sever` or `blackhole`)."""
         self._command("restore")
 
     def close(self) -> None:
@@ -150,8 +162,11 @@ class TcpProxy:
             if name == "sever":
                 self._severed = True
                 self._cut_all()
+            elif name == "blackhole":
+                self._go_silent()
             elif name == "restore":
                 self._severed = False
+                self._speak_again()
             elif name == "stop":
                 self._stopping = True
             done.set()
@@ -164,6 +179,12 @@ class TcpProxy:
         if self._severed:
             client.close()  # refused: the client sees the connection close at once
             return
+        if self._blackholed:
+            self._held.append(client)  # accepted, and never answered
+            return
+        self._forward(client)
+
+    def _forward(self, client: socket.socket) -> None:
         try:
             upstream = self._upstream.connect()
         except OSError:
@@ -187,6 +208,30 @@ class TcpProxy:
             pass
         self._close(pair)
 
+    def _go_silent(self) -> None:
+        """Stop reading from both ends of every connection: what either side sends
+        stays in the kernel's buffers, and nothing is closed."""
+        self._blackholed = True
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            for sock in (pair.client, pair.upstream):
+                with suppress(KeyError, ValueError):
+                    self._selector.unregister(sock)
+
+    def _speak_again(self) -> None:
+        if not self._blackholed:
+            return
+        self._blackholed = False
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            for sock in (pair.client, pair.upstream):
+                self._selector.register(sock, selectors.EVENT_READ, pair)
+        held, self._held = self._held, []
+        for client in held:
+            self._forward(client)
+
     def _cut_all(self) -> None:
         with self._lock:
             pairs = list(self._pairs)
@@ -194,6 +239,9 @@ class TcpProxy:
             self._close(pair)
             with self._lock:
                 self.connections_cut += 1
+        held, self._held = self._held, []
+        for client in held:
+            client.close()
 
     def _close(self, pair: _Pair) -> None:
         with self._lock:
