@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi bench bench-smoke
+.PHONY: run test lint types test-only clean openapi bench bench-smoke soak
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # starts in ./.tickgate and stops when the last local replica exits.
@@ -47,6 +47,14 @@ bench-smoke: $(VENV)/.bench
 	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
 		--scenario burst --scenario api --scenario bulk --scenario scale --scenario retention \
 		--scenario scale_out --scenario replicas
+
+# `make soak`: the soak run of issue #13 (not in `make test`): 3 replicas, 2,000 jobs, API
+# churn, kill -9 of a replica every 5 minutes, a PostgreSQL restart and a blackholed link,
+# for SOAK_MINUTES (30); writes bench/results/soak-<date>.json and .png and the soak
+# section of RELIABILITY.md; fails on a duplicate, an unaccounted tick or a growing curve.
+SOAK_MINUTES ?= 30
+soak: $(VENV)/.bench
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 ROOT    = [ "$$(id -u)" = 0 ]
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }

@@ -11,7 +11,8 @@ or with the query parameters `?job=...&scheduled_for=...`. `scheduled_for` is RF
 (`2026-11-29T19:00:05Z`) or POSIX seconds. Every request is answered `200 {"ok":true}`.
 
 Control paths (not recorded): `GET /__bench/count` (receipts so far), `POST /__bench/reset`
-(forget them), `GET /__bench/receipts` (tab-separated `job, scheduled_for, received_at`).
+(forget them), `GET /__bench/receipts` (tab-separated `job, scheduled_for, received_at`;
+with `?after=&before=`, POSIX seconds, only the receipts for ticks in that window).
 
 Its records are independent of Tickgate's run ledger, so a tick delivered twice, or not at
 all, is counted here whatever Tickgate's own bookkeeping says. `ReceiverProcess` starts one
@@ -98,7 +99,8 @@ class _Protocol(asyncio.Protocol):
             return
         path, _, query = self._url.partition(b"?")
         if path.startswith(CONTROL_PREFIX):
-            transport.write(self._control(path[len(CONTROL_PREFIX) :].decode()))
+            # the query too: `count` and `receipts` take `after` and `before`
+            transport.write(self._control(self._url[len(CONTROL_PREFIX) :].decode()))
         else:
             self._record(query)
             transport.write(_OK)
@@ -122,7 +124,8 @@ class _Protocol(asyncio.Protocol):
             body = str(len(rows)).encode()
             self._records.rows = []
         elif command == "receipts":
-            body = "".join(f"{job}\t{tick}\t{at:.6f}\n" for job, tick, at in rows).encode()
+            chosen = self._in_window(parse_qs(query))
+            body = "".join(f"{job}\t{tick}\t{at:.6f}\n" for job, tick, at in chosen).encode()
         else:
             return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
         head = f"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n\r\n"
@@ -131,18 +134,26 @@ class _Protocol(asyncio.Protocol):
     def _count(self, params: dict[str, list[str]]) -> int:
         """All receipts, or (with `after` and `before`, POSIX seconds) those whose tick
         falls in [after, before)."""
+        if "after" not in params or "before" not in params:
+            return len(self._records.rows)
+        return sum(1 for _ in self._in_window(params))
+
+    def _in_window(self, params: dict[str, list[str]]) -> Iterable[tuple[str, str, float]]:
+        """All receipts, or (with `after` and `before`) those whose tick is in the window."""
         rows = self._records.rows
         if "after" not in params or "before" not in params:
-            return len(rows)
+            return rows
         after, before = float(params["after"][-1]), float(params["before"][-1])
         ticks = self._records.ticks
-        count = 0
-        for _, text, _ in rows:
+        chosen = []
+        for row in rows:
+            text = row[1]
             if text not in ticks:
                 ticks[text] = parse_tick(text)
             tick = ticks[text]
-            count += tick is not None and after <= tick < before
-        return count
+            if tick is not None and after <= tick < before:
+                chosen.append(row)
+        return chosen
 
 
 async def _serve(host: str, port: int) -> None:
@@ -221,8 +232,10 @@ class ReceiverProcess:
     def reset(self) -> int:
         return int(self._http.post("/__bench/reset").text)
 
-    def receipts(self) -> list[Receipt]:
-        return parse_receipts(self._http.get("/__bench/receipts").text)
+    def receipts(self, window: tuple[float, float] | None = None) -> list[Receipt]:
+        """Every receipt; with `window` (after, before), those for ticks inside it."""
+        params = {"after": window[0], "before": window[1]} if window else {}
+        return parse_receipts(self._http.get("/__bench/receipts", params=params).text)
 
     def wait_for(
         self,

@@ -3,6 +3,9 @@
 The log is JSON lines (see `tests/faults/figures.py`): `{"kind": "fault", ...}` from each
 fault test, and `{"kind": "fuzz", "cases": N, "server_errors": M}` from the fuzzing.
 Usage: `python -m tests.faults.report LOG OUT`.
+
+The soak run's section (`make soak`, between `<!-- soak:begin -->` and `<!-- soak:end -->`)
+is not the test suite's: a rewrite keeps the one `OUT` has, at the end.
 """
 
 import json
@@ -25,6 +28,9 @@ the job's previous run was still in progress: a 1 s job stalled on a loaded runn
 An *unaccounted* tick has no ledger row at all, neither a run nor a recorded skip: every
 tick must have one, so any is out of bounds.
 """
+
+SOAK_BEGIN = "<!-- soak:begin -->"
+SOAK_END = "<!-- soak:end -->"
 
 FAULT_COLUMNS = (
     "faults injected",
@@ -50,7 +56,17 @@ def write_reliability(log: Path, out: Path) -> None:
         sections.append(_fuzz_section(fuzz))
     if not records:
         sections.append("No figures were recorded by this run.\n")
+    sections += _soak_section(out)
     out.write_text("\n".join(sections), encoding="utf-8")
+
+
+def _soak_section(out: Path) -> list[str]:
+    """The soak section `out` already has (written by `python -m bench.soak`), if any."""
+    text = out.read_text(encoding="utf-8") if out.exists() else ""
+    begin, end = text.find(SOAK_BEGIN), text.find(SOAK_END)
+    if begin < 0 or end < begin:
+        return []
+    return [text[begin : end + len(SOAK_END)] + "\n"]
 
 
 def _read(log: Path) -> Iterable[dict[str, Any]]:

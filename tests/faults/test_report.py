@@ -82,3 +82,15 @@ def test_no_log_renders_an_empty_report_and_a_bad_line_fails(tmp_path: Path) -> 
     bad.write_text('{"kind": "fuzz", "cases": 1}\n{oops\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:2"):
         write_reliability(bad, out)
+
+
+def test_a_rewrite_keeps_the_soak_section(tmp_path: Path) -> None:
+    out = tmp_path / "RELIABILITY.md"
+    soak = "<!-- soak:begin -->\n## Soak run\n\n| check |\n<!-- soak:end -->"
+    out.write_text(f"# Reliability\n\nold figures\n\n{soak}\n\nafter\n")
+    write_reliability(tmp_path / "missing.jsonl", out)
+    text = out.read_text()
+    assert "old figures" not in text
+    assert "No figures were recorded" in text
+    assert text.count("<!-- soak:begin -->") == 1
+    assert text.endswith(f"{soak}\n")

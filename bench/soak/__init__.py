@@ -1,0 +1,19 @@
+"""The soak run (issue #13, "months unattended"): `python -m bench.soak --minutes 30`.
+
+Three real `tickgate serve` replicas run 2,000 jobs for a long while, under steady API
+churn and a schedule of faults, and the harness checks that nothing drifts:
+
+- `plan`: the job mix (every-second and every-5 s intervals, 5 s and 10 s crons; half
+  `log`, half `http` to the loopback receiver), whose ticks all fall on whole multiples
+  of the job's period, so the harness knows every nominal tick without a cron parser;
+  the fleet's history (every change the harness made, and when); the churn thread.
+- `cluster`: the embedded PostgreSQL (restartable on its data directory), the replica
+  slots (kill -9, restart), and the TCP proxy in front of one replica.
+- `faults`: the fault timeline, compressed with `--minutes`.
+- `sampler`: every ~10 s, RSS per replica, ledger rows, fire lateness, runs/s and each
+  replica's `/metrics` scrape time.
+- `accounting`: window by window, every nominal tick of every job that lived through the
+  window unchanged has exactly one ledger row, and the receiver agrees with the ledger.
+- `verdicts`, `reliability`, `plot`: the judgement, the RELIABILITY.md section and the
+  PNG plot, each from the results JSON alone (`python -m bench.soak --report FILE`).
+"""

@@ -1,0 +1,269 @@
+"""Every tick accounted, window by window, while the ledger still has the rows.
+
+The run is cut into windows (60 s in the full run). Once a window is `SETTLE_SECONDS`
+old (past every job's misfire grace, so a tick nobody could start has had its skip
+recorded), the accountant judges the jobs that lived through it unchanged
+(`Fleet.stable`, with `MARGIN_SECONDS` either side): each nominal tick (a whole second
+divisible by the job's period) must have exactly one ledger row, a run of any status or a
+skip with its reason. Retention keeps every row younger than the misfire grace + 300 s,
+so the rows are all still there.
+
+A tick with no row of its own may be inside the span a *gap row* sums up (one `misfire`
+row with `missed_ticks`, written when the cluster comes back from a time nobody could
+record anything: here, the PostgreSQL restart); such ticks are counted apart, and the
+verdict allows them only near the restart. A row at a tick that is not nominal for the
+job is counted too (it would mean a wrong schedule).
+
+For the `http` jobs the receiver's own records are held against the ledger: a tick the
+ledger has as `succeeded` must have arrived; one that arrived must not be recorded as
+skipped nor be missing from the ledger; none may arrive twice unless the ledger explains
+it (a run with more than one attempt; the soak's jobs make one).
+
+The ledger's unique key forbids two rows of one (job, tick); the accountant still counts
+any, over every job of the window, changed or not.
+"""
+
+import asyncio
+import math
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from bench.receiver import ReceiverProcess
+from bench.soak.plan import Fleet, Stable
+
+MARGIN_SECONDS = 5.0  # a job changed this close to a window is not judged in it
+SETTLE_SECONDS = 60.0  # a window is judged this long after it ends (grace 30 s + slack)
+RETRY_SECONDS = 5.0
+EXAMPLES = 5
+
+_ROWS = """
+SELECT job, extract(epoch FROM scheduled_for)::float8 AS tick, status, skip_reason,
+       attempts, trigger, runner
+FROM tickgate_runs
+WHERE job = ANY($1::text[])
+  AND scheduled_for >= to_timestamp($2) AND scheduled_for < to_timestamp($3)
+"""
+# A gap row lies at the last tick of the span it sums up, so at or after the window start.
+_GAPS = """
+SELECT job, missed_ticks, error FROM tickgate_runs
+WHERE job = ANY($1::text[]) AND missed_ticks IS NOT NULL
+  AND scheduled_for >= to_timestamp($2)
+"""
+_DUPLICATES = """
+SELECT count(*) FROM (
+    SELECT 1 FROM tickgate_runs
+    WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
+    GROUP BY job, scheduled_for HAVING count(*) > 1) AS twice
+"""
+_SPAN = re.compile(r"ticks from (\S+) to (\S+) fell")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    rows: dict[tuple[str, float], asyncpg.Record]
+    gaps: dict[str, list[tuple[float, float]]]  # job -> spans [first, last] summed up
+    duplicates: int
+
+
+async def _read(url: str, names: list[str], start: int, end: int) -> tuple[Any, Any, int]:
+    connection = await asyncpg.connect(url, timeout=10)
+    try:
+        rows = await connection.fetch(_ROWS, names, start, end, timeout=60)
+        gaps = await connection.fetch(_GAPS, names, start, timeout=60)
+        duplicates = await connection.fetchval(_DUPLICATES, start, end, timeout=60)
+    finally:
+        await connection.close()
+    return rows, gaps, int(duplicates)
+
+
+def _spans(gaps: Iterable[asyncpg.Record]) -> dict[str, list[tuple[float, float]]]:
+    found: dict[str, list[tuple[float, float]]] = {}
+    for row in gaps:
+        match = _SPAN.search(row["error"] or "")
+        if match:
+            first, last = (datetime.fromisoformat(text).timestamp() for text in match.groups())
+            found.setdefault(row["job"], []).append((first, last))
+    return found
+
+
+def read_ledger(url: str, jobs: dict[str, Stable], start: int, end: int) -> Ledger:
+    rows, gaps, duplicates = asyncio.run(_read(url, list(jobs), start, end))
+    keyed = {(row["job"], row["tick"]): row for row in rows}
+    return Ledger(keyed, _spans(gaps), duplicates)
+
+
+def nominal_ticks(job: Stable, start: int, end: int) -> range:
+    return range(math.ceil(start / job.period) * job.period, end, job.period)
+
+
+@dataclass
+class Window:
+    """The judgement of one window [start, end) (POSIX seconds)."""
+
+    start: int
+    end: int
+    jobs: int = 0
+    http_jobs: int = 0
+    expected: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    skip_reasons: Counter[str] = field(default_factory=Counter)
+    unaccounted: int = 0
+    gap_covered: int = 0
+    unexpected_rows: int = 0
+    ledger_duplicates: int = 0
+    http: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    checked_at: float = 0.0
+
+    def example(self, problem: str, text: str) -> None:
+        shown = self.examples.setdefault(problem, [])
+        if len(shown) < EXAMPLES:
+            shown.append(text)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "jobs": self.jobs,
+            "http_jobs": self.http_jobs,
+            "expected_ticks": self.expected,
+            "statuses": dict(self.statuses),
+            "skip_reasons": dict(self.skip_reasons),
+            "unaccounted": self.unaccounted,
+            "gap_covered": self.gap_covered,
+            "unexpected_rows": self.unexpected_rows,
+            "ledger_duplicates": self.ledger_duplicates,
+            "http": dict(self.http),
+            "examples": self.examples,
+            "checked_at": round(self.checked_at, 1),
+        }
+
+
+def _covered(spans: list[tuple[float, float]], tick: float) -> bool:
+    return any(first <= tick <= last for first, last in spans)
+
+
+def judge_ledger(window: Window, jobs: dict[str, Stable], ledger: Ledger) -> None:
+    window.ledger_duplicates = ledger.duplicates
+    for (name, tick), row in ledger.rows.items():
+        if name in jobs and tick % jobs[name].period:
+            window.unexpected_rows += 1
+            window.example("unexpected_rows", f"{name} @ {tick:.0f} ({row['status']})")
+    for job in jobs.values():
+        for tick in nominal_ticks(job, window.start, window.end):
+            window.expected += 1
+            row = ledger.rows.get((job.name, float(tick)))
+            if row is not None:
+                window.statuses[row["status"]] += 1
+                if row["skip_reason"]:
+                    window.skip_reasons[row["skip_reason"]] += 1
+            elif _covered(ledger.gaps.get(job.name, []), tick):
+                window.gap_covered += 1
+                window.example("gap_covered", f"{job.name} @ {tick}")
+            else:
+                window.unaccounted += 1
+                window.example("unaccounted", f"{job.name} @ {tick} (period {job.period})")
+
+
+def judge_deliveries(
+    window: Window, jobs: dict[str, Stable], ledger: Ledger, received: Counter[tuple[str, float]]
+) -> None:
+    """The receiver's records of the window's `http` jobs, against the ledger."""
+    http = {name: job for name, job in jobs.items() if job.task == "http"}
+    window.http_jobs = len(http)
+    nominal: set[tuple[str, float]] = set()
+    for job in http.values():
+        for tick in nominal_ticks(job, window.start, window.end):
+            key = (job.name, float(tick))
+            nominal.add(key)
+            _judge_delivery(window, key, ledger.rows.get(key), received[key])
+    for key, count in received.items():
+        if key[0] in http and key not in nominal:
+            window.http["unexpected_deliveries"] += count
+            window.example("unexpected_deliveries", f"{key[0]} @ {key[1]:.0f}")
+
+
+def _judge_delivery(
+    window: Window, key: tuple[str, float], row: asyncpg.Record | None, count: int
+) -> None:
+    window.http["expected"] += 1
+    window.http["delivered"] += count > 0
+    status = row["status"] if row is not None else None
+    text = f"{key[0]} @ {key[1]:.0f} ({status}, received {count}x)"
+    if count > 1:
+        explained = row is not None and row["attempts"] >= count
+        problem = "duplicates_explained" if explained else "duplicates"
+        window.http[problem] += count - 1
+        window.example(problem, text)
+    if status == "succeeded" and count == 0:
+        window.http["succeeded_not_delivered"] += 1
+        window.example("succeeded_not_delivered", text)
+    elif status == "skipped" and count > 0:
+        window.http["delivered_but_skipped"] += 1
+        window.example("delivered_but_skipped", text)
+    elif row is None and count > 0:
+        window.http["delivered_without_row"] += 1
+        window.example("delivered_without_row", text)
+
+
+class Accountant(threading.Thread):
+    """Judges each window [start + k * length, ...) once it has settled, until `end`."""
+
+    def __init__(
+        self, fleet: Fleet, database_url: str, receiver: ReceiverProcess, start: int, length: int
+    ) -> None:
+        super().__init__(name="soak-accountant", daemon=True)
+        self._fleet = fleet
+        self._url = database_url
+        self._receiver = receiver
+        self._next = start
+        self._length = length
+        self.end: int | None = None  # set when the run's end is known
+        self._halt = threading.Event()
+        self.windows: list[Window] = []
+        self.errors: list[str] = []
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    @property
+    def done(self) -> bool:
+        return self.end is not None and self._next + self._length > self.end
+
+    def run(self) -> None:
+        while not self.done:
+            due = self._next + self._length + SETTLE_SECONDS
+            if self._halt.wait(max(0.0, due - time.time())):
+                return
+            if self.done:
+                return
+            try:
+                self.windows.append(self.check(self._next, self._next + self._length))
+                self._next += self._length
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                self.errors.append(f"{time.strftime('%H:%M:%S')} {error!r}"[:300])
+                self._halt.wait(RETRY_SECONDS)
+
+    def check(self, start: int, end: int) -> Window:
+        asked = time.time()
+        jobs = {job.name: job for job in self._fleet.stable(start, end, MARGIN_SECONDS, asked)}
+        ledger = read_ledger(self._url, jobs, start, end)
+        # A job whose deletion began while the ledger was read may have lost its rows.
+        still = {job.name for job in self._fleet.stable(start, end, MARGIN_SECONDS, time.time())}
+        jobs = {name: job for name, job in jobs.items() if name in still}
+        receipts = self._receiver.receipts((start, end))
+        received = Counter(
+            (r.job, r.scheduled_for) for r in receipts if r.scheduled_for is not None
+        )
+        window = Window(start, end, jobs=len(jobs), checked_at=time.time())
+        judge_ledger(window, jobs, ledger)
+        judge_deliveries(window, jobs, ledger, received)
+        return window
