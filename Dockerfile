@@ -21,7 +21,10 @@ WORKDIR /src
 # Only what the build needs; pyproject.toml names README.md as the package readme.
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN pip wheel --wheel-dir /wheels .
+# The tz database is pinned to one release: a tick's instant depends on it, and every
+# replica built from this file must compute the same ticks (README, Time-zone database).
+ARG TZDATA_VERSION=2026.6
+RUN pip wheel --wheel-dir /wheels . "tzdata==${TZDATA_VERSION}"
 
 # --- runtime: install from the wheels only, no compilers, no sources -------------------
 FROM python:3.12-slim AS runtime

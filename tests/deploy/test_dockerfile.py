@@ -147,3 +147,13 @@ def test_image_computes_ticks_with_the_pinned_tzdata_package() -> None:
         check=True,
     )
     assert answer.stdout.strip() == "tzdata package"
+
+
+def test_image_pins_one_tzdata_release(pyproject: dict) -> None:
+    """Images built at different times compute the same ticks."""
+    builder = stages(DOCKERFILE.read_text())[0]
+    pinned = re.search(r"ARG TZDATA_VERSION=(\d{4}\.\d+)", DOCKERFILE.read_text())
+    assert pinned, "the builder stage pins tzdata"
+    wheel = " ".join(instruction.args for instruction in builder.all("RUN"))
+    assert '"tzdata==${TZDATA_VERSION}"' in wheel
+    assert any(dep.startswith("tzdata") for dep in pyproject["project"]["dependencies"])
