@@ -123,10 +123,6 @@ def create(api: httpx.Client, name: str, **fields: object) -> dict[str, object]:
     return dict(created.json())
 
 
-def names_shown(page: Page) -> list[str]:
-    return page.locator("#jobs tbody tr td:first-child").all_inner_texts()
-
-
 def test_the_token_form_asks_once_and_the_table_shows_created_jobs(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
@@ -159,27 +155,25 @@ def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., 
     page.goto(f"{url}/ui/")
     page.fill("input[name=prefix]", "pg-")
     page.select_option("select[name=limit]", "25")
-    expect(page.locator("#jobs tbody tr")).to_have_count(25)
-    assert names_shown(page) == [f"pg-{index:02d}" for index in range(25)]
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_text([f"pg-{index:02d}" for index in range(25)])
     page.click("#next-page")
     expect(page.locator("#page-number")).to_have_text("Page 2")
-    expect(page.locator("#jobs tbody tr")).to_have_count(7)
-    assert names_shown(page)[:5] == [f"pg-{index:02d}" for index in range(25, 30)]
+    rest = [f"pg-{index:02d}" for index in range(25, 30)]
+    expect(names).to_have_text([*rest, "pg-zz-http", "pg-zz-paused"])
     expect(page.locator("#next-page")).to_be_disabled()
     page.click("#prev-page")
-    expect(page.locator("#jobs tbody tr")).to_have_count(25)
+    expect(names).to_have_count(25)
     page.select_option("select[name=state]", "paused")
-    expect(page.locator("#jobs tbody tr")).to_have_count(1)
-    assert names_shown(page) == ["pg-zz-paused"]
+    expect(names).to_have_text(["pg-zz-paused"])
     page.select_option("select[name=state]", "")
     page.fill("input[name=task]", "http")
-    expect(page.locator("#jobs tbody tr")).to_have_count(1)
-    assert names_shown(page) == ["pg-zz-http"]
+    expect(names).to_have_text(["pg-zz-http"])
     # The filters survive the periodic refresh and a reload (they live in the address).
     page.wait_for_timeout(6000)
-    assert names_shown(page) == ["pg-zz-http"]
+    expect(names).to_have_text(["pg-zz-http"])
     page.reload()
-    expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    expect(names).to_have_text(["pg-zz-http"])
     assert page.input_value("input[name=prefix]") == "pg-"
     page.check("input[name=overdue]")
     expect(page.locator("#empty")).to_be_visible()

@@ -10,6 +10,8 @@
   // The cursors of the pages before the current one: the API pages forward only.
   let cursors = [null];
   let nextCursor = null;
+  // Loads overlap (a refresh, a filter typed meanwhile): only the latest one is shown.
+  let latest = 0;
 
   function query() {
     const params = new URLSearchParams();
@@ -56,6 +58,7 @@
   }
 
   async function load() {
+    const mine = ++latest;
     const params = query();
     const cursor = cursors[cursors.length - 1];
     const pageQuery = new URLSearchParams(params);
@@ -65,6 +68,7 @@
         T.api(`/v1/jobs?${pageQuery}`),
         params.get("overdue") ? Promise.resolve(null) : overdueNames(params),
       ]);
+      if (mine !== latest) return;
       for (const job of page.items) job.overdue = overdue === null || overdue.has(job.name);
       body.replaceChildren(...page.items.map(jobRow));
       document.getElementById("empty").hidden = page.items.length > 0;
@@ -73,7 +77,7 @@
       document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}.`;
       T.showError(null);
     } catch (error) {
-      T.showError(error);
+      if (mine === latest) T.showError(error);
     }
   }
 
