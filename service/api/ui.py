@@ -28,6 +28,7 @@ def install_ui(app: FastAPI) -> None:
     app.add_api_route(UI_PATH, to_dashboard, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/", jobs_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/jobs/{{name}}", job_page, include_in_schema=False)
+    app.add_api_route(f"{UI_PATH}/runs", runs_page, include_in_schema=False)
     app.add_middleware(UiHeaders)
 
 
@@ -41,6 +42,10 @@ async def jobs_page(request: Request) -> HTMLResponse:
 
 async def job_page(request: Request, name: NamePath) -> HTMLResponse:
     return _page(request, "job.html", name, job=name)
+
+
+async def runs_page(request: Request) -> HTMLResponse:
+    return _page(request, "runs.html", "Runs")
 
 
 def _page(request: Request, template: str, title: str, **context: str) -> HTMLResponse:

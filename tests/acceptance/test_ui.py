@@ -246,6 +246,29 @@ def test_a_read_only_token_sees_no_action_buttons(
     expect(writer.locator("#trigger")).to_be_visible()
 
 
+def test_the_runs_page_shows_every_jobs_runs_filtered_by_status_and_job(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    # Nothing listens on the discard port: the http task's run fails.
+    create(api, "runs-failing", task="http", args={"url": "http://127.0.0.1:9/"})
+    create(api, "runs-fine")
+    for name in ("runs-failing", "runs-fine"):
+        assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
+    page = page_as(READ)
+    page.goto(f"{url}/ui/runs")
+    jobs = page.locator("#runs tbody tr td:first-child")
+    page.fill("input[name=job]", "runs-failing")
+    expect(jobs.first).to_have_text("runs-failing")
+    expect(page.locator("#runs tbody tr").first).to_contain_text("failed", timeout=60_000)
+    page.fill("input[name=job]", "")
+    page.select_option("select[name=status]", "failed,timed_out,abandoned")
+    expect(page.locator("#runs tbody")).to_contain_text("runs-failing")
+    expect(page.locator("#runs tbody")).not_to_contain_text("runs-fine")
+    page.select_option("select[name=status]", "succeeded")
+    expect(page.locator("#runs tbody")).to_contain_text("runs-fine")
+    expect(page.locator("#runs tbody")).not_to_contain_text("runs-failing")
+
+
 def test_the_api_docs_render_their_operations_offline(
     url: str, page_as: Callable[..., Page]
 ) -> None:
@@ -262,9 +285,10 @@ def test_the_layout_holds(
     name = f"layout-{width}-a-rather-long-job-name-that-should-wrap"
     create(api, name, description="x " * 80)
     page = page_as(WRITE, width)
-    for path in ("/ui/", f"/ui/jobs/{name}"):
+    assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
+    for path in ("/ui/", f"/ui/jobs/{name}", f"/ui/runs?job={name}"):
         page.goto(f"{url}{path}")
-        expect(page.locator("main")).to_contain_text(name)
+        expect(page.locator("main")).to_contain_text(name, timeout=60_000)
         overflow = page.evaluate(
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )
