@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi bench bench-smoke
+.PHONY: run test lint types test-only clean openapi bench bench-smoke screenshots
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # starts in ./.tickgate and stops when the last local replica exits.
@@ -33,6 +33,12 @@ test-only: $(VENV)/.test
 	rm -f .reliability.jsonl
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+
+# `make screenshots`: docs/img/dashboard-*.png, the README's pictures of the dashboard, taken
+# by its browser test against a live server with demo jobs (needs /usr/bin/chromium).
+screenshots: $(VENV)/.test
+	TICKGATE_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/acceptance/test_ui.py -k screenshots
 
 # `make bench`: the full benchmark (about 50 minutes on 2 cores): bench/results/<date>.json,
 # BENCHMARKS.md and PNG plots. `make bench-smoke`: Tickgate's scenarios at tiny sizes in

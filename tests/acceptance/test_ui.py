@@ -4,6 +4,7 @@ routed through the test: one to a host other than loopback is aborted and fails 
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -293,3 +294,28 @@ def test_the_layout_holds(
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )
         assert overflow <= 0, f"{path} overflows {overflow}px sideways at {width}px"
+
+
+def test_screenshots_of_the_jobs_and_job_pages(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], tmp_path: Path
+) -> None:
+    """`make screenshots` runs this alone with TICKGATE_UI_SCREENSHOTS=docs/img."""
+    folder = Path(os.environ.get("TICKGATE_UI_SCREENSHOTS") or tmp_path)
+    create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
+    create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
+    create(api, "demo-heartbeat", schedule={"kind": "interval", "every_seconds": 2})
+    create(api, "demo-webhook", task="http", args={"url": "http://127.0.0.1:9/hook"})
+    assert api.post("/v1/jobs/demo-webhook/trigger").status_code == 202
+    create(api, "demo-archive", schedule={"kind": "cron", "expression": "@monthly"})
+    assert api.post("/v1/jobs/demo-archive/pause", json={"note": "disk full"}).status_code == 200
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/demo-heartbeat")
+    expect(page.locator("#runs tbody tr").nth(3)).to_be_visible(timeout=60_000)
+    page.screenshot(path=folder / "dashboard-job.png", full_page=True)
+    assert api.post("/v1/jobs/demo-heartbeat/pause", json={"note": "demo"}).status_code == 200
+    page.goto(f"{url}/ui/?prefix=demo-")
+    expect(page.locator("#jobs tbody tr")).to_have_count(5)
+    expect(page.locator("#jobs tbody")).to_contain_text("failed", timeout=60_000)
+    page.screenshot(path=folder / "dashboard-jobs.png", full_page=True)
+    for name in ("dashboard-jobs.png", "dashboard-job.png"):
+        assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
