@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi bench bench-smoke soak
+.PHONY: run test lint types test-only clean openapi bench bench-smoke soak screenshots
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # starts in ./.tickgate and stops when the last local replica exits.
@@ -21,14 +21,24 @@ types: $(VENV)/.test
 	$(BIN)/mypy
 
 # The fault and fuzz tests log their figures; RELIABILITY.md is written from that log.
-# The PgBouncer tests run the real pgbouncer (Debian package): installed here when
-# missing and root is available; otherwise they fail saying what to install.
+# The PgBouncer tests run the real pgbouncer (Debian package), the dashboard's browser
+# tests Debian's chromium: each installed here when missing and root is available;
+# otherwise those tests fail saying what to install.
 test-only: $(VENV)/.test
 	-@$(HAVE_PGBOUNCER) || $(APT_PGBOUNCER) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
 		&& $(APT_PGBOUNCER); } || echo "pgbouncer unavailable: the PgBouncer tests will fail"
+	-@$(HAVE_CHROMIUM) || $(APT_CHROMIUM) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
+		&& $(APT_CHROMIUM); } \
+		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
 	rm -f .reliability.jsonl
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+
+# `make screenshots`: docs/img/dashboard-*.png, the README's pictures of the dashboard, taken
+# by its browser test against a live server with demo jobs (needs /usr/bin/chromium).
+screenshots: $(VENV)/.test
+	TICKGATE_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/acceptance/test_ui.py -k screenshots
 
 # `make bench`: the full benchmark (about 50 minutes on 2 cores): bench/results/<date>.json,
 # BENCHMARKS.md and PNG plots. `make bench-smoke`: Tickgate's scenarios at tiny sizes in
@@ -59,6 +69,9 @@ soak: $(VENV)/.bench
 ROOT    = [ "$$(id -u)" = 0 ]
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }
 HAVE_PGBOUNCER = { command -v pgbouncer || [ -x /usr/sbin/pgbouncer ]; } >/dev/null
+HAVE_CHROMIUM  = [ -x /usr/bin/chromium ]
+APT_CHROMIUM   = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	>/dev/null 2>&1; }
 APT_PGBOUNCER  = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer \
 	>/dev/null 2>&1; }
 

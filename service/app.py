@@ -17,6 +17,7 @@ from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.docs import install_docs
 from service.api.guards import BearerAuth, BodyLimits, Tokens
+from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
 from service.domain.ownership import Heartbeat, Members
 from service.metrics import Metrics
@@ -67,6 +68,7 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     install_routes(app, api=settings.api)
     if settings.api:
         install_docs(app)
+        install_ui(app)
     _install_guards(app, settings)
     app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app

@@ -136,9 +136,11 @@ class Settings(BaseSettings):
         False, description="Serve without tokens on a non-loopback address (not advised)."
     )
     open_paths: str = Field(
-        "/healthz,/readyz,/metrics,/openapi.json,/docs,/docs/assets/,/redoc",
+        "/healthz,/readyz,/metrics,/openapi.json,/docs,/docs/assets/,/redoc,/,/ui,/ui/",
         description="Comma-separated paths served without a token; one ending in / opens "
-        "every path under it. The default opens the probes, metrics and the API docs.",
+        "every path under it (but / opens only itself). The default opens the probes, "
+        "metrics, the API docs and the dashboard's pages (which hold no data: their "
+        "scripts send the user's token to the API).",
     )
     http_allow: str = Field(
         "",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Where BearerAuth leaves the presented token's scopes for GET /v1/whoami (request.state).
+TOKEN_SCOPES_STATE = "token_scopes"  # noqa: S105 (a key, not a secret)
 Route = tuple[str, str]  # method, path
 MAX_JSON_DEPTH = 32
 
@@ -32,13 +34,14 @@ class Tokens:
 class BearerAuth:
     """401 without a known token, 403 without the scope the method needs (GET/HEAD:
     read, anything else: write). `open_paths` (probes, metrics, the API docs) need no
-    token; one ending in "/" opens every path under it."""
+    token; one ending in "/" opens every path under it, except "/" itself, which opens
+    only the root (the redirect to the dashboard)."""
 
     def __init__(self, app: ASGIApp, tokens: Tokens, open_paths: frozenset[str]) -> None:
         self._app = app
         self._tokens = tokens
         self._open_paths = open_paths
-        self._open_prefixes = tuple(path for path in open_paths if path.endswith("/"))
+        self._open_prefixes = tuple(p for p in open_paths if p.endswith("/") and p != "/")
 
     def _is_open(self, path: str) -> bool:
         if path in self._open_paths:
@@ -47,10 +50,14 @@ class BearerAuth:
         return path.startswith(self._open_prefixes) and ".." not in path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._is_open(scope["path"]):
+        if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
         scopes = self._tokens.scopes_of(_bearer(scope) or "")
+        scope.setdefault("state", {})[TOKEN_SCOPES_STATE] = scopes or frozenset()
+        if self._is_open(scope["path"]):
+            await self._app(scope, receive, send)
+            return
         needed = "read" if scope["method"] in READ_METHODS else "write"
         if scopes is None:
             await _answer(send, 401, "a bearer token is required", {"www-authenticate": "Bearer"})

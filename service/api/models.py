@@ -16,6 +16,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from service.api.schedule_words import schedule_text
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, ManagerName, Overlap
 from service.domain.names import is_valid_job_name
@@ -25,7 +26,7 @@ from service.domain.schedules import Schedule
 from service.store import RunFilter, RunPosition
 from service.tasks.http import redact_args
 
-NEXT_RUNS = 5
+NEXT_RUNS = 10
 MAX_BACKFILL_TICKS = 1000
 MAX_APPLIED_JOBS = 50_000
 
@@ -166,6 +167,7 @@ class ListedJob(BaseModel):
     name: str
     description: str
     schedule: Schedule
+    schedule_text: str = Field(description="The schedule in words, for people.")
     timezone: str
     task: str
     args: dict[str, JsonValue]
@@ -198,7 +200,7 @@ class ListedJob(BaseModel):
 class JobOut(ListedJob):
     """A job as stored, with its next nominal ticks and its latest run."""
 
-    next_runs: list[datetime] = Field(description="The next 5 nominal ticks.")
+    next_runs: list[datetime] = Field(description="The next 10 nominal ticks.")
 
     @classmethod
     def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
@@ -215,11 +217,21 @@ def _shown(job: Job, ticks: list[datetime], last_run: Run | None) -> dict[str, o
     dumped and validated again), secret headers masked, the next tick and the last run."""
     stored = vars(job)
     fields: dict[str, object] = {name: stored[name] for name in _STORED_SHOWN}
+    fields["schedule_text"] = schedule_text(job.schedule)
     if job.task == "http":
         fields["args"] = redact_args(job.args)
     fields["next_run_at"] = ticks[0] if ticks else None
     fields["last_run"] = last_run.model_dump() if last_run else None
     return fields
+
+
+class WhoAmI(BaseModel):
+    """What the presented token may do."""
+
+    scopes: list[Literal["read", "write"]] = Field(
+        description="The token's scopes; both when the server has no tokens configured."
+    )
+    tokens_required: bool = Field(description="Whether this server asks for a bearer token.")
 
 
 class PauseRequest(BaseModel):

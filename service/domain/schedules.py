@@ -249,6 +249,11 @@ def _build_cron_spec(expression: str) -> _CronSpec:
     raise ValueError(f"expected 5 fields (or 6 with leading seconds), got {len(fields)}")
 
 
+def cron_five_fields(expression: str) -> str:
+    """An @alias as the 5-field expression it stands for; any other expression as it is."""
+    return _cron_alias(expression) if expression.startswith("@") else expression
+
+
 def _cron_alias(alias: str) -> str:
     five_fields = _CRON_ALIASES.get(alias.lower())
     if five_fields is None:

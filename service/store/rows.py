@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 
 from service.domain.jobs import CHECKED, Job
 from service.domain.runs import Run
+from service.domain.schedules import DailySchedule
 
 # The one column table of tickgate_jobs: the statements' column lists, the values
 # written, their SQL types (for statements that take a column as an array) and the rows
@@ -114,7 +115,8 @@ class SharedParts:
     def job_from_row(self, row: Mapping[str, Any]) -> Job:
         job = job_from_row(row)
         for name in ("schedule", "retry", "timezone", "task"):
-            object.__setattr__(job, name, self._one(getattr(job, name), getattr(job, name)))
+            value = getattr(job, name)
+            object.__setattr__(job, name, self._one(_shared_key(value), value))
         # Never mutated: every change of a job's args builds a new dict.
         args_key = ("args", json.dumps(job.args, sort_keys=True))
         object.__setattr__(job, "args", self._one(args_key, job.args))
@@ -125,6 +127,13 @@ class SharedParts:
             self._seen.clear()
         kept: T = self._seen.setdefault(key, value)
         return kept
+
+
+def _shared_key(value: Hashable | DailySchedule) -> Hashable:
+    """A daily schedule holds a list of times, so it cannot be hashed: its JSON can."""
+    if isinstance(value, DailySchedule):
+        return ("daily", value.model_dump_json())
+    return value
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:

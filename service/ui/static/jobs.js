@@ -1,0 +1,128 @@
+// The jobs table: GET /v1/jobs with the filters as its query, a page at a time through the
+// API's cursor, refreshed in place every few seconds (filters and scroll position stay).
+"use strict";
+
+(() => {
+  const T = window.Tickgate;
+  const REFRESH_MS = 5000;
+  const form = document.getElementById("filters");
+  const body = document.querySelector("#jobs tbody");
+  // The cursors of the pages before the current one: the API pages forward only.
+  let cursors = [null];
+  let nextCursor = null;
+  // Loads overlap (a refresh, a filter typed meanwhile): only the latest one is shown.
+  let latest = 0;
+
+  function query() {
+    const params = new URLSearchParams();
+    for (const [key, value] of new FormData(form)) if (value) params.set(key, value);
+    return params;
+  }
+
+  // The filters live in the address bar, so a reload or a shared link keeps them.
+  function restoreFilters() {
+    const params = new URLSearchParams(window.location.search);
+    for (const field of form.elements) {
+      if (!field.name || !params.has(field.name)) continue;
+      if (field.type === "checkbox") field.checked = params.get(field.name) === "true";
+      else field.value = params.get(field.name);
+    }
+  }
+
+  function jobRow(job) {
+    const link = T.el("a", job.name);
+    link.href = `${T.root}/ui/jobs/${encodeURIComponent(job.name)}`;
+    const state = T.el("span");
+    state.append(T.badge(job.state));
+    if (job.overdue) state.append(" ", T.badge("overdue"));
+    return T.row([link, job.schedule_text, job.timezone, state, T.when(job.next_run_at), lastRun(job)]);
+  }
+
+  function lastRun(job) {
+    const run = job.last_run;
+    if (!run) return T.el("span", "never", "muted");
+    const wrap = T.el("span");
+    wrap.append(T.badge(run.status), " ", T.el("small", T.relative(run.started_at), "muted"));
+    return wrap;
+  }
+
+  async function overdueNames(params) {
+    // The API's overdue filter names the overdue jobs; a badge needs them on every page.
+    const overdue = new URLSearchParams(params);
+    overdue.set("overdue", "true");
+    overdue.set("limit", params.get("limit") || "50");
+    const cursor = cursors[cursors.length - 1];
+    if (cursor) overdue.set("cursor", cursor);
+    const page = await T.api(`/v1/jobs?${overdue}`);
+    return new Set(page.items.map((job) => job.name));
+  }
+
+  async function load() {
+    const mine = ++latest;
+    const params = query();
+    const cursor = cursors[cursors.length - 1];
+    const pageQuery = new URLSearchParams(params);
+    if (cursor) pageQuery.set("cursor", cursor);
+    try {
+      const [page, overdue] = await Promise.all([
+        T.api(`/v1/jobs?${pageQuery}`),
+        params.get("overdue") ? Promise.resolve(null) : overdueNames(params),
+      ]);
+      if (mine !== latest) return;
+      for (const job of page.items) job.overdue = overdue === null || overdue.has(job.name);
+      body.replaceChildren(...page.items.map(jobRow));
+      document.getElementById("empty").hidden = page.items.length > 0;
+      nextCursor = page.next_cursor;
+      showPager();
+      document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}.`;
+      T.showError(null);
+    } catch (error) {
+      if (mine === latest) T.showError(error);
+    }
+  }
+
+  function showPager() {
+    document.getElementById("next-page").disabled = !nextCursor;
+    document.getElementById("prev-page").disabled = cursors.length < 2;
+    document.getElementById("first-page").disabled = cursors.length < 2;
+    document.getElementById("page-number").textContent = `Page ${cursors.length}`;
+  }
+
+  function filtersChanged() {
+    cursors = [null];
+    const params = query();
+    const search = params.toString();
+    window.history.replaceState(null, "", search ? `?${search}` : window.location.pathname);
+    load();
+  }
+
+  form.addEventListener("change", filtersChanged);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    filtersChanged();
+  });
+  for (const input of form.querySelectorAll("input[type=text]")) {
+    let pending = null;
+    input.addEventListener("input", () => {
+      clearTimeout(pending);
+      pending = setTimeout(filtersChanged, 300);
+    });
+  }
+  document.getElementById("next-page").addEventListener("click", () => {
+    if (!nextCursor) return;
+    cursors.push(nextCursor);
+    load();
+  });
+  document.getElementById("prev-page").addEventListener("click", () => {
+    if (cursors.length > 1) cursors.pop();
+    load();
+  });
+  document.getElementById("first-page").addEventListener("click", () => {
+    cursors = [null];
+    load();
+  });
+
+  restoreFilters();
+  load();
+  setInterval(load, REFRESH_MS);
+})();

@@ -1,0 +1,122 @@
+// The dashboard's shared helpers: the bearer token (sessionStorage: this tab only, never
+// a URL or a cookie), calls to the REST API, times in words, and little DOM builders.
+"use strict";
+
+const TOKEN_KEY = "tickgate.token";
+
+const Tickgate = {
+  root: document.body.dataset.root || "",
+
+  token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  },
+
+  // fetch /v1/...: the JSON answer, or an Error carrying the API's own detail text.
+  async api(path, options = {}) {
+    const headers = { Accept: "application/json" };
+    const token = Tickgate.token();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    if (options.body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(Tickgate.root + path, {
+      method: options.method || "GET",
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      cache: "no-store",
+    });
+    if (response.status === 401) Tickgate.askForToken();
+    if (!response.ok) throw new Error(await Tickgate.errorText(response));
+    return response.status === 204 ? null : response.json();
+  },
+
+  async errorText(response) {
+    try {
+      const body = await response.json();
+      const detail = body.detail;
+      if (typeof detail === "string") return `${response.status}: ${detail}`;
+      if (Array.isArray(detail)) return `${response.status}: ${detail.map((d) => d.msg).join("; ")}`;
+    } catch (_ignored) {
+      // not JSON: the status line says enough
+    }
+    return `${response.status}: ${response.statusText}`;
+  },
+
+  askForToken() {
+    document.getElementById("token-form").hidden = false;
+    document.getElementById("token-input").focus();
+  },
+
+  showError(error) {
+    const box = document.getElementById("error");
+    box.textContent = error ? String(error.message || error) : "";
+    box.hidden = !error;
+  },
+
+  // Scopes of the token in use (GET /v1/whoami): write actions are offered only with "write".
+  async scopes() {
+    const me = await Tickgate.api("/v1/whoami");
+    return new Set(me.scopes);
+  },
+
+  el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  },
+
+  row(cells) {
+    const tr = document.createElement("tr");
+    for (const cell of cells) {
+      const td = document.createElement("td");
+      if (cell instanceof Node) td.append(cell);
+      else td.textContent = cell === null || cell === undefined ? "" : String(cell);
+      tr.append(td);
+    }
+    return tr;
+  },
+
+  // "in 3 min" / "5 s ago"
+  relative(iso) {
+    if (!iso) return "";
+    const seconds = Math.round((Date.parse(iso) - Date.now()) / 1000);
+    const size = Math.abs(seconds);
+    const text =
+      size < 90 ? `${size} s` : size < 5400 ? `${Math.round(size / 60)} min`
+        : size < 172800 ? `${Math.round(size / 3600)} h` : `${Math.round(size / 86400)} d`;
+    return seconds >= 0 ? `in ${text}` : `${text} ago`;
+  },
+
+  absolute(iso) {
+    return iso ? new Date(iso).toLocaleString() : "";
+  },
+
+  // A <time> showing "in 3 min", its exact local time beside it.
+  when(iso) {
+    if (!iso) return Tickgate.el("span", "—", "muted");
+    const node = Tickgate.el("time", Tickgate.relative(iso));
+    node.dateTime = iso;
+    node.title = iso;
+    const wrap = Tickgate.el("span");
+    wrap.append(node, Tickgate.el("small", ` ${Tickgate.absolute(iso)}`, "muted"));
+    return wrap;
+  },
+
+  badge(text, kind) {
+    return Tickgate.el("span", text, `badge badge-${kind || text}`);
+  },
+};
+
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, document.getElementById("token-input").value.trim());
+  window.location.reload();
+});
+
+const forget = document.getElementById("forget-token");
+forget.hidden = !Tickgate.token();
+forget.addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  window.location.reload();
+});
+
+window.Tickgate = Tickgate;

@@ -1,0 +1,321 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against a live
+`tickgate serve` with tokens configured and real jobs. Every request the browser makes is
+routed through the test: one to a host other than loopback is aborted and fails the test."""
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+
+from tests.support.db import TemplateDatabases, with_database
+from tests.support.processes import START_DEADLINE_SECONDS, Replica, start_replica, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+CHROMIUM = Path("/usr/bin/chromium")
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+READ, WRITE = "ui-read-token", "ui-write-token"
+TOKENS = {READ: ["read"], WRITE: ["read", "write"]}
+NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
+LOG = {"task": "log", "args": {"message": "from the ui test"}}
+WAIT_MS = 30_000  # generous: a loaded 2-core box
+
+
+@pytest.fixture(scope="module")
+def url(templates: TemplateDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    database = asyncio.run(templates.clone())
+    try:
+        database_url = with_database(templates.server_url, database)
+        workdir = tmp_path_factory.mktemp("ui-server")
+        replica = start_replica(
+            workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
+        )
+        try:
+            wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
+            yield replica.url
+        finally:
+            replica.stop()
+    finally:
+        asyncio.run(templates.drop(database))
+
+
+def answers(replica: Replica) -> bool:
+    """Serving the API (with a token: Replica.answers asks without one)."""
+    assert replica.alive, replica.log_tail()
+    headers = {"Authorization": f"Bearer {READ}"}
+    try:
+        return httpx.get(f"{replica.url}/v1/tasks", headers=headers, timeout=2).is_success
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def api(url: str) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {WRITE}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def chromium_browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the dashboard's browser tests drive Debian's chromium; "
+            "install it with `apt-get install -y chromium` (make test does when run as root)"
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            # Nothing but loopback resolves, so even a request the routing missed stays home.
+            args=["--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def foreign() -> list[str]:
+    """The non-loopback URLs the browser tried during the test (each one aborted)."""
+    return []
+
+
+def open_page(browser: Browser, foreign: list[str], token: str | None, width: int = 1280) -> Page:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+
+    def only_loopback(route: Route) -> None:
+        if urlsplit(route.request.url).hostname in LOOPBACK:
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_loopback)
+    if token is not None:
+        # As if the user had typed it into the token form earlier in this tab.
+        context.add_init_script(f"sessionStorage.setItem('tickgate.token', {json.dumps(token)})")
+    return context.new_page()
+
+
+@pytest.fixture
+def page_as(chromium_browser: Browser, foreign: list[str]) -> Iterator[Callable[..., Page]]:
+    pages: list[Page] = []
+
+    def opened(token: str | None, width: int = 1280) -> Page:
+        pages.append(open_page(chromium_browser, foreign, token, width))
+        return pages[-1]
+
+    yield opened
+    for page in pages:
+        page.context.close()
+    assert foreign == [], f"the browser tried to leave loopback: {foreign}"
+
+
+def create(api: httpx.Client, name: str, **fields: object) -> dict[str, object]:
+    body = {"name": name, "schedule": NEVER, **LOG, **fields}
+    created = api.post("/v1/jobs", json=body)
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+def test_the_token_form_asks_once_and_the_table_shows_created_jobs(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "tok-hourly", schedule={"kind": "interval", "every_seconds": 3600})
+    page = page_as(None)
+    page.goto(f"{url}/")
+    expect(page).to_have_url(f"{url}/ui/")
+    expect(page.locator("#token-form")).to_be_visible()
+    page.fill("#token-input", READ)
+    page.click("#token-form button[type=submit]")
+    expect(page.locator("#jobs tbody")).to_contain_text("tok-hourly")
+    row = page.locator("#jobs tbody tr", has_text="tok-hourly")
+    expect(row).to_contain_text("Every hour")
+    expect(row).to_contain_text("UTC")
+    expect(row).to_contain_text("active")
+    expect(page.locator("#token-form")).to_be_hidden()
+    # The token stays in the tab's session: the next page asks for nothing.
+    page.goto(f"{url}/ui/jobs/tok-hourly")
+    expect(page.locator("#definition")).to_contain_text("Every hour")
+    expect(page.locator("#token-form")).to_be_hidden()
+
+
+def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., Page]) -> None:
+    for index in range(30):
+        create(api, f"pg-{index:02d}")
+    create(api, "pg-zz-paused")
+    assert api.post("/v1/jobs/pg-zz-paused/pause", json={"note": "x"}).status_code == 200
+    create(api, "pg-zz-http", task="http", args={"url": "http://127.0.0.1:9/"})
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/")
+    page.fill("input[name=prefix]", "pg-")
+    page.select_option("select[name=limit]", "25")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_text([f"pg-{index:02d}" for index in range(25)])
+    page.click("#next-page")
+    expect(page.locator("#page-number")).to_have_text("Page 2")
+    rest = [f"pg-{index:02d}" for index in range(25, 30)]
+    expect(names).to_have_text([*rest, "pg-zz-http", "pg-zz-paused"])
+    expect(page.locator("#next-page")).to_be_disabled()
+    page.click("#prev-page")
+    expect(names).to_have_count(25)
+    page.select_option("select[name=state]", "paused")
+    expect(names).to_have_text(["pg-zz-paused"])
+    page.select_option("select[name=state]", "")
+    page.fill("input[name=task]", "http")
+    expect(names).to_have_text(["pg-zz-http"])
+    # The filters survive the periodic refresh and a reload (they live in the address).
+    page.wait_for_timeout(6000)
+    expect(names).to_have_text(["pg-zz-http"])
+    page.reload()
+    expect(names).to_have_text(["pg-zz-http"])
+    assert page.input_value("input[name=prefix]") == "pg-"
+    page.check("input[name=overdue]")
+    expect(page.locator("#empty")).to_be_visible()
+
+
+def test_the_job_page_shows_runs_and_its_actions_work(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "act-every-second", schedule={"kind": "interval", "every_seconds": 1})
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/act-every-second")
+    expect(page.locator("#next-ticks li")).to_have_count(10)
+    expect(page.locator("#runs tbody tr").first).to_contain_text("succeeded", timeout=60_000)
+
+    page.fill("#pause-note", "maintenance window")
+    page.click("#pause")
+    expect(page.locator("#definition")).to_contain_text("maintenance window")
+    job = api.get("/v1/jobs/act-every-second").json()
+    assert (job["state"], job["pause_note"]) == ("paused", "maintenance window")
+
+    page.click("#resume")
+    expect(page.locator("#pause")).to_be_visible()
+    assert api.get("/v1/jobs/act-every-second").json()["state"] == "active"
+
+    api.post("/v1/jobs/act-every-second/pause")
+    page.reload()
+    page.click("#trigger")
+    expect(page.locator("#runs tbody")).to_contain_text("manual", timeout=60_000)
+    manual = api.get("/v1/jobs/act-every-second/runs").json()["items"]
+    assert any(run["trigger"] == "manual" for run in manual)
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("#delete")
+    expect(page).to_have_url(f"{url}/ui/")
+    assert api.get("/v1/jobs/act-every-second").status_code == 404
+
+
+def test_the_definition_masks_secret_headers_and_a_refused_action_shows_the_apis_error(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    args = {
+        "url": "http://127.0.0.1:9/",
+        "headers": {"X-Api-Key": "hunter2-secret"},
+        "secret_headers": ["X-Api-Key"],
+    }
+    create(api, "sec-http", task="http", args=args)
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/sec-http")
+    expect(page.locator("#args")).to_contain_text('"X-Api-Key": "***"')
+    assert "hunter2-secret" not in page.content()
+    assert api.delete("/v1/jobs/sec-http").status_code == 204
+    page.click("#trigger")
+    expect(page.locator("#error")).to_contain_text("404: no job named 'sec-http'")
+
+
+def test_a_read_only_token_sees_no_action_buttons(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "ro-job")
+    page = page_as(READ)
+    page.goto(f"{url}/ui/jobs/ro-job")
+    expect(page.locator("#definition")).to_contain_text("log")
+    # whoami has answered once the scopes are known; give it the refresh period too.
+    page.wait_for_timeout(2000)
+    expect(page.locator("#actions")).to_be_hidden()
+    for button in ("#pause", "#resume", "#trigger", "#delete"):
+        expect(page.locator(button)).to_be_hidden()
+    writer = page_as(WRITE)
+    writer.goto(f"{url}/ui/jobs/ro-job")
+    expect(writer.locator("#trigger")).to_be_visible()
+
+
+def test_the_runs_page_shows_every_jobs_runs_filtered_by_status_and_job(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    # Nothing listens on the discard port: the http task's run fails.
+    create(api, "runs-failing", task="http", args={"url": "http://127.0.0.1:9/"})
+    create(api, "runs-fine")
+    for name in ("runs-failing", "runs-fine"):
+        assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
+    page = page_as(READ)
+    page.goto(f"{url}/ui/runs")
+    jobs = page.locator("#runs tbody tr td:first-child")
+    page.fill("input[name=job]", "runs-failing")
+    expect(jobs.first).to_have_text("runs-failing")
+    expect(page.locator("#runs tbody tr").first).to_contain_text("failed", timeout=60_000)
+    page.fill("input[name=job]", "")
+    page.select_option("select[name=status]", "failed,timed_out,abandoned")
+    expect(page.locator("#runs tbody")).to_contain_text("runs-failing")
+    expect(page.locator("#runs tbody")).not_to_contain_text("runs-fine")
+    page.select_option("select[name=status]", "succeeded")
+    expect(page.locator("#runs tbody")).to_contain_text("runs-fine")
+    expect(page.locator("#runs tbody")).not_to_contain_text("runs-failing")
+
+
+def test_the_api_docs_render_their_operations_offline(
+    url: str, page_as: Callable[..., Page]
+) -> None:
+    page = page_as(None)
+    page.goto(f"{url}/docs")
+    expect(page.locator(".opblock").first).to_be_visible()
+    assert page.locator(".opblock").count() > 10
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_layout_holds(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], width: int
+) -> None:
+    name = f"layout-{width}-a-rather-long-job-name-that-should-wrap"
+    create(api, name, description="x " * 80)
+    page = page_as(WRITE, width)
+    assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
+    for path in ("/ui/", f"/ui/jobs/{name}", f"/ui/runs?job={name}"):
+        page.goto(f"{url}{path}")
+        expect(page.locator("main")).to_contain_text(name, timeout=60_000)
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, f"{path} overflows {overflow}px sideways at {width}px"
+
+
+def test_screenshots_of_the_jobs_and_job_pages(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], tmp_path: Path
+) -> None:
+    """`make screenshots` runs this alone with TICKGATE_UI_SCREENSHOTS=docs/img."""
+    folder = Path(os.environ.get("TICKGATE_UI_SCREENSHOTS") or tmp_path)
+    create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
+    create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
+    create(api, "demo-heartbeat", schedule={"kind": "interval", "every_seconds": 2})
+    create(api, "demo-webhook", task="http", args={"url": "http://127.0.0.1:9/hook"})
+    assert api.post("/v1/jobs/demo-webhook/trigger").status_code == 202
+    create(api, "demo-archive", schedule={"kind": "cron", "expression": "@monthly"})
+    assert api.post("/v1/jobs/demo-archive/pause", json={"note": "disk full"}).status_code == 200
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/demo-heartbeat")
+    expect(page.locator("#runs tbody tr").nth(3)).to_be_visible(timeout=60_000)
+    page.screenshot(path=folder / "dashboard-job.png", full_page=True)
+    assert api.post("/v1/jobs/demo-heartbeat/pause", json={"note": "demo"}).status_code == 200
+    page.goto(f"{url}/ui/?prefix=demo-")
+    expect(page.locator("#jobs tbody tr")).to_have_count(5)
+    expect(page.locator("#jobs tbody")).to_contain_text("failed", timeout=60_000)
+    page.screenshot(path=folder / "dashboard-jobs.png", full_page=True)
+    for name in ("dashboard-jobs.png", "dashboard-job.png"):
+        assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
