@@ -19,16 +19,6 @@
     return params;
   }
 
-  // The filters live in the address bar, so a reload or a shared link keeps them.
-  function restoreFilters() {
-    const params = new URLSearchParams(window.location.search);
-    for (const field of form.elements) {
-      if (!field.name || !params.has(field.name)) continue;
-      if (field.type === "checkbox") field.checked = params.get(field.name) === "true";
-      else field.value = params.get(field.name);
-    }
-  }
-
   function jobRow(job) {
     const link = T.el("a", job.name);
     link.href = `${T.root}/ui/jobs/${encodeURIComponent(job.name)}`;
@@ -122,7 +112,7 @@
     load();
   });
 
-  restoreFilters();
+  T.restoreFilters(form);
   load();
   setInterval(load, REFRESH_MS);
 })();

@@ -24,15 +24,6 @@
     return params;
   }
 
-  function restoreFilters() {
-    const params = new URLSearchParams(window.location.search);
-    for (const field of form.elements) {
-      if (!field.name || !params.has(field.name)) continue;
-      if (field.type === "checkbox") field.checked = params.get(field.name) === "true";
-      else field.value = params.get(field.name);
-    }
-  }
-
   function runRow(run) {
     const link = T.el("a", run.job);
     link.href = `${T.root}/ui/jobs/${encodeURIComponent(run.job)}`;
@@ -96,7 +87,7 @@
     load();
   });
 
-  restoreFilters();
+  T.restoreFilters(form);
   load();
   setInterval(load, REFRESH_MS);
 })();

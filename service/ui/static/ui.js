@@ -104,6 +104,17 @@ const Tickgate = {
   badge(text, kind) {
     return Tickgate.el("span", text, `badge badge-${kind || text}`);
   },
+
+  // A list page's filters live in the address bar, so a reload or a shared link keeps
+  // them: put them back into the page's form.
+  restoreFilters(form) {
+    const params = new URLSearchParams(window.location.search);
+    for (const field of form.elements) {
+      if (!field.name || !params.has(field.name)) continue;
+      if (field.type === "checkbox") field.checked = params.get(field.name) === "true";
+      else field.value = params.get(field.name);
+    }
+  },
 };
 
 document.getElementById("token-form").addEventListener("submit", (event) => {
