@@ -64,6 +64,10 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
         # Served from the package's own assets instead of a CDN (service/api/docs.py).
         docs_url=None,
         redoc_url=None,
+        license_info={"name": "MIT", "identifier": "MIT"},
+        # OpenAPI's default made explicit (generators warn without it): the API is on
+        # the host that serves the document.
+        servers=[{"url": "/", "description": "This server."}],
     )
     install_routes(app, api=settings.api)
     if settings.api:
@@ -108,7 +112,12 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
     itself (so every schema a client generator sees is described)."""
     if app.openapi_schema is None:
         document = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+            license_info=app.license_info,
+            servers=app.servers,
         )
         components = document.setdefault("components", {})
         for schema in components.get("schemas", {}).values():

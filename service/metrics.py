@@ -1,6 +1,6 @@
 """Prometheus metrics, on a registry of the app's own (no import-time global state)."""
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -108,7 +108,18 @@ class Metrics:
             self.runs.remove(job, status.value)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(_Families(_without_created(self.registry.collect())))
+
+
+def _without_created(families: Iterable[Metric]) -> list[Metric]:
+    """The families without their `_created` series, as most exporters send them: a
+    timestamp per counter child, doubling the series for little use. prometheus_client's
+    own switch (disable_created_metrics) is process-wide state, so they are left out here."""
+    kept = []
+    for family in families:
+        family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+        kept.append(family)
+    return kept
 
 
 # Gauges whose values add up across a pod's processes (each counts its own runs). Every
@@ -121,8 +132,8 @@ _SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
 def merge_expositions(*texts: bytes) -> bytes:
     """One pod's exposition from those of its processes (the API's and the scheduler's):
-    counters and histograms add up, `_created` is the earliest, gauges follow
-    SUMMED_GAUGES. One scrape then shows the pod as one replica, as before the split."""
+    counters and histograms add up, gauges follow SUMMED_GAUGES. One scrape then shows the
+    pod as one replica, as before the split."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[_SampleKey, float]] = {}
     for text in texts:
@@ -146,8 +157,6 @@ def merge_expositions(*texts: bytes) -> bytes:
 
 
 def _combine(family: Metric, key: _SampleKey, earlier: float, later: float) -> float:
-    if key[0].endswith("_created"):
-        return min(earlier, later)
     if family.type == "gauge" and family.name not in SUMMED_GAUGES:
         return max(earlier, later)
     return earlier + later

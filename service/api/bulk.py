@@ -9,14 +9,14 @@ from fastapi import APIRouter, Query
 from pydantic import ValidationError
 
 from service.api.deps import Services, ServicesDep
-from service.api.errors import COMMON, CONFLICT
+from service.api.errors import CONFLICT, WRITE
 from service.api.jobs import declared_job
 from service.api.models import ApplyOutcome, ApplyQuery, ApplyResult, JobCreate, JobsApply
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Job
 from service.store import JobsApplied, Prune
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 # Its bodies may be far larger than other requests' (TICKGATE_MAX_BULK_BODY_BYTES).
 APPLY_ROUTE = ("PUT", "/v1/jobs")
 
@@ -24,7 +24,7 @@ Item = Mapping[str, Any]
 R = TypeVar("R")
 
 
-@router.put("", operation_id="apply_jobs", responses=CONFLICT)
+@router.put("", operation_id="apply_jobs", responses=WRITE | CONFLICT)
 async def apply_set(
     body: JobsApply, query: Annotated[ApplyQuery, Query()], services: ServicesDep
 ) -> ApplyResult:

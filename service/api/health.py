@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from service.api.deps import Services, ServicesDep
+from service.api.errors import GUARDED, documented
 from service.metrics import merge_expositions
 from service.store.errors import UNAVAILABLE
 from service.store.migrate import head_version
@@ -49,7 +50,8 @@ class Readiness(BaseModel):
 @router.get(
     "/healthz",
     operation_id="get_health",
-    responses={503: {"model": Unhealthy, "description": "The scheduler process is not alive."}},
+    response_model=Health,
+    responses=documented(503, Unhealthy, "The scheduler process is not alive.") | GUARDED,
 )
 async def healthz(services: ServicesDep) -> JSONResponse:
     """Liveness: never touches the database, so an outage restarts no pod. Where the
@@ -64,7 +66,8 @@ async def healthz(services: ServicesDep) -> JSONResponse:
 @router.get(
     "/readyz",
     operation_id="get_readiness",
-    responses={503: {"model": Readiness, "description": "Not ready; `checks` says why."}},
+    response_model=Readiness,
+    responses=documented(503, Readiness, "Not ready; `checks` says why.") | GUARDED,
 )
 async def readyz(services: ServicesDep) -> JSONResponse:
     """Readiness: the database answers within 1 s, migrations are at head, the

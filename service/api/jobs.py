@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Path, Query, Response, status
 from pydantic import JsonValue
 
 from service.api.deps import Services, ServicesDep
-from service.api.errors import COMMON, CONFLICT, NOT_FOUND, documented
+from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE, ResponseDoc
 from service.api.models import (
     JobCreate,
     JobOut,
@@ -36,12 +36,30 @@ from service.store import JobChange, JobFilter, ShownJob
 from service.store.store import JobChangeFn
 from service.tasks.http import merge_secret_headers
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+CREATED: ResponseDoc = {
+    201: {
+        "model": JobOut,
+        "description": "Created.",
+        "headers": {
+            "Location": {
+                "description": "The new job's URL, /v1/jobs/{name}.",
+                "schema": {"type": "string"},
+            }
+        },
+    }
+}
 
 NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, operation_id="create_job", responses=CONFLICT)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    operation_id="create_job",
+    responses=CREATED | WRITE | CONFLICT,
+)
 async def create(body: JobCreate, services: ServicesDep, response: Response) -> JobOut:
     """Create a job. 409 if the name (or its lock_key) is taken."""
     spec = _checked(services, body.spec())
@@ -57,7 +75,7 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     "/{name}",
     operation_id="apply_job",
     status_code=status.HTTP_200_OK,
-    responses=documented(201, JobOut, "Created.") | CONFLICT,
+    responses=CREATED | WRITE | CONFLICT,
 )
 async def apply(
     name: NamePath, body: JobReplace, services: ServicesDep, response: Response
@@ -88,7 +106,7 @@ def declared_job(
     return replace_job(current, checked, now) if current else create_job(name, checked, now)
 
 
-@router.get("", operation_id="list_jobs")
+@router.get("", operation_id="list_jobs", responses=READ)
 async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) -> JobPage:
     """Jobs in name order, a page at a time."""
     after = decode_cursor(query.cursor) if query.cursor else None
@@ -105,7 +123,7 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     )
 
 
-@router.get("/{name}", operation_id="get_job", responses=NOT_FOUND)
+@router.get("/{name}", operation_id="get_job", responses=READ | NOT_FOUND)
 async def get(name: NamePath, services: ServicesDep) -> JobOut:
     """One job, with its next tick and latest run."""
     shown = await services.store.show_job(name)
@@ -114,7 +132,7 @@ async def get(name: NamePath, services: ServicesDep) -> JobOut:
     return JobOut.of(shown.job, services.now(), shown.last_run)
 
 
-@router.patch("/{name}", operation_id="patch_job", responses=NOT_FOUND)
+@router.patch("/{name}", operation_id="patch_job", responses=WRITE | NOT_FOUND)
 async def patch(
     name: NamePath,
     services: ServicesDep,
@@ -138,7 +156,7 @@ async def patch(
     "/{name}",
     status_code=status.HTTP_204_NO_CONTENT,
     operation_id="delete_job",
-    responses=NOT_FOUND,
+    responses=WRITE | NOT_FOUND,
 )
 async def delete(name: NamePath, services: ServicesDep) -> None:
     """Delete the job and its run history; replicas stop firing it within moments."""
@@ -146,7 +164,7 @@ async def delete(name: NamePath, services: ServicesDep) -> None:
     services.runner.job_deleted(name)  # the scheduler's replicas hear of it by NOTIFY
 
 
-@router.post("/{name}/pause", operation_id="pause_job", responses=NOT_FOUND | CONFLICT)
+@router.post("/{name}/pause", operation_id="pause_job", responses=WRITE | NOT_FOUND | CONFLICT)
 async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None = None) -> JobOut:
     """Stop firing; `next_run_at` becomes null. An optional `note` is kept on the job."""
     now = await services.store.clock()
@@ -155,7 +173,7 @@ async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None
     return await _out(services, job, now)
 
 
-@router.post("/{name}/resume", operation_id="resume_job", responses=NOT_FOUND | CONFLICT)
+@router.post("/{name}/resume", operation_id="resume_job", responses=WRITE | NOT_FOUND | CONFLICT)
 async def resume(name: NamePath, services: ServicesDep) -> JobOut:
     """Fire again from the next tick after now; ticks missed while paused are not replayed."""
     now = await services.store.clock()

@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PlainSerializer,
     WithJsonSchema,
 )
 
@@ -29,6 +30,17 @@ from service.tasks.http import redact_args
 NEXT_RUNS = 10
 MAX_BACKFILL_TICKS = 1000
 MAX_APPLIED_JOBS = 50_000
+
+
+# A 64-bit integer sent as a decimal string, as Google's APIs do: JavaScript's numbers
+# hold 53 bits, so every JSON parser of a browser would round it.
+Int64String = Annotated[
+    int,
+    PlainSerializer(str, return_type=str, when_used="json"),
+    WithJsonSchema(
+        {"type": "string", "format": "int64", "pattern": "^-?[0-9]{1,19}$"}, mode="serialization"
+    ),
+]
 
 
 class JobCreate(JobSpec):
@@ -184,7 +196,10 @@ class ListedJob(BaseModel):
     managed_by: str | None = Field(description="Who manages the job (PUT /v1/jobs).")
     pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
-    lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
+    lock_key: Int64String = Field(
+        description="Signed FNV-1a 64 of the name, the advisory-lock key: a signed 64-bit "
+        "integer, sent as a decimal string (JavaScript numbers would round it)."
+    )
     next_run_at: datetime | None
     last_run: RunOut | None
     created_at: datetime

@@ -7,7 +7,7 @@ from uuid import UUID
 from fastapi import APIRouter, Query, status
 
 from service.api.deps import ServicesDep
-from service.api.errors import COMMON, CONFLICT, NOT_FOUND
+from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE
 from service.api.jobs import NamePath, existing_job
 from service.api.models import (
     MAX_BACKFILL_TICKS,
@@ -25,14 +25,14 @@ from service.domain.jobs import Job, ticks_between
 from service.domain.runs import Run, SkipReason
 from service.store import RunFilter
 
-router = APIRouter(tags=["runs"], responses=COMMON | NOT_FOUND)
+router = APIRouter(tags=["runs"])
 
 
 @router.post(
     "/v1/jobs/{name}/trigger",
     status_code=status.HTTP_202_ACCEPTED,
     operation_id="trigger_job",
-    responses=CONFLICT,
+    responses=WRITE | NOT_FOUND | CONFLICT,
 )
 async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
     """Run the job now, through the same gates as a scheduled tick (trigger "manual").
@@ -41,7 +41,11 @@ async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
     return RunOut.model_validate(await services.runner.trigger_now(job), from_attributes=True)
 
 
-@router.post("/v1/jobs/{name}/backfill", operation_id="backfill_job", responses=CONFLICT)
+@router.post(
+    "/v1/jobs/{name}/backfill",
+    operation_id="backfill_job",
+    responses=WRITE | NOT_FOUND | CONFLICT,
+)
 async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep) -> RunList:
     """Run every nominal tick in [from, to] that has no run yet, once each and in order
     (trigger "backfill"), and return the runs this call made. At most 1000 ticks; `to`
@@ -85,7 +89,7 @@ def _refuse_pruned(body: BackfillRequest, pruned_through: datetime | None) -> No
         )
 
 
-@router.get("/v1/jobs/{name}/runs", operation_id="list_runs")
+@router.get("/v1/jobs/{name}/runs", operation_id="list_runs", responses=READ | NOT_FOUND)
 async def list_runs(
     name: NamePath, query: Annotated[RunQuery, Query()], services: ServicesDep
 ) -> RunPage:
@@ -97,7 +101,7 @@ async def list_runs(
     return _page(runs, query.limit)
 
 
-@router.get("/v1/runs", operation_id="list_all_runs")
+@router.get("/v1/runs", operation_id="list_all_runs", responses=READ)
 async def list_all_runs(query: Annotated[AllRunsQuery, Query()], services: ServicesDep) -> RunPage:
     """Every job's runs, newest first (by `started_at`, then id), a page at a time; runs
     recorded while you page show up on no later page and push nothing into it twice.
@@ -116,7 +120,7 @@ def _page(runs: list[Run], limit: int) -> RunPage:
     )
 
 
-@router.get("/v1/runs/{run_id}", operation_id="get_run")
+@router.get("/v1/runs/{run_id}", operation_id="get_run", responses=READ | NOT_FOUND)
 async def get_run(run_id: UUID, services: ServicesDep) -> RunOut:
     """One run by id."""
     run = await services.store.get_run(run_id)

@@ -3,16 +3,16 @@
 from fastapi import APIRouter
 
 from service.api.deps import ServicesDep
-from service.api.errors import COMMON
+from service.api.errors import WRITE
 from service.api.models import PreviewRequest, PreviewResponse
 from service.domain.errors import InvalidInput
 from service.domain.jobs import zone
 from service.domain.schedules import fire_times, resolve_schedule
 
-router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=COMMON)
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 
-@router.post("/preview", operation_id="preview_schedule")
+@router.post("/preview", operation_id="preview_schedule", responses=WRITE)
 async def preview(body: PreviewRequest, services: ServicesDep) -> PreviewResponse:
     """The next `count` nominal ticks strictly after `after`, as a job would fire them."""
     try:

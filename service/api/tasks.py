@@ -3,13 +3,13 @@
 from fastapi import APIRouter
 
 from service.api.deps import ServicesDep
-from service.api.errors import COMMON
+from service.api.errors import GUARDED
 from service.api.models import TaskList, TaskOut
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=COMMON)
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
-@router.get("", operation_id="list_tasks")
+@router.get("", operation_id="list_tasks", responses=GUARDED)
 async def list_tasks(services: ServicesDep) -> TaskList:
     """Every task a job may name, with its args JSON schema."""
     return TaskList(

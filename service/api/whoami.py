@@ -3,14 +3,14 @@ only the actions its token allows."""
 
 from fastapi import APIRouter, Request
 
-from service.api.errors import COMMON
+from service.api.errors import GUARDED
 from service.api.guards import TOKEN_SCOPES_STATE
 from service.api.models import WhoAmI
 
-router = APIRouter(tags=["auth"], responses=COMMON)
+router = APIRouter(tags=["auth"])
 
 
-@router.get("/v1/whoami", operation_id="whoami")
+@router.get("/v1/whoami", operation_id="whoami", responses=GUARDED)
 async def whoami(request: Request) -> WhoAmI:
     """The scopes of the bearer token sent; a server without tokens grants both."""
     scopes = getattr(request.state, TOKEN_SCOPES_STATE, None)

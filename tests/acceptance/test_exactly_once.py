@@ -131,7 +131,7 @@ def test_three_replicas_run_each_tick_once_and_survive_a_kill_9(
         for index, name in enumerate(slow_jobs):
             # Answers after 3 s: a kill -9 is sure to catch one of these in flight.
             job = http_job(name, receiver, EVERY_FIVE_SECONDS_CRON, seconds=3)
-            lock_keys[name] = create(replicas[index], job)["lock_key"]
+            lock_keys[name] = int(create(replicas[index], job)["lock_key"])
             periods[name] = 5
 
         # 1. A 20 s window starting a couple of seconds after every job exists.
@@ -222,7 +222,7 @@ def test_a_lock_held_elsewhere_stops_the_job_on_every_replica(
     database_url: str, tmp_path: Path, receiver: Receiver, sql: Sql
 ) -> None:
     with serve_many(tmp_path, 3, database_url=database_url, env=FAST_ORPHAN_SWEEPS) as replicas:
-        key = create(replicas[0], http_job("locked", receiver, EVERY_SECOND_CRON))["lock_key"]
+        key = int(create(replicas[0], http_job("locked", receiver, EVERY_SECOND_CRON))["lock_key"])
         create(replicas[1], http_job("control", receiver, EVERY_SECOND_CRON))
         wait_for(lambda: bool(receiver.receipts("locked")), 15, "the job to fire")
 
@@ -409,7 +409,7 @@ def test_sigterm_lets_the_run_in_flight_finish(
         r.scheduled_for for r in receiver.receipts("ticker") if (r.tick or 0) > signalled_at + 1
     ]
     assert not after_signal, f"ticks started after SIGTERM: {after_signal}"
-    assert sql.value(ADVISORY_LOCKS_ON_KEYS, keys) == 0
+    assert sql.value(ADVISORY_LOCKS_ON_KEYS, [int(key) for key in keys]) == 0
 
 
 def test_runs_api_manual_trigger(database_url: str, tmp_path: Path, receiver: Receiver) -> None:

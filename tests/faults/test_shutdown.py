@@ -103,7 +103,7 @@ def test_sigterm_during_a_long_run(
         assert run["finished_at"] >= utc(signalled_at + grace_seconds - 0.5)
         assert exited_at - signalled_at < grace_seconds + 10
     assert not sql.value("SELECT count(*) FROM tickgate_runs WHERE status = 'running'")
-    assert sql.value(ADVISORY_LOCKS_ON_KEYS, keys) == 0
+    assert sql.value(ADVISORY_LOCKS_ON_KEYS, [int(key) for key in keys]) == 0
     assert not late_ticks, f"ticks started after SIGTERM: {late_ticks}"
     assert not ticks.unexplained(lambda tick: False), ticks
     assert not receiver.duplicates(by_tick=False)

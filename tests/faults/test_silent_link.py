@@ -98,7 +98,7 @@ def test_a_replica_whose_link_goes_silent_fences_its_run_and_its_locks_are_freed
             assert started.status_code == 202, started.text
             fenced_id = started.json()["id"]
             wait_until(lambda: bool(receiver.receipts("slow")), 10, "the slow call", replicas)
-            assert locks_held(sql, slow["lock_key"]) == 1
+            assert locks_held(sql, int(slow["lock_key"])) == 1
             sleep_until(first + 3)
 
             silent_at = time.time()
@@ -115,7 +115,7 @@ def test_a_replica_whose_link_goes_silent_fences_its_run_and_its_locks_are_freed
             fenced_after = time.time() - silent_at
             # (a) PostgreSQL ends C's quiet sessions: the lock is free for A.
             wait_until(
-                lambda: locks_held(sql, slow["lock_key"]) == 0,
+                lambda: locks_held(sql, int(slow["lock_key"])) == 0,
                 FREE_BOUND + SLACK_SECONDS,
                 "the stranded lock to be freed",
                 replicas,

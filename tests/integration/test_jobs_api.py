@@ -37,7 +37,7 @@ async def test_create_returns_job_with_defaults_and_location(client: httpx.Async
     assert response.status_code == 201
     assert response.headers["location"] == "/v1/jobs/nightly-reindex"
     job = response.json()
-    assert job["lock_key"] == 2151323058446577676
+    assert job["lock_key"] == "2151323058446577676"
     assert job["state"] == "active"
     assert job["overlap"] == "skip"
     assert job["timeout_seconds"] == 600

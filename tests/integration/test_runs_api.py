@@ -68,7 +68,7 @@ async def test_trigger_of_a_running_skip_job_is_409(
     job = (await client.post("/v1/jobs", json=LOG_JOB)).json()
     elsewhere = await asyncpg.connect(database_url)
     try:
-        await elsewhere.execute("SELECT pg_advisory_lock($1)", job["lock_key"])
+        await elsewhere.execute("SELECT pg_advisory_lock($1)", int(job["lock_key"]))
         response = await client.post("/v1/jobs/say/trigger")
         assert response.status_code == 409
         assert "running" in response.json()["detail"]

@@ -98,7 +98,7 @@ def run_by_id(replica: Replica, run_id: str) -> dict[str, Any]:
 def job_lock_keys(replica: Replica) -> list[int]:
     response = httpx.get(f"{replica.url}/v1/jobs", params={"limit": 1000}, timeout=10)
     assert response.status_code == 200, response.text
-    return [job["lock_key"] for job in response.json()["items"]]
+    return [int(job["lock_key"]) for job in response.json()["items"]]
 
 
 def utc(moment: float) -> datetime:
