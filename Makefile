@@ -23,8 +23,13 @@ types: $(VENV)/.test
 # The fault and fuzz tests log their figures; RELIABILITY.md is written from that log.
 # The PgBouncer tests run the real pgbouncer (Debian package), the dashboard's browser
 # tests Debian's chromium: each installed here when missing and root is available;
-# otherwise those tests fail saying what to install.
+# otherwise those tests fail saying what to install. The TypeScript client test and the
+# OpenAPI lint run npm tools pinned in tests/ts-client/package-lock.json, installed there
+# by `npm ci` when missing or older than the lock file (needs Node.js 20+ and npm).
 test-only: $(VENV)/.test
+	-@$(HAVE_NPM_TOOLS) || { command -v npm >/dev/null && $(NPM_CI); } || echo "npm ci in \
+		$(TS_CLIENT) failed or npm is missing: tests/acceptance/test_ts_client.py and \
+		tests/integration/test_openapi_lint.py will fail (install Node.js 20+ and npm)"
 	-@$(HAVE_PGBOUNCER) || $(APT_PGBOUNCER) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
 		&& $(APT_PGBOUNCER); } || echo "pgbouncer unavailable: the PgBouncer tests will fail"
 	-@$(HAVE_CHROMIUM) || $(APT_CHROMIUM) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
@@ -67,6 +72,9 @@ soak: $(VENV)/.bench
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 ROOT    = [ "$$(id -u)" = 0 ]
+TS_CLIENT      = tests/ts-client
+HAVE_NPM_TOOLS = [ $(TS_CLIENT)/node_modules/.package-lock.json -nt $(TS_CLIENT)/package-lock.json ]
+NPM_CI         = npm ci --prefix $(TS_CLIENT) --no-audit --no-fund --loglevel=error >/dev/null
 APT_WRK = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1; }
 HAVE_PGBOUNCER = { command -v pgbouncer || [ -x /usr/sbin/pgbouncer ]; } >/dev/null
 HAVE_CHROMIUM  = [ -x /usr/bin/chromium ]
