@@ -16,6 +16,7 @@ from service.api.bulk import APPLY_ROUTE
 from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.docs import install_docs
+from service.api.errors import declare_problem_media_type
 from service.api.guards import BearerAuth, BodyLimits, Tokens
 from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
@@ -119,6 +120,7 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
             license_info=app.license_info,
             servers=app.servers,
         )
+        declare_problem_media_type(document)
         components = document.setdefault("components", {})
         for schema in components.get("schemas", {}).values():
             schema.setdefault("description", f"{schema.get('title', 'Any JSON value')}.")

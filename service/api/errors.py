@@ -1,56 +1,108 @@
-"""Domain errors become HTTP answers here, and only here."""
+"""Domain errors become HTTP answers here, and only here: each an RFC 9457 problem
+(`application/problem+json`) with `type`, `title`, `status` and `detail`, and for a 422
+every bad value in `errors`, each named by `loc`."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from starlette.exceptions import HTTPException
 
-from service.domain.errors import Conflict, FieldProblem, InvalidInput, NotFound
+from service.api.methods import allowed_methods
+from service.domain.errors import (
+    Conflict,
+    FieldProblem,
+    InvalidInput,
+    NotFound,
+    PreconditionFailed,
+)
 from service.store.errors import UNAVAILABLE
+
+PROBLEM_JSON = "application/problem+json"
+# RFC 9457: no type of our own; the title is then the status's phrase.
+NO_TYPE = "about:blank"
+
+
+def problem_document(
+    status: int, detail: str, errors: Sequence[FieldProblem] | None = None
+) -> dict[str, object]:
+    """The body of an error answer; shared with the ASGI guards, which answer before any
+    route does."""
+    document: dict[str, object] = {
+        "type": NO_TYPE,
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        document["errors"] = [
+            {"type": p.type, "loc": list(p.loc), "msg": p.msg, "input": p.input} for p in errors
+        ]
+    return document
+
+
+def problem(
+    status: int,
+    detail: str,
+    errors: Sequence[FieldProblem] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        problem_document(status, detail, errors),
+        status_code=status,
+        headers=headers,
+        media_type=PROBLEM_JSON,
+    )
 
 
 async def _not_found(_: Request, error: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(error)}, status_code=404)
+    return problem(404, str(error))
 
 
 async def _conflict(_: Request, error: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(error)}, status_code=409)
+    return problem(409, str(error))
+
+
+async def _precondition_failed(_: Request, error: Exception) -> JSONResponse:
+    return problem(412, str(error))
 
 
 async def _invalid(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, InvalidInput)
-    return _problems(error.problems)
+    return problem(422, str(error), error.problems)
 
 
 async def _unparsed(_: Request, error: Exception) -> JSONResponse:
     """FastAPI's own 422s (bad JSON, a wrong type) in the shape of every other 422: its
     default adds a `ctx` whose keys vary by error type, which no schema could declare."""
     assert isinstance(error, RequestValidationError)
-    return _problems(
+    invalid = InvalidInput(
         [
             FieldProblem(tuple(e["loc"]), e["msg"], jsonable_encoder(e.get("input")), e["type"])
             for e in error.errors()
         ]
     )
-
-
-def _problems(problems: Sequence[FieldProblem]) -> JSONResponse:
-    detail = [
-        {"type": p.type, "loc": list(p.loc), "msg": p.msg, "input": p.input} for p in problems
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
+    return await _invalid(_, invalid)
 
 
 async def _unavailable(_: Request, error: Exception) -> JSONResponse:
-    return JSONResponse(
-        {"detail": f"the database is unavailable: {type(error).__name__}"},
-        status_code=503,
-        headers={"Retry-After": "5"},
-    )
+    detail = f"the database is unavailable: {type(error).__name__}"
+    return problem(503, detail, headers={"Retry-After": "5"})
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    """Starlette's own answers (no such path, a method the path does not serve). A 405
+    lists in `Allow` every method of the path, not only the first matched route's."""
+    assert isinstance(error, HTTPException)
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
+    return problem(error.status_code, str(error.detail), headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -58,31 +110,40 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(unavailable, _unavailable)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(PreconditionFailed, _precondition_failed)
     app.add_exception_handler(InvalidInput, _invalid)
     app.add_exception_handler(RequestValidationError, _unparsed)
+    app.add_exception_handler(HTTPException, _http_error)
 
 
-class ErrorMessage(BaseModel):
-    """A 404, 409 or 503 answer: what went wrong, in words."""
+class ProblemDetails(BaseModel):
+    """An error answer (RFC 9457, `application/problem+json`): `detail` says what went
+    wrong, in words."""
 
-    detail: str
+    type: str = Field(description="`about:blank`: the status says the kind of problem.")
+    title: str = Field(description="The status's phrase, e.g. `Not Found`.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str = Field(description="What went wrong with this request, in words.")
 
 
-class Problem(BaseModel):
+class FieldError(BaseModel):
     """One bad value: where it is (`loc`), what is wrong (`msg`) and what was sent."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: str
-    loc: list[str | int]
+    type: str = Field(description="The kind of error, e.g. `missing` or `value_error`.")
+    loc: list[str | int] = Field(description="Where: `body`, `query` or `path`, then names.")
     msg: str
     input: JsonValue = None
 
 
-class Problems(BaseModel):
-    """A 422 answer: every bad value in the request. Nothing was changed."""
+class ValidationProblem(ProblemDetails):
+    """A 422 answer: every bad value in the request in `errors`; `detail` lists them in
+    one line. Nothing was changed."""
 
-    detail: list[Problem]
+    model_config = ConfigDict(extra="forbid")
+
+    errors: list[FieldError]
 
 
 ResponseDoc = dict[int | str, dict[str, Any]]
@@ -92,20 +153,36 @@ def documented(status: int, model: type[BaseModel], description: str) -> Respons
     return {status: {"model": model, "description": description}}
 
 
+def declare_problem_media_type(document: dict[str, Any]) -> None:
+    """Error answers are `application/problem+json`; FastAPI declares every response
+    with the route's own media type (application/json)."""
+    for item in document["paths"].values():
+        for operation in item.values():
+            for status, response in operation["responses"].items():
+                content = response.get("content", {})
+                if int(status) >= 400 and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+
+
 # Each operation declares the answers it can give, and no other: INVALID where it takes
 # parameters or a body, TOO_LARGE where BodyLimits reads a body (any method but GET),
 # UNAVAILABLE where it reads the database, GUARDED everywhere BearerAuth may stand.
-INVALID = documented(422, Problems, "Invalid input; each problem names the field and value.")
-UNAVAILABLE_DOC = documented(503, ErrorMessage, "The database is unavailable; retry later.")
-NOT_FOUND = documented(404, ErrorMessage, "No such job or run.")
-CONFLICT = documented(409, ErrorMessage, "Conflicts with the current state.")
-TOO_LARGE = documented(413, ErrorMessage, "The body is larger than TICKGATE_MAX_BODY_BYTES.")
+INVALID = documented(
+    422, ValidationProblem, "Invalid input; each problem names the field and value."
+)
+UNAVAILABLE_DOC = documented(503, ProblemDetails, "The database is unavailable; retry later.")
+NOT_FOUND = documented(404, ProblemDetails, "No such job or run.")
+CONFLICT = documented(409, ProblemDetails, "Conflicts with the current state.")
+PRECONDITION_FAILED = documented(
+    412, ProblemDetails, "`If-Match` names no current ETag of the job; nothing changed."
+)
+TOO_LARGE = documented(413, ProblemDetails, "The body is larger than TICKGATE_MAX_BODY_BYTES.")
 UNAUTHENTICATED = documented(
     401,
-    ErrorMessage,
+    ProblemDetails,
     "No known bearer token (servers with tokens, on paths not in TICKGATE_OPEN_PATHS).",
 )
-FORBIDDEN = documented(403, ErrorMessage, "The token lacks the scope (servers with tokens).")
+FORBIDDEN = documented(403, ProblemDetails, "The token lacks the scope (servers with tokens).")
 GUARDED = UNAUTHENTICATED | FORBIDDEN
 READ = GUARDED | INVALID | UNAVAILABLE_DOC
 WRITE = READ | TOO_LARGE

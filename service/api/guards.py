@@ -1,5 +1,5 @@
 """ASGI guards in front of every route: bearer-token auth with scopes, and request-body
-limits (size and JSON nesting). They answer with the same JSON error shapes as routes."""
+limits (size and JSON nesting). They answer with the same problem documents as routes."""
 
 import hmac
 import json
@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.errors import PROBLEM_JSON, problem_document
+from service.domain.errors import FieldProblem
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Where BearerAuth leaves the presented token's scopes for GET /v1/whoami (request.state).
@@ -70,7 +73,8 @@ class BearerAuth:
 class BodyLimits:
     """413 for bodies over `max_bytes` (declared or streamed), or over the limit of their
     route in `larger`; 422 for JSON nested deeper than MAX_JSON_DEPTH, before any parser
-    recurses into it."""
+    recurses into it, and for a body that is not UTF-8 (which FastAPI would answer with a
+    400 of its own, unlike every other unparseable body)."""
 
     def __init__(
         self, app: ASGIApp, max_bytes: int, larger: Mapping[Route, int] | None = None
@@ -93,6 +97,8 @@ class BodyLimits:
             await _answer(send, 413, f"the body is larger than {limit} bytes")
         elif json_depth(body) > MAX_JSON_DEPTH:
             await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        elif not _is_utf8(body):
+            await _answer_invalid(send, "not UTF-8 text, as JSON must be", "json_invalid")
         else:
             await self._app(scope, _replay(body), send)
 
@@ -130,6 +136,14 @@ async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
             return b"".join(chunks)
 
 
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _replay(body: bytes) -> Receive:
     sent = False
 
@@ -160,17 +174,20 @@ def _bearer(scope: Scope) -> str | None:
 async def _answer(
     send: Send, status: int, detail: str, headers: dict[str, str] | None = None
 ) -> None:
-    await _send_json(send, status, {"detail": detail}, headers or {})
+    await _send_json(send, status, problem_document(status, detail), headers or {})
 
 
-async def _answer_invalid(send: Send, message: str) -> None:
-    problem = {"type": "value_error", "loc": ["body"], "msg": message, "input": None}
-    await _send_json(send, 422, {"detail": [problem]}, {})
+async def _answer_invalid(send: Send, message: str, kind: str = "value_error") -> None:
+    problem = FieldProblem(("body",), message, None, kind)
+    await _send_json(send, 422, problem_document(422, f"body: {message}", [problem]), {})
 
 
 async def _send_json(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
     payload = json.dumps(body).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw = [
+        (b"content-type", PROBLEM_JSON.encode()),
+        (b"content-length", str(len(payload)).encode()),
+    ]
     raw += [(k.encode(), v.encode()) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": payload})

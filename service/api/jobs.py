@@ -8,7 +8,14 @@ from fastapi import APIRouter, Body, Path, Query, Response, status
 from pydantic import JsonValue
 
 from service.api.deps import Services, ServicesDep
-from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE, ResponseDoc
+from service.api.errors import (
+    CONFLICT,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    READ,
+    WRITE,
+    ResponseDoc,
+)
 from service.api.models import (
     JobCreate,
     JobOut,
@@ -20,6 +27,7 @@ from service.api.models import (
     decode_cursor,
     encode_cursor,
 )
+from service.api.preconditions import ETAG_DOC, IfMatch, etag, guarded
 from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import (
     Job,
@@ -47,9 +55,11 @@ CREATED: ResponseDoc = {
                 "description": "The new job's URL, /v1/jobs/{name}.",
                 "schema": {"type": "string"},
             }
-        },
+        }
+        | ETAG_DOC,
     }
 }
+SHOWN: ResponseDoc = {200: {"description": "The job.", "headers": ETAG_DOC}}
 
 NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 
@@ -68,6 +78,7 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     if not await services.store.insert_job(job):
         raise Conflict(f"job {body.name!r} already exists")
     response.headers["Location"] = f"/v1/jobs/{body.name}"
+    response.headers["ETag"] = etag(job)
     return JobOut.of(job, now)  # a job just made has no runs yet
 
 
@@ -75,25 +86,33 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     "/{name}",
     operation_id="apply_job",
     status_code=status.HTTP_200_OK,
-    responses=CREATED | WRITE | CONFLICT,
+    responses=SHOWN | CREATED | WRITE | CONFLICT | PRECONDITION_FAILED,
 )
 async def apply(
-    name: NamePath, body: JobReplace, services: ServicesDep, response: Response
+    name: NamePath,
+    body: JobReplace,
+    services: ServicesDep,
+    response: Response,
+    if_match: IfMatch = None,
 ) -> JobOut:
-    """Create (201) or replace (200) a job declaratively; an unchanged body changes nothing."""
+    """Create (201) or replace (200) a job declaratively; an unchanged body changes nothing.
+    With `If-Match`, only replace the job as it was when read (412 otherwise)."""
     if body.name is not None and body.name != name:
         raise InvalidInput.one(("body", "name"), "must equal the name in the path", body.name)
-    result = await upsert_job(services, name, body.spec())
+    result = await upsert_job(services, name, body.spec(), if_match)
     if result.created:
         response.status_code = status.HTTP_201_CREATED
         response.headers["Location"] = f"/v1/jobs/{name}"
-    return await _out(services, _after(result), services.now())
+    return await _out(services, _after(result), services.now(), response)
 
 
-async def upsert_job(services: Services, name: str, spec: JobSpec) -> JobChange:
+async def upsert_job(
+    services: Services, name: str, spec: JobSpec, if_match: str | None = None
+) -> JobChange:
     now = await services.store.clock()
     return await services.store.mutate_job(
-        name, lambda current: declared_job(services, name, spec, current, now)
+        name,
+        guarded(if_match, lambda current: declared_job(services, name, spec, current, now)),
     )
 
 
@@ -123,22 +142,30 @@ async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) 
     )
 
 
-@router.get("/{name}", operation_id="get_job", responses=READ | NOT_FOUND)
-async def get(name: NamePath, services: ServicesDep) -> JobOut:
+@router.get("/{name}", operation_id="get_job", responses=SHOWN | READ | NOT_FOUND)
+async def get(name: NamePath, services: ServicesDep, response: Response) -> JobOut:
     """One job, with its next tick and latest run."""
     shown = await services.store.show_job(name)
     if shown is None:
         raise NotFound(f"no job named {name!r}")
+    response.headers["ETag"] = etag(shown.job)
     return JobOut.of(shown.job, services.now(), shown.last_run)
 
 
-@router.patch("/{name}", operation_id="patch_job", responses=WRITE | NOT_FOUND)
+@router.patch(
+    "/{name}",
+    operation_id="patch_job",
+    responses=SHOWN | WRITE | NOT_FOUND | PRECONDITION_FAILED,
+)
 async def patch(
     name: NamePath,
     services: ServicesDep,
     body: Annotated[dict[str, JsonValue], Body(description="JSON merge patch (RFC 7396).")],
+    response: Response,
+    if_match: IfMatch = None,
 ) -> JobOut:
-    """Change some declared fields; null resets a field to its default."""
+    """Change some declared fields; null resets a field to its default. With `If-Match`,
+    only if the job is as it was when read (412 otherwise)."""
     now = await services.store.clock()
 
     def change(current: Job) -> Job:
@@ -148,37 +175,44 @@ async def patch(
             patched = replace_job(current, kept, now)
         return _checked_job(services, patched)
 
-    job = await _apply(services, name, _existing(name, change))
-    return await _out(services, job, now)
+    job = await _apply(services, name, _existing(name, guarded(if_match, change)))
+    return await _out(services, job, now, response)
 
 
 @router.delete(
     "/{name}",
     status_code=status.HTTP_204_NO_CONTENT,
     operation_id="delete_job",
-    responses=WRITE | NOT_FOUND,
+    responses=WRITE | NOT_FOUND | PRECONDITION_FAILED,
 )
-async def delete(name: NamePath, services: ServicesDep) -> None:
-    """Delete the job and its run history; replicas stop firing it within moments."""
-    await services.store.mutate_job(name, _existing(name, lambda _: None))
+async def delete(name: NamePath, services: ServicesDep, if_match: IfMatch = None) -> None:
+    """Delete the job and its run history; replicas stop firing it within moments. With
+    `If-Match`, only if the job is as it was when read (412 otherwise)."""
+    await services.store.mutate_job(name, _existing(name, guarded(if_match, _deleted)))
     services.runner.job_deleted(name)  # the scheduler's replicas hear of it by NOTIFY
 
 
-@router.post("/{name}/pause", operation_id="pause_job", responses=WRITE | NOT_FOUND | CONFLICT)
-async def pause(name: NamePath, services: ServicesDep, body: PauseRequest | None = None) -> JobOut:
+@router.post(
+    "/{name}/pause", operation_id="pause_job", responses=SHOWN | WRITE | NOT_FOUND | CONFLICT
+)
+async def pause(
+    name: NamePath, services: ServicesDep, response: Response, body: PauseRequest | None = None
+) -> JobOut:
     """Stop firing; `next_run_at` becomes null. An optional `note` is kept on the job."""
     now = await services.store.clock()
     note = body.note if body else None
     job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now, note)))
-    return await _out(services, job, now)
+    return await _out(services, job, now, response)
 
 
-@router.post("/{name}/resume", operation_id="resume_job", responses=WRITE | NOT_FOUND | CONFLICT)
-async def resume(name: NamePath, services: ServicesDep) -> JobOut:
+@router.post(
+    "/{name}/resume", operation_id="resume_job", responses=SHOWN | WRITE | NOT_FOUND | CONFLICT
+)
+async def resume(name: NamePath, services: ServicesDep, response: Response) -> JobOut:
     """Fire again from the next tick after now; ticks missed while paused are not replayed."""
     now = await services.store.clock()
     job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)))
-    return await _out(services, job, now)
+    return await _out(services, job, now, response)
 
 
 async def _overdue(
@@ -237,6 +271,12 @@ async def existing_job(services: Services, name: str) -> Job:
     return job
 
 
-async def _out(services: Services, job: Job, now: datetime) -> JobOut:
+def _deleted(_: Job) -> None:
+    """The change that deletes a job."""
+
+
+async def _out(services: Services, job: Job, now: datetime, response: Response) -> JobOut:
+    """The job as answered, its ETag in `response`'s headers."""
+    response.headers["ETag"] = etag(job)
     last_runs = await services.store.last_runs([job.name])
     return JobOut.of(job, now, last_runs.get(job.name))

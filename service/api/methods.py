@@ -2,9 +2,7 @@
 (load balancers and probes send it), and a 405 lists in `Allow` every method its path
 serves, not only those of the first route that matched the path."""
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
+from fastapi import FastAPI
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,14 +26,6 @@ class HeadAsGet:
         await self._app({**scope, "method": "GET"}, receive, headers_only)
 
 
-async def _method_not_allowed(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, HTTPException)
-    allowed = allowed_methods(request.app, request.scope)
-    return JSONResponse(
-        {"detail": error.detail}, status_code=405, headers={"Allow": ", ".join(allowed)}
-    )
-
-
 def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
     """Every method some route serves at the scope's path, HEAD wherever GET is."""
     methods: set[str] = set()
@@ -49,5 +39,5 @@ def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
 
 
 def install_method_semantics(app: FastAPI) -> None:
-    app.add_exception_handler(405, _method_not_allowed)
+    """HEAD for every GET; the 405's Allow is service/api/errors.py's (allowed_methods)."""
     app.add_middleware(HeadAsGet)

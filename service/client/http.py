@@ -50,21 +50,25 @@ class Problem:
 
 
 class ApiError(ClientError):
-    """The server answered with a 4xx or 5xx status."""
+    """The server answered with a 4xx or 5xx status: an RFC 9457 problem, whose `detail`
+    says what went wrong and, for a 422, whose `errors` name each bad value."""
 
-    def __init__(self, status: int, detail: object, method: str, url: str) -> None:
+    def __init__(
+        self, status: int, detail: object, method: str, url: str, errors: object = None
+    ) -> None:
         super().__init__(f"{method} {url}: HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
         self.method = method
         self.url = url
+        self.errors = errors
 
     @property
     def problems(self) -> list[Problem]:
-        """The field problems of a 422 (`{"detail": [...]}`); empty for other answers."""
-        if not isinstance(self.detail, list):
+        """The field problems of a 422 (`errors`); empty for other answers."""
+        if not isinstance(self.errors, list):
             return []
-        return [Problem.parse(entry) for entry in self.detail]
+        return [Problem.parse(entry) for entry in self.errors]
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,7 @@ class TickgateClient:
         except httpx.TransportError as error:
             raise Unreachable(self.base_url, _reason(error)) from error
         if response.is_error:
-            raise ApiError(response.status_code, _detail(response), method, str(response.url))
+            raise _api_error(response)
         return response
 
 
@@ -255,15 +259,17 @@ def _reason(error: httpx.TransportError) -> str:
     return text
 
 
-def _detail(response: httpx.Response) -> object:
+def _api_error(response: httpx.Response) -> ApiError:
+    """The problem document's `detail` and `errors`; the text of anything else."""
+    method, url = response.request.method, str(response.url)
     try:
         body: object = response.json()
     except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
+        text = response.text.strip()[:500] or response.reason_phrase
+        return ApiError(response.status_code, text, method, url)
     if isinstance(body, dict) and "detail" in body:
-        detail: object = body["detail"]
-        return detail
-    return body
+        return ApiError(response.status_code, body["detail"], method, url, body.get("errors"))
+    return ApiError(response.status_code, body, method, url)
 
 
 def _object(response: httpx.Response) -> JsonObject:

@@ -18,6 +18,10 @@ class Conflict(DomainError):
     """The request clashes with the current state (HTTP 409)."""
 
 
+class PreconditionFailed(DomainError):
+    """The job is not in the state the request was conditioned on (HTTP 412)."""
+
+
 @dataclass(frozen=True)
 class FieldProblem:
     """One bad value: where it is, what is wrong, and what was given."""

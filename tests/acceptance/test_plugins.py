@@ -130,7 +130,7 @@ def test_a_plugin_task_runs_end_to_end_across_two_replicas(
                 timeout=10,
             )
             assert refused.status_code == 422, refused.text
-            assert [e["loc"] for e in refused.json()["detail"]] == [["body", "args", field]]
+            assert [e["loc"] for e in refused.json()["errors"]] == [["body", "args", field]]
         assert httpx.get(f"{b.url}/v1/jobs/loud", timeout=10).status_code == 404
 
         created = httpx.post(f"{a.url}/v1/jobs", json=GREET_JOB | {"name": "hello"}, timeout=10)

@@ -62,8 +62,10 @@ def test_a_generated_typescript_client_drives_a_live_server(
     assert seen["created"] == 201
     assert seen["location"] == f"/v1/jobs/{JOB}"
     assert seen["problemLocs"] == ["body.schedule.cron.expression"]
+    assert seen["contentType"] == "application/problem+json"
     assert seen["listed"] == [[JOB, expected_key]]
     assert seen["shownLockKey"] == expected_key
     assert seen["nextRuns"] == 10
+    assert seen["versions"] == [1, 2]  # the stale If-Match changed nothing
     assert (seen["deleted"], seen["afterDelete"]) == (204, 404)
     assert seen["headHealthz"] == 200

@@ -145,4 +145,4 @@ async def test_bad_parameters_are_422_naming_the_parameter(client: httpx.AsyncCl
     for params, loc in bad:
         response = await client.get("/v1/runs", params=params)
         assert response.status_code == 422, (params, response.text)
-        assert [problem["loc"] for problem in response.json()["detail"]] == [loc], params
+        assert [problem["loc"] for problem in response.json()["errors"]] == [loc], params

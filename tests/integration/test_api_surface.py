@@ -3,6 +3,7 @@ the OpenAPI document declares what the server answers, and the server answers as
 says (HEAD, 405 with Allow, 64-bit integers a JavaScript client can read)."""
 
 import json
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ def test_the_document_names_its_server_and_license() -> None:
         ({"method": "POST", "url": "/v1/jobs", "content": b"{"}, ["body", 1]),
         ({"method": "GET", "url": "/v1/jobs", "params": {"limit": 0}}, ["query", "limit"]),
         ({"method": "POST", "url": "/v1/jobs", "json": []}, ["body"]),
+        ({"method": "POST", "url": "/v1/jobs", "content": b"[" * 40}, ["body"]),  # BodyLimits
+        ({"method": "PATCH", "url": "/v1/jobs/x", "content": b'{"\xff": 1}'}, ["body"]),
     ],
 )
 async def test_every_422_has_the_declared_shape(
@@ -98,11 +101,40 @@ async def test_every_422_has_the_declared_shape(
     headers = {"content-type": "application/json"}
     answer = await client.request(**request_args, headers=headers)
     assert answer.status_code == 422, answer.text
-    problem = schema("Problem")
-    assert problem["additionalProperties"] is False
-    [sent] = answer.json()["detail"]
-    assert set(problem["required"]) <= set(sent) <= set(problem["properties"])
+    assert answer.headers["content-type"] == "application/problem+json"
+    declared, field = schema("ValidationProblem"), schema("FieldError")
+    assert declared["additionalProperties"] is field["additionalProperties"] is False
+    body = answer.json()
+    assert set(body) == set(declared["required"]) == set(declared["properties"])
+    assert (body["type"], body["status"]) == ("about:blank", 422)
+    assert body["title"] == HTTPStatus(422).phrase
+    [sent] = body["errors"]
+    assert set(field["required"]) <= set(sent) <= set(field["properties"])
     assert sent["loc"] == loc
+    assert body["detail"].startswith(".".join(map(str, loc)) + ": ")
+
+
+async def test_every_error_is_a_problem_document(client: httpx.AsyncClient) -> None:
+    """RFC 9457, as declared: 404, 405, 409 and 413 alike."""
+    assert (await client.post("/v1/jobs", json=job_body("taken"))).status_code == 201
+    answers = {
+        404: await client.get("/v1/jobs/nobody"),
+        405: await client.delete("/v1/jobs"),
+        409: await client.post("/v1/jobs", json=job_body("taken")),
+        413: await client.post("/v1/jobs", content=b" " * (2**20 + 1)),
+    }
+    for status, answer in answers.items():
+        assert answer.status_code == status, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        body = answer.json()
+        assert set(body) == set(schema("ProblemDetails")["required"])
+        assert (body["type"], body["status"]) == ("about:blank", status)
+        assert body["title"] == HTTPStatus(status).phrase
+    assert "already exists" in answers[409].json()["detail"]
+    for path, method, operation in operations():
+        for status, response in operation["responses"].items():
+            if int(status) >= 400:
+                assert list(response["content"]) == ["application/problem+json"], (path, method)
 
 
 def concrete(path: str) -> str:

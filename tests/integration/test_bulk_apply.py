@@ -33,8 +33,8 @@ async def apply(client: httpx.AsyncClient, *jobs: dict[str, Any], **params: str)
 async def problems(client: httpx.AsyncClient, *jobs: dict[str, Any], **params: str) -> list[Any]:
     response = await client.put("/v1/jobs", json={"jobs": list(jobs)}, params=params)
     assert response.status_code == 422, response.text
-    detail: list[Any] = response.json()["detail"]
-    return detail
+    errors: list[Any] = response.json()["errors"]
+    return errors
 
 
 async def stored(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:

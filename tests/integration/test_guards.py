@@ -40,7 +40,13 @@ async def test_requests_without_a_known_token_are_401(guarded: httpx.AsyncClient
         response = await guarded.get("/v1/jobs", headers=headers)
         assert response.status_code == 401
         assert response.headers["www-authenticate"] == "Bearer"
-        assert response.json() == {"detail": "a bearer token is required"}
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json() == {
+            "type": "about:blank",
+            "title": "Unauthorized",
+            "status": 401,
+            "detail": "a bearer token is required",
+        }
 
 
 async def test_scopes_decide_what_a_token_may_do(guarded: httpx.AsyncClient) -> None:
@@ -94,7 +100,7 @@ async def test_deeply_nested_json_is_422_not_a_crash(client: httpx.AsyncClient) 
     deep = JOB | {"args": {"message": "x", "nest": json.loads("[" * 40 + "]" * 40)}}
     response = await client.post("/v1/jobs", json=deep)
     assert response.status_code == 422
-    assert "nested" in response.json()["detail"][0]["msg"]
+    assert "nested" in response.json()["errors"][0]["msg"]
     hostile = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     crash = await client.post(
         "/v1/jobs", content=hostile, headers={"content-type": "application/json"}

@@ -22,7 +22,7 @@ CRON_JOB: dict[str, Any] = {
 
 def problem_locs(response: httpx.Response) -> list[list[Any]]:
     assert response.status_code == 422, response.text
-    return [problem["loc"] for problem in response.json()["detail"]]
+    return [problem["loc"] for problem in response.json()["errors"]]
 
 
 async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
@@ -126,7 +126,7 @@ async def test_bad_input_is_422_naming_field_and_value(
     client: httpx.AsyncClient, overrides: dict[str, Any], loc: str, bad_value: Any
 ) -> None:
     response = await client.post("/v1/jobs", json=CRON_JOB | overrides)
-    problems = response.json()["detail"] if response.status_code == 422 else []
+    problems = response.json()["errors"] if response.status_code == 422 else []
     assert response.status_code == 422, response.text
     matching = [p for p in problems if loc in p["loc"]]
     assert matching, problems

@@ -283,7 +283,7 @@ async def test_bad_policy_values_are_422(
 ) -> None:
     response = await client.post("/v1/jobs", json=log_job("policy") | fields)
     assert response.status_code == 422, response.text
-    assert any(loc in problem["loc"] for problem in response.json()["detail"]), response.text
+    assert any(loc in problem["loc"] for problem in response.json()["errors"]), response.text
     assert (await client.get("/v1/jobs/policy")).status_code == 404
 
 

@@ -62,7 +62,7 @@ async def test_a_backfill_reaching_into_the_future_is_422(
     }
     response = await client.post("/v1/jobs/kept/backfill", json=body)
     assert response.status_code == 422, response.text
-    [problem] = response.json()["detail"]
+    [problem] = response.json()["errors"]
     assert problem["loc"] == ["body", "to"]
     assert "future" in problem["msg"]
     assert await ledger(client, "kept") == []  # no tick ran early

@@ -313,10 +313,10 @@ async def test_bad_sql_args_are_422_naming_field_and_value(
         job = sql_job("bad") | {"args": args}
         response = await client.post("/v1/jobs", json=job)
         assert response.status_code == 422, (args, response.text)
-        (problem,) = response.json()["detail"]
+        (problem,) = response.json()["errors"]
         assert (problem["loc"], problem["input"]) == (loc, bad), problem
     unknown = await client.post("/v1/jobs", json=sql_job("bad", target="nope", statement="S"))
-    assert "configured targets: reports" in unknown.json()["detail"][0]["msg"]
+    assert "configured targets: reports" in unknown.json()["errors"][0]["msg"]
     assert (await client.get("/v1/jobs")).json()["items"] == []
 
 

@@ -38,25 +38,43 @@ const lockKey: string = job.lock_key;
 
 const again = await client.POST("/v1/jobs", { body });
 check(again.response.status === 409, `duplicate create: ${again.response.status}`);
-const conflict = again.error?.detail;
-check(typeof conflict === "string" && conflict.includes("already exists"), "409 detail");
+// Errors are RFC 9457 problems (application/problem+json), typed like any answer.
+const conflict = again.error;
+check(conflict?.status === 409 && conflict.type === "about:blank", "409 problem");
+check(conflict.detail.includes("already exists"), `409 detail: ${conflict.detail}`);
 
 const invalid = await client.POST("/v1/jobs", {
   body: { name: "bad-cron", schedule: { kind: "cron", expression: "every day" }, task: "log" },
 });
-const problems = invalid.error?.detail;
-check(invalid.response.status === 422 && Array.isArray(problems), "422 on a bad cron");
-const problemLocs = problems.map((problem) => problem.loc.join("."));
+const problems = invalid.error;
+check(problems !== undefined && "errors" in problems, `422: ${invalid.response.status}`);
+const problemLocs = problems.errors.map((problem) => problem.loc.join("."));
 
 const page = await client.GET("/v1/jobs", { params: { query: { limit: 10 } } });
 check(page.data !== undefined, `list: ${page.response.status}`);
 const shown = await client.GET("/v1/jobs/{name}", { params: { path: { name } } });
 check(shown.data !== undefined, `get: ${shown.response.status}`);
 
-const deleted = await client.DELETE("/v1/jobs/{name}", { params: { path: { name } } });
+// Optimistic concurrency: a change conditioned on a stale ETag is refused (412).
+const etag = shown.response.headers.get("etag");
+check(etag !== null, "an ETag on GET");
+const stale = await client.PATCH("/v1/jobs/{name}", {
+  params: { path: { name }, header: { "if-match": '"1-stale"' } },
+  body: { description: "lost update" },
+});
+check(stale.error?.status === 412, `stale If-Match: ${stale.response.status}`);
+const fresh = await client.PATCH("/v1/jobs/{name}", {
+  params: { path: { name }, header: { "if-match": etag } },
+  body: { description: "from TypeScript" },
+});
+check(fresh.data?.description === "from TypeScript", `If-Match: ${fresh.response.status}`);
+const freshTag = fresh.response.headers.get("etag") ?? "";
+
+const deleted = await client.DELETE("/v1/jobs/{name}", {
+  params: { path: { name }, header: { "if-match": freshTag } },
+});
 const gone = await client.GET("/v1/jobs/{name}", { params: { path: { name } } });
-const missing = gone.error?.detail;
-check(typeof missing === "string", "404 detail");
+check(gone.error?.status === 404 && gone.error.detail.includes(name), "404 problem");
 
 const probe = await fetch(new URL("/healthz", baseUrl), { method: "HEAD" });
 
@@ -67,9 +85,11 @@ console.log(
     lockKey,
     lockKeyAsNumber: String(JSON.parse(`${lockKey}`) as number),
     problemLocs,
+    contentType: again.response.headers.get("content-type"),
     listed: page.data.items.map((item) => [item.name, item.lock_key]),
     shownLockKey: shown.data.lock_key,
     nextRuns: shown.data.next_runs.length,
+    versions: [shown.data.version, fresh.data.version],
     deleted: deleted.response.status,
     afterDelete: gone.response.status,
     headHealthz: probe.status,
