@@ -17,7 +17,7 @@ from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.docs import install_docs
 from service.api.errors import declare_problem_media_type
-from service.api.guards import BearerAuth, BodyLimits, Tokens
+from service.api.guards import READ_METHODS, BearerAuth, BodyLimits, Tokens
 from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
 from service.domain.ownership import Heartbeat, Members
@@ -133,8 +133,19 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
             }
         }
         document["security"] = [{"bearer": []}, {}]
+        _declare_scopes(document)
         app.openapi_schema = document
     return app.openapi_schema
+
+
+def _declare_scopes(document: dict[str, Any]) -> None:
+    """Each operation names the token scope it needs (OpenAPI 3.1 lets a bearer scheme
+    list roles): `read` for GET, `write` for the rest, as BearerAuth decides. The empty
+    alternative is a server without tokens."""
+    for item in document["paths"].values():
+        for method, operation in item.items():
+            scope = "read" if method.upper() in READ_METHODS else "write"
+            operation["security"] = [{"bearer": [scope]}, {}]
 
 
 def begin_shutdown(app: FastAPI) -> None:

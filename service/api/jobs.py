@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 from pydantic import JsonValue
@@ -17,6 +17,7 @@ from service.api.errors import (
     ResponseDoc,
 )
 from service.api.models import (
+    PATCH_EXAMPLE,
     JobCreate,
     JobOut,
     JobPage,
@@ -61,6 +62,16 @@ CREATED: ResponseDoc = {
 }
 SHOWN: ResponseDoc = {200: {"description": "The job.", "headers": ETAG_DOC}}
 
+MERGE_PATCH = "application/merge-patch+json"
+PATCH_DOC: dict[str, Any] = {
+    "description": "JSON merge patch (RFC 7396) of the declared fields: null resets one.",
+    "examples": [PATCH_EXAMPLE],
+}
+MERGE_PATCH_SCHEMA = {
+    "type": "object",
+    "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+    **PATCH_DOC,
+}
 NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 
 
@@ -156,11 +167,13 @@ async def get(name: NamePath, services: ServicesDep, response: Response) -> JobO
     "/{name}",
     operation_id="patch_job",
     responses=SHOWN | WRITE | NOT_FOUND | PRECONDITION_FAILED,
+    # RFC 7396's own media type, beside application/json (FastAPI parses any +json).
+    openapi_extra={"requestBody": {"content": {MERGE_PATCH: {"schema": MERGE_PATCH_SCHEMA}}}},
 )
 async def patch(
     name: NamePath,
     services: ServicesDep,
-    body: Annotated[dict[str, JsonValue], Body(description="JSON merge patch (RFC 7396).")],
+    body: Annotated[dict[str, JsonValue], Body(**PATCH_DOC)],
     response: Response,
     if_match: IfMatch = None,
 ) -> JobOut:

@@ -43,8 +43,26 @@ Int64String = Annotated[
 ]
 
 
+# The examples in the OpenAPI document: each is sent to a live app by
+# tests/integration/test_api_examples.py, so none goes stale.
+JOB_EXAMPLE: dict[str, JsonValue] = {
+    "description": "Rebuild the search index at night, Kyiv time.",
+    "schedule": {"kind": "cron", "expression": "0 3 * * *"},
+    "timezone": "Europe/Kyiv",
+    "task": "log",
+    "args": {"message": "reindex"},
+    "overlap": "skip",
+    "timeout_seconds": 600,
+    "retry": {"max_attempts": 3, "min_backoff_seconds": 10},
+}
+NAMED_JOB_EXAMPLE: dict[str, JsonValue] = {"name": "nightly-reindex", **JOB_EXAMPLE}
+PATCH_EXAMPLE: dict[str, JsonValue] = {"timeout_seconds": 120, "description": "Reindex nightly."}
+
+
 class JobCreate(JobSpec):
     """A new job: its name plus everything it declares."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [NAMED_JOB_EXAMPLE]})
 
     name: JobName
 
@@ -52,13 +70,17 @@ class JobCreate(JobSpec):
 class JobReplace(JobSpec):
     """The whole declared job; `name` may be given but must equal the one in the path."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
+
     name: JobName | None = None
 
 
 class JobsApply(BaseModel):
     """A whole set of jobs, each as a `POST /v1/jobs` body, applied in one transaction."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"jobs": [NAMED_JOB_EXAMPLE]}]}
+    )
 
     # Each item is validated by the handler, so that a 422 names every bad job by its
     # index and name; the schema still says what an item is.
@@ -252,7 +274,9 @@ class WhoAmI(BaseModel):
 class PauseRequest(BaseModel):
     """Why the job is paused; kept on the job until it resumes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"note": "paused for the migration"}]}
+    )
 
     note: str | None = Field(None, max_length=1024)
 
@@ -260,7 +284,13 @@ class PauseRequest(BaseModel):
 class BackfillRequest(BaseModel):
     """Run every nominal tick in [from, to] that has no run yet, once each, in order."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [{"from": "2026-11-30T00:00:00Z", "to": "2026-11-30T23:59:59Z"}]
+        },
+    )
 
     start: AwareDatetime = Field(alias="from")
     end: AwareDatetime = Field(alias="to")
@@ -308,7 +338,18 @@ class JobPage(BaseModel):
 class PreviewRequest(BaseModel):
     """A schedule to try out, in a zone, from a moment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "schedule": {"kind": "cron", "expression": "0 9 * * 1-5"},
+                    "timezone": "America/New_York",
+                    "count": 5,
+                }
+            ]
+        },
+    )
 
     schedule: Schedule
     timezone: str = Field("UTC", max_length=64)
