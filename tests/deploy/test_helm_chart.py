@@ -2,7 +2,6 @@
 manifest validated against Kubernetes' OpenAPI schemas with kubernetes-validate."""
 
 import base64
-import importlib
 import json
 import re
 import tomllib
@@ -13,15 +12,19 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_validate import utils as kubernetes_validate
 
 from tests.deploy import CHART_DIR, ROOT, exposed_ports, final_stage, user_ids
-
-RELEASE = "tickgate"
-NAMESPACE = "scheduling"
-DSN = "postgresql://tickgate:s3cret@postgres.db.svc:5432/tickgate"
-# A current Kubernetes release, and the newest one kubernetes-validate ships schemas for.
-KUBE_VERSIONS = ("1.33", kubernetes_validate.latest_version())
+from tests.deploy.chart import (
+    DSN,
+    NAMESPACE,
+    RELEASE,
+    Manifests,
+    container,
+    env_of,
+    named_port,
+    only,
+    validate_kubernetes,
+)
 
 JOBS: list[dict[str, Any]] = [
     {
@@ -84,55 +87,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
 }
 
-Manifests = dict[tuple[str, str], dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
-    """helm_python, loaded with every Helm/XDG directory pointing into a temporary home.
-
-    Offline render and lint write nothing, but Helm resolves its cache, config and data
-    directories from the environment, so nothing here may touch the real ones."""
-    home = tmp_path_factory.mktemp("helm-home")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("HOME", str(home))
-        for variable, directory in {
-            "XDG_CACHE_HOME": "cache",
-            "XDG_CONFIG_HOME": "config",
-            "XDG_DATA_HOME": "data",
-            "HELM_CACHE_HOME": "cache/helm",
-            "HELM_CONFIG_HOME": "config/helm",
-            "HELM_DATA_HOME": "data/helm",
-        }.items():
-            env.setenv(variable, str(home / directory))
-        yield importlib.import_module("helm_python")
-
-
-@pytest.fixture(scope="module")
-def chart(helm: ModuleType) -> Iterator[Any]:
-    with helm.Chart.load(CHART_DIR) as loaded:
-        yield loaded
-
-
-@pytest.fixture(scope="module")
-def render(chart: Any) -> Callable[[dict[str, Any]], Manifests]:
-    """Render values into {(kind, name): object}; NOTES.txt is left out."""
-
-    def rendered(values: dict[str, Any]) -> Manifests:
-        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-        manifests: Manifests = {}
-        for path, text in files.items():
-            if not path.endswith((".yaml", ".yml")):
-                continue
-            for document in yaml.safe_load_all(text):
-                if document:
-                    key = (document["kind"], document["metadata"]["name"])
-                    assert key not in manifests, f"{key} rendered twice"
-                    manifests[key] = document
-        return manifests
-
-    return rendered
-
 
 @pytest.fixture(scope="module")
 def scenario(render: Callable[[dict[str, Any]], Manifests]) -> Callable[[str], Manifests]:
@@ -144,36 +98,6 @@ def scenario(render: Callable[[dict[str, Any]], Manifests]) -> Callable[[str], M
         return cache[name]
 
     return rendered
-
-
-@pytest.fixture(scope="module")
-def values(chart: Any) -> dict[str, Any]:
-    """The chart's default values."""
-    return chart.values
-
-
-def only(manifests: Manifests, kind: str) -> dict[str, Any]:
-    found = [obj for (k, _), obj in manifests.items() if k == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
-
-
-def container(manifests: Manifests) -> dict[str, Any]:
-    containers = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
-
-
-def env_of(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    entries = spec.get("env", [])
-    names = [entry["name"] for entry in entries]
-    assert len(names) == len(set(names)), f"duplicate env entries: {names}"
-    return {entry["name"]: entry for entry in entries}
-
-
-def named_port(spec: dict[str, Any], name: str) -> int:
-    ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
-    return ports[name]
 
 
 # --- Helm lint and Kubernetes schemas ------------------------------------------------------
@@ -197,8 +121,7 @@ def test_every_manifest_is_valid_kubernetes(
         if kind == "ServiceMonitor":
             continue  # a CRD: its shape is checked in test_service_monitor
         assert obj["metadata"].get("namespace") == NAMESPACE, (kind, object_name)
-        for version in KUBE_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+        validate_kubernetes(obj)
 
 
 # --- what is rendered ----------------------------------------------------------------------

@@ -1,0 +1,189 @@
+"""The Helm chart's generated parts, written by `make chart` (or `make chart-schema`), that
+is `python -m tests.deploy.chartgen`:
+
+- `values.schema.json`'s `definitions`: the job of `jobs:` and what it refers to, from the
+  API's own model of a job body (`service.api.models.JobCreate`), so the chart accepts
+  exactly the fields `POST /v1/jobs` does (`retry`, `start_at`, `max_runs`, ...);
+- `helm/tickgate/README.md`: the values table, from the comments above each key in
+  `values.yaml`.
+
+The chart tests fail when either is stale. Like `tests.faults.report` (RELIABILITY.md),
+it lives with the tests that check its output; the image and the chart never run it.
+"""
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = ROOT / "helm" / "tickgate"
+SCHEMA = CHART_DIR / "values.schema.json"
+VALUES = CHART_DIR / "values.yaml"
+CHART_README = CHART_DIR / "README.md"
+
+# Helm asserts JSON Schema formats, and RFC 3339's are narrower than what the API reads: a
+# `once` job's `at` may be naive ("2030-01-01 09:00", a wall time in the job's zone), a
+# daily `at` is "HH:MM" without an offset. So `date-time` and `date` are left to the
+# service (which checks every job at startup) and `time` becomes the wall-time pattern.
+DATE_FORMATS = frozenset({"date-time", "date"})
+WALL_TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?$"
+# Keywords only a code generator or a form reads; Helm's validator ignores them.
+DROPPED = frozenset({"title", "discriminator"})
+
+
+def job_definitions() -> dict[str, Any]:
+    """`definitions` of the values schema: `job` (a JobCreate) and the models it uses."""
+    from service.api.models import JobCreate
+
+    schema = JobCreate.model_json_schema(ref_template="#/definitions/{model}")
+    models = schema.pop("$defs")
+    schema["$comment"] = (
+        "Generated from service.api.models.JobCreate by `make chart`; do not edit by hand."
+    )
+    return {"job": _for_helm(schema)} | {name: _for_helm(model) for name, model in models.items()}
+
+
+def _for_helm(node: Any) -> Any:
+    """Pydantic's schema in terms every Helm release's validator reads the same way."""
+    if isinstance(node, list):
+        return [_for_helm(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _for_helm(value) for key, value in node.items() if key not in DROPPED}
+    if converted.get("format") == "time":
+        del converted["format"]
+        converted["pattern"] = WALL_TIME
+    if converted.get("format") in DATE_FORMATS:
+        del converted["format"]
+    return converted
+
+
+def schema_text() -> str:
+    """values.schema.json with its definitions regenerated and the rest as written."""
+    schema = json.loads(SCHEMA.read_text())
+    schema["definitions"] = job_definitions()
+    return json.dumps(schema, indent=2) + "\n"
+
+
+# --- the values table ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Value:
+    """One documented key of values.yaml: its dotted path, its default as written, and
+    the comment block right above it."""
+
+    path: str
+    default: str
+    comment: str
+
+
+KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9_-]*):(?: (?P<rest>.*))?$")
+
+
+def documented_values(text: str) -> Iterator[Value]:
+    """Every key of values.yaml, parents included, with the comment above it.
+
+    A key whose value is a block (a mapping with keys of its own) is listed too, so its
+    comment is kept; its default reads `{...}`. A key's comment is the run of `#` lines
+    directly above it; a blank line ends a run, so a section's heading comment followed
+    by a blank line belongs to no key."""
+    parents: list[tuple[int, str]] = []
+    comment: list[str] = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("#").removeprefix(" "))
+            continue
+        match = KEY.match(line)
+        if not match:
+            comment = []
+            continue
+        indent = len(match["indent"])
+        parents = [(level, key) for level, key in parents if level < indent]
+        path = ".".join([key for _, key in parents] + [match["key"]])
+        rest = (match["rest"] or "").split(" #", 1)[0].strip()
+        yield Value(path, rest or _block_default(lines, number), _joined(comment))
+        parents.append((indent, match["key"]))
+        comment = []
+
+
+def _block_default(lines: list[str], number: int) -> str:
+    """A key with nothing after its colon: a mapping or a list below it (or null)."""
+    for following in lines[number + 1 :]:
+        stripped = following.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        return "[...]" if stripped.startswith("- ") else "{...}"
+    return "null"
+
+
+def _joined(comment: list[str]) -> str:
+    """A comment block as one table cell: example lines (indented in the comment) kept
+    as code, prose lines joined with spaces."""
+    parts: list[str] = []
+    for line in comment:
+        if line.startswith("  ") or line.startswith("- "):
+            parts.append(f"`{line.strip()}`")
+        elif line:
+            parts.append(line.replace("<", "&lt;"))
+    return " ".join(parts).replace("|", "\\|")
+
+
+README_HEAD = """# The Tickgate Helm chart
+
+Tickgate, an HTTP job scheduler on PostgreSQL that runs each tick exactly once across its
+replicas. How to install it, tokens and GitOps, ingress, network policy, alerts and
+`helm test`: [docs/kubernetes.md](../../docs/kubernetes.md).
+
+```sh
+helm install tickgate ./helm/tickgate --namespace tickgate --create-namespace \\
+  --set image.repository=registry.example.com/tickgate \\
+  --set database.existingSecret=tickgate-database
+```
+
+## Values
+
+Generated from the comments in [values.yaml](values.yaml) by `make chart`; do not edit
+by hand. `values.schema.json` types every key: Helm rejects unknown keys and wrong types
+at `install`, `upgrade`, `template` and `lint`.
+
+| key | default | description |
+|---|---|---|
+"""
+
+
+def readme_text() -> str:
+    rows = [
+        f"| `{value.path}` | `{value.default}` | {value.comment} |"
+        for value in documented_values(VALUES.read_text())
+    ]
+    return README_HEAD + "\n".join(rows) + "\n"
+
+
+GENERATED = {SCHEMA: schema_text, CHART_README: readme_text}
+
+
+def _current(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+def main(argv: list[str]) -> int:
+    """Write the generated files; with `--check`, only say which are stale (exit 1)."""
+    stale = [path for path, make in GENERATED.items() if _current(path) != make()]
+    if "--check" in argv:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run `make chart`")
+        return 1 if stale else 0
+    for path, make in GENERATED.items():
+        path.write_text(make())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""Real Helm (helm_python, Helm v4 in a wheel) for the chart tests, in a temporary home."""
+
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy import CHART_DIR
+from tests.deploy.chart import NAMESPACE, RELEASE, Manifests
+
+NOTES = "tickgate/templates/NOTES.txt"
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """helm_python, loaded with every Helm/XDG directory pointing into a temporary home.
+
+    Offline render and lint write nothing, but Helm resolves its cache, config and data
+    directories from the environment, so nothing here may touch the real ones."""
+    home = tmp_path_factory.mktemp("helm-home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HOME", str(home))
+        for variable, directory in {
+            "XDG_CACHE_HOME": "cache",
+            "XDG_CONFIG_HOME": "config",
+            "XDG_DATA_HOME": "data",
+            "HELM_CACHE_HOME": "cache/helm",
+            "HELM_CONFIG_HOME": "config/helm",
+            "HELM_DATA_HOME": "data/helm",
+        }.items():
+            env.setenv(variable, str(home / directory))
+        yield importlib.import_module("helm_python")
+
+
+@pytest.fixture(scope="session")
+def chart(helm: ModuleType) -> Iterator[Any]:
+    with helm.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="session")
+def render(chart: Any) -> Callable[[dict[str, Any]], Manifests]:
+    """Render values into {(kind, name): object}; NOTES.txt is left out."""
+
+    def rendered(values: dict[str, Any]) -> Manifests:
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        manifests: Manifests = {}
+        for path, text in files.items():
+            if not path.endswith((".yaml", ".yml")):
+                continue
+            for document in yaml.safe_load_all(text):
+                if document:
+                    key = (document["kind"], document["metadata"]["name"])
+                    assert key not in manifests, f"{key} rendered twice"
+                    manifests[key] = document
+        return manifests
+
+    return rendered
+
+
+@pytest.fixture(scope="session")
+def notes(chart: Any) -> Callable[[dict[str, Any]], str]:
+    """The NOTES.txt `helm install` prints for these values."""
+
+    def rendered(values: dict[str, Any]) -> str:
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        text: str = files[NOTES]
+        return text
+
+    return rendered
+
+
+@pytest.fixture(scope="session")
+def values(chart: Any) -> dict[str, Any]:
+    """The chart's default values."""
+    chart_values: dict[str, Any] = chart.values
+    return chart_values
