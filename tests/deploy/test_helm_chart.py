@@ -474,7 +474,7 @@ def test_scheduler_deployment_splits_the_roles(scenario: Callable[[str], Manifes
     # The API pods apply the jobs file; the scheduler pods neither mount nor apply it.
     assert "TICKGATE_APPLY_JOBS" in api_env
     assert "TICKGATE_APPLY_JOBS" not in scheduler_env
-    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp"}
+    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp", "api-tokens"}
     # The autoscaler owns the API pods' count; the scheduler pods have their own.
     assert "replicas" not in api["spec"]
     assert scheduler["spec"]["replicas"] == 2
@@ -622,32 +622,3 @@ def test_docs_values_table_matches_values_yaml(values: dict[str, Any]) -> None:
         if not any(leaf == key or leaf.startswith(f"{key}.") for key in documented)
     }
     assert undocumented == set()
-
-
-# --- auth ----------------------------------------------------------------------------------
-
-
-def test_the_chart_always_provides_api_tokens(scenario: Callable[[str], Manifests]) -> None:
-    """Pods listen on 0.0.0.0 and Tickgate refuses that without tokens."""
-    manifests = scenario("defaults")
-    secret = manifests[("Secret", f"{RELEASE}-auth")]
-    tokens = json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"]))
-    assert len(tokens) == 1
-    [(token, scopes)] = tokens.items()
-    assert len(token) >= 32
-    assert scopes == ["read", "write"]
-    reference = env_of(container(manifests))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
-    assert reference == {"name": f"{RELEASE}-auth", "key": "TICKGATE_API_TOKENS"}
-
-
-def test_given_tokens_or_an_existing_secret_are_used(
-    render: Callable[[dict[str, Any]], Manifests],
-) -> None:
-    given = {"ci": ["read", "write"], "dashboard": ["read"]}
-    manifests = render({"database": {"url": DSN}, "auth": {"tokens": given}})
-    secret = manifests[("Secret", f"{RELEASE}-auth")]
-    assert json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"])) == given
-    external = render({"database": {"url": DSN}, "auth": {"existingSecret": "api-tokens"}})
-    assert ("Secret", f"{RELEASE}-auth") not in external
-    reference = env_of(container(external))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
-    assert reference == {"name": "api-tokens", "key": "TICKGATE_API_TOKENS"}

@@ -38,6 +38,10 @@ spec:
         {{- if not $v.database.existingSecret }}
         checksum/database: {{ include (print $root.Template.BasePath "/secret.yaml") $root | sha256sum }}
         {{- end }}
+        {{- if not $v.auth.existingSecret }}
+        {{- /* New tokens roll the pods, which read the tokens file at startup. */}}
+        checksum/auth: {{ include "tickgate.apiTokens" $root | sha256sum }}
+        {{- end }}
         {{- if $jobs }}
         checksum/jobs: {{ include (print $root.Template.BasePath "/configmap-jobs.yaml") $root | sha256sum }}
         {{- end }}
@@ -80,11 +84,10 @@ spec:
                 secretKeyRef:
                   name: {{ include "tickgate.databaseSecretName" $root }}
                   key: {{ include "tickgate.databaseSecretKey" $root }}
-            - name: TICKGATE_API_TOKENS
-              valueFrom:
-                secretKeyRef:
-                  name: {{ include "tickgate.authSecretName" $root }}
-                  key: TICKGATE_API_TOKENS
+            # A file rather than an env var: not in the environment the tasks' child
+            # processes inherit, nor in `kubectl describe pod` or a crash dump's env.
+            - name: TICKGATE_API_TOKENS_FILE
+              value: {{ include "tickgate.apiTokensFile" $root | quote }}
             - name: TICKGATE_RUNNER_ID
               valueFrom:
                 fieldRef:
@@ -137,6 +140,9 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            - name: api-tokens
+              mountPath: {{ dir (include "tickgate.apiTokensFile" $root) | quote }}
+              readOnly: true
             {{- if $jobs }}
             - name: jobs
               mountPath: {{ dir $v.jobsFile | quote }}
@@ -150,6 +156,8 @@ spec:
           {{- else }}
           emptyDir: {}
           {{- end }}
+        - name: api-tokens
+          {{- include "tickgate.apiTokensVolume" $root | nindent 10 }}
         {{- if $jobs }}
         - name: jobs
           configMap:

@@ -151,6 +151,32 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
 {{- add (int .Values.preStopSleepSeconds) (int .Values.shutdownGraceSeconds) (int .Values.terminationGraceHeadroomSeconds) }}
 {{- end }}
 
+{{/*
+The JSON of TICKGATE_API_TOKENS: auth.tokens; else the token already in the cluster's
+Secret (`lookup`, so an upgrade keeps it); else a new read+write token. A render without a
+cluster (`helm template`, Argo CD, Flux's post-rendering) cannot look up, so it makes a new
+token each time: GitOps should use auth.existingSecret. The result is kept for the rest of
+the render, so the Secret and the pods' checksum/auth annotation agree.
+*/}}
+{{- define "tickgate.apiTokens" -}}
+{{- $cache := .Values.auth }}
+{{- if not (hasKey $cache "_rendered") }}
+{{- $tokens := "" }}
+{{- if .Values.auth.tokens }}
+{{- $tokens = toJson .Values.auth.tokens }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "tickgate.authSecretName" .) }}
+{{- if and $existing (index ($existing.data | default dict) "TICKGATE_API_TOKENS") }}
+{{- $tokens = index $existing.data "TICKGATE_API_TOKENS" | b64dec }}
+{{- else }}
+{{- $tokens = toJson (dict (randAlphaNum 40) (list "read" "write")) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cache "_rendered" $tokens }}
+{{- end }}
+{{- get $cache "_rendered" }}
+{{- end }}
+
 {{/* The Secret holding TICKGATE_API_TOKENS. */}}
 {{- define "tickgate.authSecretName" -}}
 {{- if .Values.auth.existingSecret -}}
@@ -158,4 +184,27 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
 {{- else -}}
 {{- printf "%s-auth" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+Where the pods read the API tokens (TICKGATE_API_TOKENS_FILE): the auth Secret's key
+TICKGATE_API_TOKENS, mounted read-only. Its directory must not be the jobs file's, which
+is another volume.
+*/}}
+{{- define "tickgate.apiTokensFile" -}}
+/var/run/secrets/tickgate/api-tokens.json
+{{- end }}
+
+{{/* The Secret volume of the tokens file; group-readable only when fsGroup makes the
+pod's group own it. */}}
+{{- define "tickgate.apiTokensVolume" -}}
+{{- if hasPrefix (printf "%s/" (dir .Values.jobsFile)) (include "tickgate.apiTokensFile" .) }}
+{{- fail (printf "tickgate: jobsFile %s is in the directory of the API tokens file; choose another directory" .Values.jobsFile) }}
+{{- end }}
+secret:
+  secretName: {{ include "tickgate.authSecretName" . }}
+  defaultMode: {{ ternary 0440 0444 (hasKey .Values.podSecurityContext "fsGroup") }}
+  items:
+    - key: TICKGATE_API_TOKENS
+      path: {{ base (include "tickgate.apiTokensFile" .) }}
 {{- end }}
