@@ -12,6 +12,48 @@ KUBE_VERSIONS = ("1.33", kubernetes_validate.latest_version())
 
 Manifests = dict[tuple[str, str], dict[str, Any]]
 
+# Kinds of CustomResourceDefinitions, which kubernetes-validate has no schemas for: the
+# tests check their shape field by field instead.
+CUSTOM_KINDS = frozenset({"ServiceMonitor", "PrometheusRule", "HTTPRoute"})
+
+POSTGRES_PEER = {"ipBlock": {"cidr": "10.30.0.5/32"}}
+# Every optional object of the chart at once.
+EVERYTHING_ON: dict[str, Any] = {
+    "database": {"url": DSN},
+    "schedulerDeployment": {"enabled": True},
+    "migrations": {"hookJob": {"enabled": True}},
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "helmTest": {"enabled": True},
+    "ingress": {
+        "enabled": True,
+        "className": "nginx",
+        "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+        "tls": [{"secretName": "tickgate-tls", "hosts": ["tickgate.example.com"]}],
+    },
+    "httpRoute": {
+        "enabled": True,
+        "parentRefs": [{"name": "public", "namespace": "gateway-system", "sectionName": "https"}],
+        "hostnames": ["tickgate.example.com"],
+    },
+    "networkPolicy": {
+        "enabled": True,
+        "ingressFrom": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
+        ],
+        "postgresql": {"to": [POSTGRES_PEER]},
+        "egress": [
+            {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "169.254.0.0/16"], "ports": [443]},
+            {"cidr": "10.20.0.0/16", "ports": [80, 8080]},
+        ],
+    },
+    "tasks": {
+        "modules": ["acme_tasks.billing", "acme_tasks.reports"],
+        "http": {"allow": ["10.20.0.0/16", "reports.internal"]},
+        "sql": {"existingSecret": "sql-targets", "allowSelf": True},
+    },
+}
+
 
 def only(manifests: Manifests, kind: str) -> dict[str, Any]:
     found = [obj for (k, _), obj in manifests.items() if k == kind]
@@ -20,7 +62,8 @@ def only(manifests: Manifests, kind: str) -> dict[str, Any]:
 
 
 def container(manifests: Manifests) -> dict[str, Any]:
-    containers = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    """The container of the main Deployment's pods."""
+    containers = manifests[("Deployment", RELEASE)]["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
     return containers[0]
 

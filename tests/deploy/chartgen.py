@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "helm" / "tickgate"
 SCHEMA = CHART_DIR / "values.schema.json"
@@ -74,53 +76,62 @@ def schema_text() -> str:
 
 @dataclass(frozen=True)
 class Value:
-    """One documented key of values.yaml: its dotted path, its default as written, and
-    the comment block right above it."""
+    """One row of the values table: a dotted key, its default, and the comment block
+    right above it in values.yaml."""
 
     path: str
     default: str
     comment: str
 
 
-KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9_-]*):(?: (?P<rest>.*))?$")
+KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9_-]*):")
 
 
-def documented_values(text: str) -> Iterator[Value]:
-    """Every key of values.yaml, parents included, with the comment above it.
+def documented_values(text: str) -> list[Value]:
+    """The rows of the values table, in the file's order.
 
-    A key whose value is a block (a mapping with keys of its own) is listed too, so its
-    comment is kept; its default reads `{...}`. A key's comment is the run of `#` lines
-    directly above it; a blank line ends a run, so a section's heading comment followed
-    by a blank line belongs to no key."""
+    A mapping whose keys have comments of their own is a section: its keys get rows of
+    their own (and it gets one only if it has a comment). Any other key is one row, its
+    default the value as compact JSON (`resources` and the probes, say, whose keys are
+    Kubernetes' own)."""
+    comments = _comments(text)
+    return list(_rows(yaml.safe_load(text), "", comments))
+
+
+def _rows(values: dict[str, Any], prefix: str, comments: dict[str, str]) -> Iterator[Value]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        section = isinstance(value, dict) and any(
+            child.startswith(f"{path}.") for child in comments
+        )
+        if not section:
+            yield Value(path, json.dumps(value, separators=(", ", ": ")), comments.get(path, ""))
+            continue
+        if path in comments:
+            yield Value(path, "", comments[path])
+        yield from _rows(value, f"{path}.", comments)
+
+
+def _comments(text: str) -> dict[str, str]:
+    """{dotted key: the run of `#` lines right above it}; a blank line ends a run, so a
+    comment followed by a blank line belongs to no key."""
+    found: dict[str, str] = {}
     parents: list[tuple[int, str]] = []
-    comment: list[str] = []
-    lines = text.splitlines()
-    for number, line in enumerate(lines):
+    block: list[str] = []
+    for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
-            comment.append(stripped.lstrip("#").removeprefix(" "))
+            block.append(stripped.removeprefix("#").removeprefix(" "))
             continue
         match = KEY.match(line)
-        if not match:
-            comment = []
-            continue
-        indent = len(match["indent"])
-        parents = [(level, key) for level, key in parents if level < indent]
-        path = ".".join([key for _, key in parents] + [match["key"]])
-        rest = (match["rest"] or "").split(" #", 1)[0].strip()
-        yield Value(path, rest or _block_default(lines, number), _joined(comment))
-        parents.append((indent, match["key"]))
-        comment = []
-
-
-def _block_default(lines: list[str], number: int) -> str:
-    """A key with nothing after its colon: a mapping or a list below it (or null)."""
-    for following in lines[number + 1 :]:
-        stripped = following.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        return "[...]" if stripped.startswith("- ") else "{...}"
-    return "null"
+        if match:
+            indent = len(match["indent"])
+            parents = [(level, key) for level, key in parents if level < indent]
+            parents.append((indent, match["key"]))
+            if block:
+                found[".".join(key for _, key in parents)] = _joined(block)
+        block = []
+    return found
 
 
 def _joined(comment: list[str]) -> str:
@@ -160,7 +171,7 @@ at `install`, `upgrade`, `template` and `lint`.
 
 def readme_text() -> str:
     rows = [
-        f"| `{value.path}` | `{value.default}` | {value.comment} |"
+        f"| `{value.path}` | {f'`{value.default}`' if value.default else ''} | {value.comment} |"
         for value in documented_values(VALUES.read_text())
     ]
     return README_HEAD + "\n".join(rows) + "\n"

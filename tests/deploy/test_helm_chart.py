@@ -3,9 +3,8 @@ manifest validated against Kubernetes' OpenAPI schemas with kubernetes-validate.
 
 import base64
 import json
-import re
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,7 +14,9 @@ import yaml
 
 from tests.deploy import CHART_DIR, ROOT, exposed_ports, final_stage, user_ids
 from tests.deploy.chart import (
+    CUSTOM_KINDS,
     DSN,
+    EVERYTHING_ON,
     NAMESPACE,
     RELEASE,
     Manifests,
@@ -74,6 +75,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "database": {"existingSecret": "pg-credentials"},
         "migrations": {"hookJob": {"enabled": True}},
     },
+    "everything-on": EVERYTHING_ON,
     "scheduler-deployment": {
         "database": {"url": DSN},
         "jobs": JOBS,
@@ -118,8 +120,8 @@ def test_every_manifest_is_valid_kubernetes(
     scenario: Callable[[str], Manifests], name: str
 ) -> None:
     for (kind, object_name), obj in scenario(name).items():
-        if kind == "ServiceMonitor":
-            continue  # a CRD: its shape is checked in test_service_monitor
+        if kind in CUSTOM_KINDS:
+            continue  # CRDs, not in Kubernetes' own schemas: their shape has tests of its own
         assert obj["metadata"].get("namespace") == NAMESPACE, (kind, object_name)
         validate_kubernetes(obj)
 
@@ -307,7 +309,8 @@ def test_settings_env(
             "ownership": False,
             "lockSessions": 2,
             "logFormat": "text",
-            "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
+            "runHistory": 500,
+            "extraEnv": [{"name": "TICKGATE_MAX_BODY_BYTES", "value": "2097152"}],
         }
     )
     env = env_of(container(changed))
@@ -318,6 +321,14 @@ def test_settings_env(
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "2"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
     assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"
+    assert env["TICKGATE_MAX_BODY_BYTES"]["value"] == "2097152"
+
+
+def test_extra_env_cannot_repeat_the_charts_own(helm: ModuleType, chart: Any) -> None:
+    """Kubernetes would let the later entry win without a word; rendering fails instead."""
+    values = SCENARIOS["defaults"] | {"extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "5"}]}
+    with pytest.raises(helm.HelmRenderError, match=r"TICKGATE_RUN_HISTORY.*runHistory"):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
 
 
 # --- database ------------------------------------------------------------------------------
@@ -588,37 +599,3 @@ def test_service_monitor(scenario: Callable[[str], Manifests]) -> None:
     assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
     assert endpoint["interval"].endswith("s")
-
-
-# --- docs ----------------------------------------------------------------------------------
-
-
-def _leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
-    for key, value in values.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            yield from _leaf_paths(value, f"{path}.")
-        else:
-            yield path
-
-
-def test_docs_values_table_matches_values_yaml(values: dict[str, Any]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Deploy on Kubernetes", 1)[1].split("\n## ", 1)[0]
-    text = section.split("#### Values", 1)[1]
-    documented: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            documented.update(re.findall(r"`([^`]+)`", first_cell))
-    leaves = set(_leaf_paths(values))
-    prefixes = {
-        leaf.rsplit(".", depth)[0] for leaf in leaves for depth in range(leaf.count(".") + 1)
-    }
-    assert documented <= leaves | prefixes, "documented keys that values.yaml lacks"
-    undocumented = {
-        leaf
-        for leaf in leaves
-        if not any(leaf == key or leaf.startswith(f"{key}.") for key in documented)
-    }
-    assert undocumented == set()

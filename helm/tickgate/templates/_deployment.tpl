@@ -95,6 +95,7 @@ spec:
             - name: TICKGATE_SHUTDOWN_GRACE_SECONDS
               value: {{ $v.shutdownGraceSeconds | quote }}
             {{- include "tickgate.settingsEnv" $root | nindent 12 }}
+            {{- include "tickgate.runtimeEnv" $root | nindent 12 }}
             {{- if $jobs }}
             - name: TICKGATE_APPLY_JOBS
               value: {{ $v.jobsFile | quote }}
@@ -107,8 +108,13 @@ spec:
             # The scheduler runs in {{ include "tickgate.schedulerName" $root }}.
             - name: TICKGATE_SCHEDULER
               value: "false"
+            {{- else if not $v.scheduler }}
+            # scheduler=false: no pod of this release fires ticks.
+            - name: TICKGATE_SCHEDULER
+              value: "false"
             {{- end }}
             {{- with $v.extraEnv }}
+            {{- include "tickgate.checkExtraEnv" $root }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
           {{- with $v.extraEnvFrom }}
