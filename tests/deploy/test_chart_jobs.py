@@ -144,6 +144,10 @@ def _commented_example(values: str) -> str:
 def test_the_docs_have_job_examples() -> None:
     found = list(documented_jobs())
     assert len(found) >= 8, found
+    assert any(where.startswith("docs/kubernetes.md") for where, _ in found)
+    # The fields the chart used to refuse are shown in use somewhere.
+    shown = set().union(*(job.keys() for _, job in found))
+    assert {"retry", "start_at", "end_at", "max_runs", "jitter_seconds", "catchup"} <= shown
 
 
 @pytest.mark.parametrize(("where", "job"), list(documented_jobs()))
