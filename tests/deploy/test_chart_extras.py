@@ -243,6 +243,16 @@ def test_helm_test_pod(everything: Manifests) -> None:
     assert test["securityContext"]["readOnlyRootFilesystem"] is True
 
 
+def test_notes_name_the_routes_and_the_test(notes: Callable[[dict[str, Any]], str]) -> None:
+    text = notes(EVERYTHING_ON)
+    assert "Ingress: https://tickgate.example.com/" in text
+    assert f"HTTPRoute: {RELEASE}, attached to public." in text
+    assert f"helm test {RELEASE} --namespace {NAMESPACE} --logs" in text
+    defaults = notes(DEFAULTS)
+    for absent in ("Ingress:", "HTTPRoute:", "helm test"):
+        assert absent not in defaults
+
+
 # --- task and scheduler settings -----------------------------------------------------------
 
 
