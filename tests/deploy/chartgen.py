@@ -14,6 +14,7 @@ it lives with the tests that check its output; the image and the chart never run
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,15 +136,35 @@ def _comments(text: str) -> dict[str, str]:
 
 
 def _joined(comment: list[str]) -> str:
-    """A comment block as one table cell: example lines (indented in the comment) kept
-    as code, prose lines joined with spaces."""
+    """A comment block as one table cell: prose lines joined with spaces; each run of
+    example lines (indented in the comment) one code span."""
     parts: list[str] = []
-    for line in comment:
-        if line.startswith("  ") or line.startswith("- "):
-            parts.append(f"`{line.strip()}`")
-        elif line:
+    example: list[str] = []
+    for line in [*comment, ""]:
+        if line.startswith("  "):
+            example.append(line)
+            continue
+        if example:
+            parts.extend(f"`{code}`" for code in _one_line(example))
+            example = []
+        if line:
             parts.append(line.replace("<", "&lt;"))
     return " ".join(parts).replace("|", "\\|")
+
+
+def _one_line(example: list[str]) -> list[str]:
+    """A YAML example of several lines in flow style (`key: {a: 1, b: [x]}`), which fits a
+    table cell; anything else (a shell command) line by line."""
+    lines = [line.strip() for line in example]
+    try:
+        parsed = yaml.safe_load(textwrap.dedent("\n".join(example)))
+    except yaml.YAMLError:
+        return lines
+    if len(lines) == 1 or not isinstance(parsed, dict) or len(parsed) != 1:
+        return lines
+    ((key, value),) = parsed.items()
+    flow = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, sort_keys=False)
+    return [f"{key}: {flow.strip()}"]
 
 
 README_HEAD = """# The Tickgate Helm chart

@@ -137,8 +137,8 @@ def _curl_bodies(script: str) -> Iterator[dict[str, Any]]:
 
 def _commented_example(values: str) -> str:
     """The example under `jobs:` in values.yaml's comments, uncommented."""
-    block = values.split("\n# jobs:\n", 1)[1].split("\njobs:", 1)[0]
-    return "jobs:\n" + "\n".join(line.removeprefix("# ") for line in block.splitlines())
+    block = values.split("\n#   jobs:\n", 1)[1].split("\njobs:", 1)[0]
+    return "jobs:\n" + "\n".join(line.removeprefix("#   ") for line in block.splitlines())
 
 
 def test_the_docs_have_job_examples() -> None:
