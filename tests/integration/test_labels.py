@@ -26,6 +26,8 @@ async def test_labels_are_kept_shown_and_changed_like_any_declared_field(
     patched = await client.patch("/v1/jobs/billing", json={"labels": {"tier": "gold"}})
     assert patched.json()["labels"] == {"team": "billing", "tier": "gold"}  # a merge patch
     assert patched.json()["version"] == 2
+    removed = await client.patch("/v1/jobs/billing", json={"labels": {"team": None}})
+    assert removed.json()["labels"] == {"tier": "gold"}
     replaced = await client.put("/v1/jobs/billing", json=job("billing"))
     assert replaced.json()["labels"] == {}  # PUT without them clears them
 
