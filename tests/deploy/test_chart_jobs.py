@@ -14,8 +14,9 @@ import yaml
 from pydantic import ValidationError
 
 from service.api.models import JobCreate, JobOut
-from tests.deploy import ROOT, chartgen
+from tests.deploy import ROOT
 from tests.deploy.chart import DSN, NAMESPACE, RELEASE, Manifests, only
+from tools import chartgen
 
 DOCUMENTS = sorted(
     [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("examples/*/README.md")]
@@ -49,12 +50,13 @@ EVERY_FIELD: dict[str, Any] = {
     "jitter_seconds": 30,
     "catchup": "none",
     "managed_by": "helm:tickgate",
+    "labels": {"team": "billing", "example.com/tier": "batch"},
 }
 
 
 def test_the_job_schema_is_generated_from_the_api_model() -> None:
     assert chartgen.SCHEMA.read_text() == chartgen.schema_text(), (
-        "helm/tickgate/values.schema.json is stale: run `make chart`"
+        "helm/tickgate/values.schema.json is stale: run `make docs`"
     )
     job = json.loads(chartgen.SCHEMA.read_text())["definitions"]["job"]
     assert set(job["properties"]) == set(JobCreate.model_fields)
@@ -80,6 +82,7 @@ def test_jobs_take_every_field_of_a_job_body(
         ("catchup", "all", "/catchup"),
         ("overlap", "queue", "/overlap"),
         ("schedule", {"kind": "daily", "at": ["3:00"]}, "/at/0"),
+        ("labels", {"team": 7}, "/labels/team"),
     ],
 )
 def test_the_schema_refuses_what_the_api_refuses(
@@ -111,6 +114,8 @@ def _jobs_in(language: str, body: str) -> Iterator[dict[str, Any]]:
         for document in yaml.safe_load_all(body):
             if isinstance(document, dict) and isinstance(document.get("jobs"), list):
                 yield from document["jobs"]
+            elif isinstance(document, list):  # a jobs file, as `tickgate jobs apply` reads
+                yield from (job for job in document if {"schedule", "task"} <= job.keys())
     elif language == "json":
         shown = json.loads(body)
         if {"schedule", "task"} <= shown.keys():

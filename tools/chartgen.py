@@ -1,19 +1,16 @@
-"""The Helm chart's generated parts, written by `make chart` (or `make chart-schema`), that
-is `python -m tests.deploy.chartgen`:
+"""The Helm chart's generated parts (written by `make docs`, through tools/gendocs.py):
 
 - `values.schema.json`'s `definitions`: the job of `jobs:` and what it refers to, from the
   API's own model of a job body (`service.api.models.JobCreate`), so the chart accepts
   exactly the fields `POST /v1/jobs` does (`retry`, `start_at`, `max_runs`, ...);
-- `helm/tickgate/README.md`: the values table, from the comments above each key in
-  `values.yaml`.
+- the values table, from the comments above each key in `values.yaml`: the whole of
+  `helm/tickgate/README.md` and the Values section of docs/kubernetes.md.
 
-The chart tests fail when either is stale. Like `tests.faults.report` (RELIABILITY.md),
-it lives with the tests that check its output; the image and the chart never run it.
+Each is a pure function of its sources (and of the hand-written rest of its file).
 """
 
 import json
 import re
-import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,11 +19,14 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parent.parent
 CHART_DIR = ROOT / "helm" / "tickgate"
 SCHEMA = CHART_DIR / "values.schema.json"
 VALUES = CHART_DIR / "values.yaml"
 CHART_README = CHART_DIR / "README.md"
+KUBERNETES_PAGE = ROOT / "docs" / "kubernetes.md"
+VALUES_BEGIN = "<!-- values:begin -->"
+VALUES_END = "<!-- values:end -->"
 
 # Helm asserts JSON Schema formats, and RFC 3339's are narrower than what the API reads: a
 # `once` job's `at` may be naive ("2030-01-01 09:00", a wall time in the job's zone), a
@@ -45,7 +45,7 @@ def job_definitions() -> dict[str, Any]:
     schema = JobCreate.model_json_schema(ref_template="#/definitions/{model}")
     models = schema.pop("$defs")
     schema["$comment"] = (
-        "Generated from service.api.models.JobCreate by `make chart`; do not edit by hand."
+        "Generated from service.api.models.JobCreate by `make docs`; do not edit by hand."
     )
     return {"job": _for_helm(schema)} | {name: _for_helm(model) for name, model in models.items()}
 
@@ -181,41 +181,29 @@ helm install tickgate ./helm/tickgate --namespace tickgate --create-namespace \\
 
 ## Values
 
-Generated from the comments in [values.yaml](values.yaml) by `make chart`; do not edit
-by hand. `values.schema.json` types every key: Helm rejects unknown keys and wrong types
-at `install`, `upgrade`, `template` and `lint`.
-
-| key | default | description |
-|---|---|---|
 """
 
+TABLE_NOTE = "Generated from the comments in `values.yaml` by `make docs`; do not edit by hand.\n"
 
-def readme_text() -> str:
+
+def values_table() -> str:
+    """The table of every documented value: key, default, description."""
     rows = [
         f"| `{value.path}` | {f'`{value.default}`' if value.default else ''} | {value.comment} |"
         for value in documented_values(VALUES.read_text())
     ]
-    return README_HEAD + "\n".join(rows) + "\n"
+    return "\n".join(["| key | default | description |", "|---|---|---|", *rows]) + "\n"
 
 
-GENERATED = {SCHEMA: schema_text, CHART_README: readme_text}
+def readme_text() -> str:
+    """helm/tickgate/README.md: a head, then the values table."""
+    return README_HEAD + TABLE_NOTE + "\n" + values_table()
 
 
-def _current(path: Path) -> str | None:
-    return path.read_text() if path.exists() else None
-
-
-def main(argv: list[str]) -> int:
-    """Write the generated files; with `--check`, only say which are stale (exit 1)."""
-    stale = [path for path, make in GENERATED.items() if _current(path) != make()]
-    if "--check" in argv:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is stale: run `make chart`")
-        return 1 if stale else 0
-    for path, make in GENERATED.items():
-        path.write_text(make())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+def kubernetes_page() -> str:
+    """docs/kubernetes.md with the values table between its markers; the rest as written."""
+    page = KUBERNETES_PAGE.read_text()
+    head, rest = page.split(VALUES_BEGIN, 1)
+    tail = rest.split(VALUES_END, 1)[1]
+    table = f"{VALUES_BEGIN}\n<!-- {TABLE_NOTE.strip()} -->\n\n{values_table()}{VALUES_END}"
+    return head + table + tail
