@@ -3,11 +3,15 @@ helm test Pod) and the task settings, rendered by real Helm.
 
 Core kinds (Ingress, NetworkPolicy, Pod) are validated against Kubernetes' schemas in
 test_helm_chart's `everything-on` scenario. HTTPRoute and PrometheusRule are CRDs that
-kubernetes-validate has no schemas for: their shape is asserted here field by field, and
-the alerts' metric names are checked against what service/metrics.py exports. The PromQL
-itself is not parsed (no PromQL parser is available to the tests)."""
+kubernetes-validate has no schemas for: their shape is asserted here field by field, the
+alerts' metric names are checked against what service/metrics.py exports, and their PromQL
+is parsed with Prometheus' own grammar (lezer-promql, pinned in tests/deploy/promql and
+installed there with `npm ci` on first use)."""
 
+import json
 import re
+import shutil
+import subprocess
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -15,6 +19,7 @@ from typing import Any
 import pytest
 
 from service.metrics import Metrics
+from tests.deploy import ROOT
 from tests.deploy.chart import (
     DSN,
     EVERYTHING_ON,
@@ -181,6 +186,49 @@ def test_prometheus_rule_alerts(everything: Manifests) -> None:
         expr = alert["expr"]
         assert expr.count("(") == expr.count(")"), name
         assert expr.count("{") == expr.count("}"), name
+
+
+PROMQL = ROOT / "tests" / "deploy" / "promql"
+
+
+@pytest.fixture(scope="module")
+def promql_errors() -> Callable[[dict[str, str]], dict[str, list[str]]]:
+    """{name: expression} -> {name: [text around each syntax error]}, by lezer-promql."""
+    npm = shutil.which("npm")
+    if not (PROMQL / "node_modules").is_dir():
+        assert npm, "PromQL check: install Node.js 20 and npm (npm ci --prefix tests/deploy/promql)"
+        subprocess.run(
+            [npm, "ci", "--prefix", str(PROMQL), "--no-audit", "--no-fund", "--silent"],
+            check=True,
+            timeout=300,
+        )
+
+    def parse(expressions: dict[str, str]) -> dict[str, list[str]]:
+        done = subprocess.run(
+            ["node", str(PROMQL / "parse.mjs")],
+            input=json.dumps(expressions),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        errors: dict[str, list[str]] = json.loads(done.stdout)
+        return errors
+
+    return parse
+
+
+def test_alert_expressions_are_valid_promql(
+    everything: Manifests, promql_errors: Callable[[dict[str, str]], dict[str, list[str]]]
+) -> None:
+    """The Prometheus Operator's admission webhook refuses a rule it cannot parse, which
+    would fail `helm install`."""
+    (group,) = only(everything, "PrometheusRule")["spec"]["groups"]
+    expressions = {alert["alert"]: alert["expr"] for alert in group["rules"]}
+    assert promql_errors(expressions) == {}
+    # The parser does find errors: the same rules with one bracket dropped each.
+    broken = {name: expr.replace(")", "", 1) for name, expr in expressions.items()}
+    assert set(promql_errors(broken)) == set(expressions)
 
 
 def test_alerts_read_metrics_tickgate_exports(everything: Manifests) -> None:
