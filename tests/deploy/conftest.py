@@ -1,6 +1,9 @@
 """Real Helm (helm_python, Helm v4 in a wheel) for the chart tests, in a temporary home."""
 
 import importlib
+import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -8,10 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy import CHART_DIR
+from tests.deploy import CHART_DIR, ROOT
 from tests.deploy.chart import NAMESPACE, RELEASE, Manifests
 
 NOTES = "tickgate/templates/NOTES.txt"
+NODE_CHECKS = ROOT / "tests" / "deploy" / "node"
+
+NodeCheck = Callable[[str, object], dict[str, Any]]
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +84,32 @@ def values(chart: Any) -> dict[str, Any]:
     """The chart's default values."""
     chart_values: dict[str, Any] = chart.values
     return chart_values
+
+
+@pytest.fixture(scope="session")
+def node_check() -> NodeCheck:
+    """Runs a script of tests/deploy/node (`promql.mjs`, `crd.mjs`) on a JSON payload and
+    returns the problems it found, {key: problem}. Its npm packages, pinned in the
+    package-lock.json there, are installed with `npm ci` on first use."""
+    if not (NODE_CHECKS / "node_modules").is_dir():
+        npm = shutil.which("npm")
+        assert npm, "the chart's CRD and PromQL checks need Node.js 20 and npm"
+        subprocess.run(
+            [npm, "ci", "--prefix", str(NODE_CHECKS), "--no-audit", "--no-fund", "--silent"],
+            check=True,
+            timeout=300,
+        )
+
+    def check(script: str, payload: object) -> dict[str, Any]:
+        done = subprocess.run(
+            ["node", str(NODE_CHECKS / script)],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        problems: dict[str, Any] = json.loads(done.stdout)
+        return problems
+
+    return check

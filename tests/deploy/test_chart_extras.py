@@ -5,13 +5,12 @@ Core kinds (Ingress, NetworkPolicy, Pod) are validated against Kubernetes' schem
 test_helm_chart's `everything-on` scenario. HTTPRoute and PrometheusRule are CRDs that
 kubernetes-validate has no schemas for: their shape is asserted here field by field, the
 alerts' metric names are checked against what service/metrics.py exports, and their PromQL
-is parsed with Prometheus' own grammar (lezer-promql, pinned in tests/deploy/promql and
-installed there with `npm ci` on first use)."""
+is parsed with Prometheus' own grammar (lezer-promql). test_helm_chart validates them, and
+the ServiceMonitor, against their CRDs' OpenAPI schemas (kubernetes-models' packages).
+Both tools are npm packages pinned in tests/deploy/node, installed with `npm ci` on first
+use."""
 
-import json
 import re
-import shutil
-import subprocess
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 
 from service.metrics import Metrics
-from tests.deploy import ROOT
 from tests.deploy.chart import (
     DSN,
     EVERYTHING_ON,
@@ -31,6 +29,7 @@ from tests.deploy.chart import (
     env_of,
     only,
 )
+from tests.deploy.conftest import NodeCheck
 
 DEFAULTS = {"database": {"url": DSN}}
 OPTIONAL_KINDS = ("Ingress", "HTTPRoute", "NetworkPolicy", "PrometheusRule", "Pod")
@@ -188,47 +187,15 @@ def test_prometheus_rule_alerts(everything: Manifests) -> None:
         assert expr.count("{") == expr.count("}"), name
 
 
-PROMQL = ROOT / "tests" / "deploy" / "promql"
-
-
-@pytest.fixture(scope="module")
-def promql_errors() -> Callable[[dict[str, str]], dict[str, list[str]]]:
-    """{name: expression} -> {name: [text around each syntax error]}, by lezer-promql."""
-    npm = shutil.which("npm")
-    if not (PROMQL / "node_modules").is_dir():
-        assert npm, "PromQL check: install Node.js 20 and npm (npm ci --prefix tests/deploy/promql)"
-        subprocess.run(
-            [npm, "ci", "--prefix", str(PROMQL), "--no-audit", "--no-fund", "--silent"],
-            check=True,
-            timeout=300,
-        )
-
-    def parse(expressions: dict[str, str]) -> dict[str, list[str]]:
-        done = subprocess.run(
-            ["node", str(PROMQL / "parse.mjs")],
-            input=json.dumps(expressions),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        errors: dict[str, list[str]] = json.loads(done.stdout)
-        return errors
-
-    return parse
-
-
-def test_alert_expressions_are_valid_promql(
-    everything: Manifests, promql_errors: Callable[[dict[str, str]], dict[str, list[str]]]
-) -> None:
+def test_alert_expressions_are_valid_promql(everything: Manifests, node_check: NodeCheck) -> None:
     """The Prometheus Operator's admission webhook refuses a rule it cannot parse, which
     would fail `helm install`."""
     (group,) = only(everything, "PrometheusRule")["spec"]["groups"]
     expressions = {alert["alert"]: alert["expr"] for alert in group["rules"]}
-    assert promql_errors(expressions) == {}
+    assert node_check("promql.mjs", expressions) == {}
     # The parser does find errors: the same rules with one bracket dropped each.
     broken = {name: expr.replace(")", "", 1) for name, expr in expressions.items()}
-    assert set(promql_errors(broken)) == set(expressions)
+    assert set(node_check("promql.mjs", broken)) == set(expressions)
 
 
 def test_alerts_read_metrics_tickgate_exports(everything: Manifests) -> None:

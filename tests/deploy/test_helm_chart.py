@@ -26,6 +26,7 @@ from tests.deploy.chart import (
     only,
     validate_kubernetes,
 )
+from tests.deploy.conftest import NodeCheck
 
 JOBS: list[dict[str, Any]] = [
     {
@@ -117,13 +118,18 @@ def test_helm_lint_passes(helm: ModuleType, name: str) -> None:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_manifest_is_valid_kubernetes(
-    scenario: Callable[[str], Manifests], name: str
+    scenario: Callable[[str], Manifests], node_check: NodeCheck, name: str
 ) -> None:
+    """Core kinds against Kubernetes' OpenAPI schemas (kubernetes-validate); custom
+    resources (ServiceMonitor, PrometheusRule, HTTPRoute) against their CRDs' schemas."""
+    custom = []
     for (kind, object_name), obj in scenario(name).items():
-        if kind in CUSTOM_KINDS:
-            continue  # CRDs, not in Kubernetes' own schemas: their shape has tests of its own
         assert obj["metadata"].get("namespace") == NAMESPACE, (kind, object_name)
-        validate_kubernetes(obj)
+        if kind in CUSTOM_KINDS:
+            custom.append(obj)
+        else:
+            validate_kubernetes(obj)
+    assert node_check("crd.mjs", custom) == {}
 
 
 # --- what is rendered ----------------------------------------------------------------------
