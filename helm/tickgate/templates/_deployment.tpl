@@ -84,8 +84,8 @@ spec:
                 secretKeyRef:
                   name: {{ include "tickgate.databaseSecretName" $root }}
                   key: {{ include "tickgate.databaseSecretKey" $root }}
-            # A file rather than an env var: not in the environment the tasks' child
-            # processes inherit, nor in `kubectl describe pod` or a crash dump's env.
+            # A file rather than an env var: the tokens are not in the process environment
+            # (/proc/<pid>/environ, what child processes inherit, what a dump of it shows).
             - name: TICKGATE_API_TOKENS_FILE
               value: {{ include "tickgate.apiTokensFile" $root | quote }}
             - name: TICKGATE_RUNNER_ID
