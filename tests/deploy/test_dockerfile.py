@@ -215,14 +215,18 @@ def _answering(status: int) -> Iterator[int]:
             thread.join()
 
 
-def _run_healthcheck(port: int) -> int:
-    """The HEALTHCHECK's own command, aimed at `port`, with a proxy in the environment
-    that the check must not use (a container given HTTP_PROXY for its jobs' calls)."""
+def healthcheck_command(port: int) -> list[str]:
+    """The HEALTHCHECK's own command, aimed at `port` instead of the image's."""
     _, words = _healthcheck()
-    script = words[2].replace(":8080/", f":{port}/")
+    return [*words[:2], words[2].replace(":8080/", f":{port}/")]
+
+
+def _run_healthcheck(port: int) -> int:
+    """With a proxy in the environment that the check must not use (a container given
+    HTTP_PROXY for its jobs' calls)."""
     dead_proxy = {"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
     return subprocess.run(
-        [sys.executable, *words[1:2], script],
+        [sys.executable, *healthcheck_command(port)[1:]],
         env=os.environ | dead_proxy,
         capture_output=True,
         timeout=60,
