@@ -34,8 +34,9 @@ WORKDIR /src
 # The dependencies first, so that a change to the sources rebuilds only Tickgate's wheel.
 COPY requirements/runtime.lock ./requirements/
 RUN pip wheel --wheel-dir /wheels --require-hashes -r requirements/runtime.lock
-# Only what the build needs; pyproject.toml names README.md as the package readme.
-COPY pyproject.toml README.md ./
+# Only what the build needs; pyproject.toml names README.md as the package readme and
+# LICENSE as its license file, which the wheel carries.
+COPY pyproject.toml README.md LICENSE ./
 COPY service ./service
 RUN pip wheel --wheel-dir /wheels --no-deps .
 

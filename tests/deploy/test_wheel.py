@@ -101,11 +101,13 @@ def _python(image: Path, code: str, cwd: Path) -> str:
 
 
 LIST_PACKAGE = """
-import importlib.resources, json, pathlib, service
+import importlib.metadata, importlib.resources, json, pathlib, service
 root = importlib.resources.files("service")
 files = [str(p.relative_to(root)) for p in pathlib.Path(str(root)).rglob("*")
          if p.is_file() and "__pycache__" not in p.parts]
-print(json.dumps({"where": service.__file__, "files": files}))
+licenses = [f.name for f in importlib.metadata.distribution("tickgate").files
+            if "licenses" in f.parts]
+print(json.dumps({"where": service.__file__, "files": files, "licenses": licenses}))
 """
 
 
@@ -121,6 +123,7 @@ def test_the_installed_package_holds_every_file_of_the_sources(image: Path, tmp_
     assert missing == [], "left out of the wheel (pyproject package-data?)"
     for needed in ("store/migrations", "ui/templates", "ui/static", "api/static"):
         assert any(name.startswith(needed + "/") for name in installed["files"]), needed
+    assert installed["licenses"] == ["LICENSE"], "MIT: the notice goes with every copy"
 
 
 IMPORT_ALL = """
