@@ -78,6 +78,12 @@ class ApplyQuery(BaseModel):
         description="Delete the active and paused jobs of `managed_by` that the set does "
         "not name. Needs `managed_by`.",
     )
+    dry_run: bool = Field(
+        False,
+        description="Plan, check and write the whole set exactly as an apply would, in its "
+        "transaction, then roll back: the answer (or the 422 or 409) is what the apply "
+        "would give, and nothing changes.",
+    )
 
 
 ApplyOutcome = Literal["created", "updated", "unchanged", "deleted"]
