@@ -158,10 +158,17 @@ class TickgateClient:
         return Applied(response.status_code, _object(response))
 
     def apply_jobs(
-        self, jobs: Sequence[Mapping[str, object]], *, managed_by: str | None, prune: bool
+        self,
+        jobs: Sequence[Mapping[str, object]],
+        *,
+        managed_by: str | None,
+        prune: bool,
+        dry_run: bool = False,
     ) -> JsonObject:
-        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name."""
+        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name.
+        A `dry_run` answers the same and changes nothing."""
         params: Params = {"managed_by": managed_by, "prune": "true" if prune else None}
+        params["dry_run"] = "true" if dry_run else None
         return _object(self._request("PUT", "/v1/jobs", params=params, json={"jobs": jobs}))
 
     def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
@@ -206,6 +213,19 @@ class TickgateClient:
 
     def get_run(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}"))
+
+    def backfill_job(self, name: str, start: str, end: str) -> JsonObject:
+        """Run the ticks in [start, end] that have no run yet; the runs it made."""
+        body = {"from": start, "to": end}
+        return _object(self._request("POST", f"{_job_path(name)}/backfill", json=body))
+
+    # Schedules and tasks
+
+    def preview_schedule(self, request: Mapping[str, object]) -> JsonObject:
+        return _object(self._request("POST", "/v1/schedules/preview", json=request))
+
+    def list_tasks(self) -> JsonObject:
+        return _object(self._request("GET", "/v1/tasks"))
 
     # Plumbing
 
