@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, time
 from typing import Final
+from zoneinfo import ZoneInfo
 
 import yaml
 
@@ -90,12 +91,16 @@ def as_applied(
     declared: JsonObject, current: JsonObject | None, managed_by: str | None
 ) -> JsonObject:
     """A job of a file as the server would store it, as far as a client can tell: with
-    the request's manager, and with the anchor of a schedule that leaves it out taken
-    from the stored schedule of its kind (the server keeps it, so the grid stays)."""
+    the request's manager, a one-time `at` without offset read in the job's zone, and
+    the anchor of a schedule that leaves it out taken from the stored schedule of its
+    kind (the server keeps it, so the grid stays)."""
     job = dict(declared)
     if managed_by is not None and job.get("managed_by") is None:
         job["managed_by"] = managed_by
     schedule, stored = job.get("schedule"), (current or {}).get("schedule")
+    if isinstance(schedule, dict) and schedule.get("kind") == "once":
+        schedule = schedule | {"at": _in_zone(schedule.get("at"), job.get("timezone"))}
+        job["schedule"] = schedule
     if (
         isinstance(schedule, dict)
         and isinstance(stored, dict)
@@ -196,11 +201,15 @@ def _schedule(schedule: JsonObject) -> JsonObject:
     kind = schedule.get("kind")
     if kind == "once":
         return schedule | {"at": _instant(schedule.get("at"))}
+    if kind == "cron" and isinstance(schedule.get("expression"), str):
+        return schedule | {"expression": " ".join(str(schedule["expression"]).split())}
     if kind == "interval" and schedule.get("anchor") is not None:
         return schedule | {"anchor": _instant(schedule["anchor"])}
     if kind == "daily":
         at = schedule.get("at")
         times = [_wall_time(t) for t in at] if isinstance(at, list) else at
+        if isinstance(times, list) and all(isinstance(t, str) for t in times):
+            times = sorted(set(times))  # as the API keeps them; zero-padded, so in time order
         return {"kind": kind, "every_days": DAILY_EVERY_DAYS} | schedule | {"at": times}
     return {key: _number(value) for key, value in schedule.items()}
 
@@ -215,6 +224,18 @@ def _instant(value: object) -> object:
     if moment.tzinfo is None:
         return value
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _in_zone(value: object, zone: object) -> object:
+    """A wall-clock instant without offset, in `zone` (UTC when unset), with its offset."""
+    if not isinstance(value, str):
+        return value
+    try:
+        moment = datetime.fromisoformat(value)
+        tz = ZoneInfo(zone if isinstance(zone, str) else "UTC")
+    except (ValueError, KeyError):
+        return value  # the API will say what is wrong with it
+    return moment.isoformat() if moment.tzinfo else moment.replace(tzinfo=tz).isoformat()
 
 
 def _wall_time(value: object) -> object:
