@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -82,6 +82,7 @@ RUN_STATUSES: Final = ("running", "succeeded", "failed", "timed_out", "cancelled
 APPLY_OUTCOMES: Final = ("created", "updated", "unchanged", "deleted")
 EXPORT_FORMATS: Final = ("yaml", "json")
 _INPUT_PREVIEW: Final = 200
+_GETS_BEFORE_LISTING: Final = 20  # `apply --diff`: past this many jobs, list them all
 _ENUM_SHOWN: Final = 60  # longer lists of values read as `enum` in `tasks`
 
 # A string: argparse._SubParsersAction is not subscriptable at run time before 3.12 or so.
@@ -132,7 +133,7 @@ class Command:
     action: Action
     summary: str
     arguments: tuple[Arg, ...] = ()
-    one_of: tuple[Arg, ...] = field(default=())
+    one_of: tuple[Arg, ...] = ()
 
 
 # Wiring
@@ -175,7 +176,7 @@ def _register(actions: SubParsers, common: argparse.ArgumentParser, command: Com
             _add(group, argument)
 
 
-def _add(parser: argparse.ArgumentParser | argparse._ActionsContainer, argument: Arg) -> None:
+def _add(parser: argparse._ActionsContainer, argument: Arg) -> None:
     added = parser.add_argument(*argument.flags, **argument.options)
     if argument.completer is not None:
         added.completer = argument.completer  # type: ignore[attr-defined]  # argcomplete's
@@ -405,9 +406,10 @@ def _show_state(ctx: Context, job: JsonObject) -> None:
 
 
 def _apply(ctx: Context) -> None:
+    """Apply, or with --dry-run only ask what the apply would do; with --diff, first ask
+    (a dry run) and show the diffs, then apply only when --yes says so."""
     args = ctx.args
-    if args.prune and not args.managed_by:
-        raise UsageError("--prune needs --managed-by: only that manager's jobs are deleted")
+    _refuse_unpaired(args)
     jobs = job_list(load_document(args.file), args.file)
     dry_run = args.dry_run or (args.diff and not args.yes)
     result = _apply_set(ctx, jobs, dry_run=args.diff or dry_run)
@@ -416,6 +418,13 @@ def _apply(ctx: Context) -> None:
         result = _apply_set(ctx, jobs, dry_run=False)
     document = result if diffs is None else result | {"diffs": diffs}
     ctx.show(document, partial(_show_applied, result, diffs or {}, dry_run))
+
+
+def _refuse_unpaired(args: argparse.Namespace) -> None:
+    if args.prune and not args.managed_by:
+        raise UsageError("--prune needs --managed-by: only that manager's jobs are deleted")
+    if args.yes and not args.diff:
+        raise UsageError("--yes goes with --diff (an apply without --diff needs no --yes)")
 
 
 def _apply_set(ctx: Context, jobs: Sequence[JsonObject], *, dry_run: bool) -> JsonObject:
@@ -428,16 +437,24 @@ def _apply_set(ctx: Context, jobs: Sequence[JsonObject], *, dry_run: bool) -> Js
 def _diffs(ctx: Context, jobs: Sequence[JsonObject], result: JsonObject) -> dict[str, str]:
     """By name, the diff of each job the (dry-run) `result` creates, updates or deletes."""
     declared = {name_of(job): job for job in jobs}
+    changed = {name: kind for name, kind in _outcomes(result).items() if kind != "unchanged"}
+    stored = _stored(ctx.client, [name for name, kind in changed.items() if kind != "created"])
     diffs: dict[str, str] = {}
-    for name, outcome in _outcomes(result).items():
-        if outcome == "unchanged":
-            continue
-        current = exported(ctx.client.get_job(name)) if outcome != "created" else None
+    for name in changed:
+        current = exported(stored[name]) if name in stored else None
         wanted = declared.get(name)
         applied = as_applied(wanted, current, ctx.args.managed_by) if wanted else None
         diff = job_diff(name, current, applied, _source_label(ctx.args.file))
         diffs[name] = diff or f"{name}: only secret header values differ (not shown)\n"
     return diffs
+
+
+def _stored(client: TickgateClient, names: Sequence[str]) -> dict[str, JsonObject]:
+    """The named jobs as stored: one GET each, or for many, the listing page by page."""
+    if len(names) <= _GETS_BEFORE_LISTING:
+        return {name: client.get_job(name) for name in names}
+    wanted = set(names)
+    return {name_of(job): job for job in client.all_jobs().items if name_of(job) in wanted}
 
 
 def _show_applied(result: JsonObject, diffs: Mapping[str, str], dry_run: bool, out: Output) -> None:
@@ -583,12 +600,13 @@ def _schedule_of(args: argparse.Namespace) -> tuple[JsonObject, str]:
 def _schedule_file(source: str, zone: str | None) -> tuple[JsonObject, str]:
     """A schedule object, or a job object (its schedule, in its timezone)."""
     document = load_document(source)
-    if isinstance(document, dict) and isinstance(document.get("schedule"), dict):
-        schedule, file_zone = document["schedule"], document.get("timezone")
-        return dict(schedule), zone or (file_zone if isinstance(file_zone, str) else "UTC")
     if not isinstance(document, dict):
         raise UsageError(f"{_source_label(source)}: expected a schedule or a job (a mapping)")
-    return {str(key): value for key, value in document.items()}, zone or "UTC"
+    schedule, file_zone = document.get("schedule"), document.get("timezone")
+    if not isinstance(schedule, dict):
+        schedule, file_zone = document, None
+    file_zone = file_zone if isinstance(file_zone, str) else "UTC"
+    return {str(key): value for key, value in schedule.items()}, zone or file_zone
 
 
 def _show_fire_times(schedule: JsonObject, zone: str, answer: JsonObject, out: Output) -> None:

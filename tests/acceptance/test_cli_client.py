@@ -454,6 +454,17 @@ def test_apply_diff_shows_each_change_then_applies_only_with_yes(url: str, tmp_p
     assert tickgate(url, "get", "diff-gone").returncode == 1
 
 
+def test_apply_diff_of_many_jobs_reads_them_by_listing(url: str, tmp_path: Path) -> None:
+    names = [f"many-{index:02d}" for index in range(25)]
+    path = write_jobs(tmp_path / "jobs.yaml", *(job(name) for name in names))
+    ok(url, "apply", "-f", str(path))
+    write_jobs(path, *(job(name, description=f"now {name}") for name in names))
+    document = json.loads(ok(url, "apply", "-f", str(path), "--diff", "--json"))
+    assert sorted(document["diffs"]) == names
+    assert all(f"+description: now {n}" in diff for n, diff in document["diffs"].items())
+    assert tickgate(url, "apply", "-f", str(path), "--yes").returncode == 2
+
+
 def test_patch_merges_a_file_and_typed_sets(url: str, tmp_path: Path) -> None:
     created(url, tmp_path, job("patched", max_runs=5, retry={"max_attempts": 3}))
     patch = tmp_path / "patch.yaml"

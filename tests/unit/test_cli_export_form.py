@@ -1,12 +1,14 @@
 """The CLI client repeats a few facts of the API (it imports nothing of the server):
 held equal to the API's here, and its export form checked against the API's own models."""
 
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from service.api.models import JobCreate, JobOut
-from service.client.commands import JOB_STATES, RUN_STATUSES
+from service.client.commands import COMMANDS, JOB_STATES, RUN_STATUSES
 from service.client.export import (
     DECLARED_FIELDS,
     DEFAULTS,
@@ -78,3 +80,11 @@ def test_a_diff_masks_secret_values_on_both_sides() -> None:
     diff = job_diff("h", None, declared, "file.yaml")
     assert "Bearer s" not in diff
     assert "Authorization: '***'" in diff
+
+
+def test_docs_cli_shows_every_action_with_an_example() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    examples = {m.group(1) for m in re.finditer(r"^(?:\$ )?tickgate jobs (\w+)\b", text, re.M)}
+    missing = [command.name for command in COMMANDS if command.name not in examples]
+    assert missing == []
+    assert "tickgate completion bash" in text
