@@ -42,11 +42,16 @@ class Problem:
 
     @classmethod
     def parse(cls, entry: object) -> "Problem":
+        """A FastAPI 422 entry (`loc`, `msg`, `input`), or an RFC 9457 `errors` entry
+        that names its place by `loc` or a JSON `pointer` and says what by `detail`."""
         if not isinstance(entry, dict):
             return cls((), str(entry), None, has_input=False)
-        loc = entry.get("loc")
+        loc, pointer = entry.get("loc"), entry.get("pointer")
         parts = tuple(str(part) for part in loc) if isinstance(loc, list) else ()
-        return cls(parts, str(entry.get("msg", "")), entry.get("input"), "input" in entry)
+        if not parts and isinstance(pointer, str):
+            parts = tuple(part for part in pointer.lstrip("#").split("/") if part)
+        msg = entry.get("msg", entry.get("detail", ""))
+        return cls(parts, str(msg), entry.get("input"), "input" in entry)
 
 
 class ApiError(ClientError):
@@ -61,7 +66,8 @@ class ApiError(ClientError):
 
     @property
     def problems(self) -> list[Problem]:
-        """The field problems of a 422 (`{"detail": [...]}`); empty for other answers."""
+        """The field problems of a 422 (`{"detail": [...]}`, or a problem's `errors`);
+        empty for other answers."""
         if not isinstance(self.detail, list):
             return []
         return [Problem.parse(entry) for entry in self.detail]
@@ -280,6 +286,9 @@ def _detail(response: httpx.Response) -> object:
         body: object = response.json()
     except ValueError:
         return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        errors: object = body["errors"]  # application/problem+json with field problems
+        return errors
     if isinstance(body, dict) and "detail" in body:
         detail: object = body["detail"]
         return detail

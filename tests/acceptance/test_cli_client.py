@@ -13,8 +13,14 @@ import httpx
 import pytest
 import yaml
 
-from service.client.commands import job_list, load_document, schedule_summary
-from service.client.http import JobFilter, Page, TickgateClient, collect
+from service.client.commands import (
+    describe_api_error,
+    describe_problem,
+    job_list,
+    load_document,
+    schedule_summary,
+)
+from service.client.http import ApiError, JobFilter, Page, TickgateClient, collect
 from tests.support.db import TemplateDatabases, with_database
 from tests.support.processes import TICKGATE, free_port, serve
 
@@ -625,3 +631,36 @@ printf '%s\\n' "${COMPREPLY[@]}"
     )
     assert done.stdout.split() == ["bashed"], done.stderr
     assert "compdef tickgate" in ok_main("completion", "zsh")
+
+
+def test_field_problems_read_from_a_fastapi_422_or_a_problem_document() -> None:
+    entry = {"loc": ["body", "jobs", 1, "schedule"], "msg": "bad cron", "input": "nope"}
+    problem = {"type": "about:blank", "title": "Unprocessable", "status": 422}
+    answers = iter(
+        [
+            httpx.Response(422, json={"detail": [entry]}),
+            httpx.Response(422, json=problem | {"detail": "1 problem", "errors": [entry]}),
+            httpx.Response(
+                422,
+                json=problem | {"errors": [{"pointer": "/jobs/1/schedule", "detail": "bad"}]},
+            ),
+            httpx.Response(409, json=problem | {"detail": "job 'a' has the lock_key of 'b'"}),
+        ]
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return next(answers)
+
+    seen: list[ApiError] = []
+    with TickgateClient("http://tickgate", transport=httpx.MockTransport(answer)) as client:
+        for _ in range(4):
+            with pytest.raises(ApiError) as raised:
+                client.get_job("a")
+            seen.append(raised.value)
+    fastapi, problem_json, pointer, conflict = seen
+    assert describe_problem(fastapi.problems[0]) == (
+        'body.jobs.1.schedule: bad cron (input: "nope")'
+    )
+    assert problem_json.problems == fastapi.problems
+    assert describe_problem(pointer.problems[0]) == "jobs.1.schedule: bad"
+    assert describe_api_error(conflict) == ["conflict: job 'a' has the lock_key of 'b'"]
