@@ -530,7 +530,7 @@ def _show_triggered(name: str, run: JsonObject, out: Output) -> None:
 
 def _backfill(ctx: Context) -> None:
     args = ctx.args
-    runs = ctx.client.backfill_job(args.name, getattr(args, "from"), args.to)
+    runs = ctx.client.backfill_job(args.name, args.start, args.end)
     items = runs.get("items")
     made = [run for run in items if isinstance(run, dict)] if isinstance(items, list) else []
     ctx.show(runs, partial(_show_backfilled, args.name, made))
@@ -681,6 +681,7 @@ def _schema_type(schema: object) -> str:
 
 # The table of actions: `tickgate jobs <name>`, in the order help lists them.
 
+WITH_OFFSET: Final = "ISO 8601, with offset (2026-11-01T00:00:00Z)"
 NAME: Final = arg("name", metavar="NAME", help="the job's name", completer=complete_job_names)
 
 
@@ -703,7 +704,11 @@ COMMANDS: Final = (
         "list jobs in name order",
         (
             *_filters("jobs"),
-            arg("--limit", type=_positive_int, help="at most this many jobs (default: all)"),
+            arg(
+                "--limit",
+                type=_positive_int,
+                help="at most this many jobs (default: all, page by page)",
+            ),
         ),
     ),
     Command("get", _get, "show one job and its last run", (NAME,)),
@@ -774,8 +779,8 @@ COMMANDS: Final = (
         "(at most 1000 ticks; --to not in the future)",
         (
             NAME,
-            arg("--from", required=True, metavar="INSTANT", help="ISO 8601, with offset"),
-            arg("--to", required=True, metavar="INSTANT", help="ISO 8601, with offset"),
+            arg("--from", dest="start", required=True, metavar="INSTANT", help=WITH_OFFSET),
+            arg("--to", dest="end", required=True, metavar="INSTANT", help=WITH_OFFSET),
         ),
     ),
     Command(

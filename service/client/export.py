@@ -97,18 +97,23 @@ def as_applied(
     job = dict(declared)
     if managed_by is not None and job.get("managed_by") is None:
         job["managed_by"] = managed_by
-    schedule, stored = job.get("schedule"), (current or {}).get("schedule")
-    if isinstance(schedule, dict) and schedule.get("kind") == "once":
-        schedule = schedule | {"at": _in_zone(schedule.get("at"), job.get("timezone"))}
-        job["schedule"] = schedule
-    if (
-        isinstance(schedule, dict)
-        and isinstance(stored, dict)
-        and schedule.get("kind") == stored.get("kind")
-    ):
-        kept = {k: stored[k] for k in _ANCHORS if k in stored and schedule.get(k) is None}
-        job["schedule"] = schedule | kept
+    schedule = job.get("schedule")
+    if isinstance(schedule, dict):
+        stored = (current or {}).get("schedule")
+        job["schedule"] = _kept_anchors(_zoned_once(schedule, job.get("timezone")), stored)
     return job
+
+
+def _zoned_once(schedule: JsonObject, zone: object) -> JsonObject:
+    if schedule.get("kind") != "once":
+        return schedule
+    return schedule | {"at": _in_zone(schedule.get("at"), zone)}
+
+
+def _kept_anchors(schedule: JsonObject, stored: object) -> JsonObject:
+    if not isinstance(stored, dict) or stored.get("kind") != schedule.get("kind"):
+        return schedule
+    return schedule | {k: stored[k] for k in _ANCHORS if k in stored and schedule.get(k) is None}
 
 
 def masked(job: JsonObject) -> JsonObject:
