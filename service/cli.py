@@ -13,10 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import argcomplete
-
 from service.client.commands import add_jobs_command
-from service.client.completion import add_completion_command
+from service.client.completion import add_completion_command, complete_if_asked
 from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
@@ -30,7 +28,7 @@ log = logging.getLogger("tickgate")
 
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
-    argcomplete.autocomplete(parser)  # returns unless the shell asks for completions
+    complete_if_asked(parser)
     args = parser.parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format, process_role(settings))

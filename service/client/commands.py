@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias
 from zoneinfo import ZoneInfo
 
-import argcomplete
-
+from service.client.completion import complete_if_asked
 from service.client.export import (
     as_applied,
     export_text,
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     """`tickgate jobs ...` on its own (the main CLI registers the same command)."""
     parser = argparse.ArgumentParser(prog="tickgate")
     add_jobs_command(parser.add_subparsers(required=True, metavar="COMMAND"))
-    argcomplete.autocomplete(parser)
+    complete_if_asked(parser)
     args = parser.parse_args(argv)
     args.command(None, args)
 

@@ -7,10 +7,9 @@ is the same as `eval "$(register-python-argcomplete tickgate)"`.
 """
 
 import argparse
+import os
 import sys
 from typing import Final, TypeAlias
-
-from argcomplete.shell_integration import shellcode
 
 SHELLS: Final = ("bash", "zsh", "fish", "tcsh", "powershell")
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -27,5 +26,16 @@ def add_completion_command(commands: SubParsers) -> None:
     parser.set_defaults(command=_print_shellcode)
 
 
+def complete_if_asked(parser: argparse.ArgumentParser) -> None:
+    """When the shell runs us to complete a word (argcomplete's `_ARGCOMPLETE`), print
+    the words that fit and exit; otherwise do nothing, and import nothing."""
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+
+
 def _print_shellcode(_settings: object, args: argparse.Namespace) -> None:
+    from argcomplete.shell_integration import shellcode
+
     sys.stdout.write(shellcode(["tickgate"], shell=args.shell))
