@@ -118,6 +118,13 @@ def every_kind(hook_url: str) -> list[dict[str, object]]:
             },
             "managed_by": "gitops",
         },
+        {
+            "name": "rt-done",
+            "schedule": {"kind": "cron", "expression": "* * * * * *"},
+            "task": "log",
+            "args": {"message": "once only"},
+            "max_runs": 1,
+        },
     ]
 
 
@@ -128,6 +135,7 @@ def test_export_then_apply_reports_every_job_unchanged(
     source.write_text(yaml.safe_dump({"jobs": every_kind(hooks.url_for("/rt"))}))
     assert set(outcomes(ok(url, "apply", "-f", str(source)).stdout).values()) == {"created"}
     ok(url, "pause", "rt-daily")
+    wait_for(lambda: state_of(url, "rt-done") == "completed", 60, "rt-done to complete")
     versions = {job["name"]: job["version"] for job in listed(url)}
 
     exported = tmp_path / "exported.yaml"
@@ -148,7 +156,8 @@ def test_export_then_apply_reports_every_job_unchanged(
     assert parse_document(ok(url, "export").stdout) == document
     assert set(outcomes(ok(url, "apply", "-f", str(as_json)).stdout).values()) == {"unchanged"}
     assert {job["name"]: job["version"] for job in listed(url)} == versions
-    assert next(j for j in listed(url) if j["name"] == "rt-daily")["state"] == "paused"
+    assert state_of(url, "rt-daily") == "paused"
+    assert state_of(url, "rt-done") == "completed"
 
 
 def test_export_filters_by_prefix_manager_and_state(url: str, tmp_path: Path) -> None:
@@ -178,7 +187,8 @@ def test_export_filters_by_prefix_manager_and_state(url: str, tmp_path: Path) ->
 def test_secret_headers_are_exported_masked_said_so_and_kept_by_apply(
     url: str, hooks: Receiver, tmp_path: Path
 ) -> None:
-    job = every_kind(hooks.url_for("/secret"))[-1] | {"name": "sec-hook"}
+    [hook] = [job for job in every_kind(hooks.url_for("/secret")) if job["task"] == "http"]
+    job = hook | {"name": "sec-hook"}
     source = tmp_path / "jobs.yaml"
     source.write_text(yaml.safe_dump([job]))
     ok(url, "apply", "-f", str(source), "--managed-by", "gitops")
@@ -210,3 +220,7 @@ def listed(url: str) -> list[dict[str, object]]:
     document = json.loads(ok(url, "list", "--json").stdout)
     items: list[dict[str, object]] = document["items"]
     return items
+
+
+def state_of(url: str, name: str) -> object:
+    return next(job["state"] for job in listed(url) if job["name"] == name)
