@@ -38,7 +38,7 @@ async def apply_set(
     """Create or replace every job of the set, and with `prune` delete the manager's jobs
     it does not name, in one transaction. Every job is checked first: a bad one is a 422
     naming each bad job by index and name, and nothing changes. An unchanged job keeps
-    its version."""
+    its version. With `dry_run`, the same answer, and nothing changes."""
     return await apply_jobs(services, body.jobs, query)
 
 
@@ -66,7 +66,8 @@ async def apply_jobs(services: Services, items: Sequence[Item], scope: ApplyQuer
         )
 
     names = [job.name for job in declared]
-    return _result(await services.store.apply_jobs(names, plan, prune), names)
+    applied = await services.store.apply_jobs(names, plan, prune, dry_run=scope.dry_run)
+    return _result(applied, names)
 
 
 def _result(applied: JobsApplied, names: Sequence[str]) -> ApplyResult:

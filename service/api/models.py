@@ -125,6 +125,12 @@ class ApplyQuery(BaseModel):
         "(repeat for several, all must match). It does not set labels on the set's jobs: "
         "give them the label too, or a later apply will not prune them.",
     )
+    dry_run: bool = Field(
+        False,
+        description="Plan, check and write the whole set exactly as an apply would, in its "
+        "transaction, then roll back: the answer (or the 422 or 409) is what the apply "
+        "would give, and nothing changes.",
+    )
 
 
 ApplyOutcome = Literal["created", "updated", "unchanged", "deleted"]

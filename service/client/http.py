@@ -42,11 +42,16 @@ class Problem:
 
     @classmethod
     def parse(cls, entry: object) -> "Problem":
+        """A FastAPI 422 entry (`loc`, `msg`, `input`), or an RFC 9457 `errors` entry
+        that names its place by `loc` or a JSON `pointer` and says what by `detail`."""
         if not isinstance(entry, dict):
             return cls((), str(entry), None, has_input=False)
-        loc = entry.get("loc")
+        loc, pointer = entry.get("loc"), entry.get("pointer")
         parts = tuple(str(part) for part in loc) if isinstance(loc, list) else ()
-        return cls(parts, str(entry.get("msg", "")), entry.get("input"), "input" in entry)
+        if not parts and isinstance(pointer, str):
+            parts = tuple(part for part in pointer.lstrip("#").split("/") if part)
+        msg = entry.get("msg", entry.get("detail", ""))
+        return cls(parts, str(msg), entry.get("input"), "input" in entry)
 
 
 class ApiError(ClientError):
@@ -61,7 +66,8 @@ class ApiError(ClientError):
 
     @property
     def problems(self) -> list[Problem]:
-        """The field problems of a 422 (`{"detail": [...]}`); empty for other answers."""
+        """The field problems of a 422 (`{"detail": [...]}`, or a problem's `errors`);
+        empty for other answers."""
         if not isinstance(self.detail, list):
             return []
         return [Problem.parse(entry) for entry in self.detail]
@@ -158,10 +164,17 @@ class TickgateClient:
         return Applied(response.status_code, _object(response))
 
     def apply_jobs(
-        self, jobs: Sequence[Mapping[str, object]], *, managed_by: str | None, prune: bool
+        self,
+        jobs: Sequence[Mapping[str, object]],
+        *,
+        managed_by: str | None,
+        prune: bool,
+        dry_run: bool = False,
     ) -> JsonObject:
-        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name."""
+        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name.
+        A `dry_run` answers the same and changes nothing."""
         params: Params = {"managed_by": managed_by, "prune": "true" if prune else None}
+        params["dry_run"] = "true" if dry_run else None
         return _object(self._request("PUT", "/v1/jobs", params=params, json={"jobs": jobs}))
 
     def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
@@ -206,6 +219,19 @@ class TickgateClient:
 
     def get_run(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}"))
+
+    def backfill_job(self, name: str, start: str, end: str) -> JsonObject:
+        """Run the ticks in [start, end] that have no run yet; the runs it made."""
+        body = {"from": start, "to": end}
+        return _object(self._request("POST", f"{_job_path(name)}/backfill", json=body))
+
+    # Schedules and tasks
+
+    def preview_schedule(self, request: Mapping[str, object]) -> JsonObject:
+        return _object(self._request("POST", "/v1/schedules/preview", json=request))
+
+    def list_tasks(self) -> JsonObject:
+        return _object(self._request("GET", "/v1/tasks"))
 
     # Plumbing
 
@@ -260,6 +286,9 @@ def _detail(response: httpx.Response) -> object:
         body: object = response.json()
     except ValueError:
         return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        errors: object = body["errors"]  # application/problem+json with field problems
+        return errors
     if isinstance(body, dict) and "detail" in body:
         detail: object = body["detail"]
         return detail

@@ -566,7 +566,7 @@ class Store:
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
     async def apply_jobs(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, *, dry_run: bool = False
     ) -> JobsApplied:
         """Bring the named jobs to what `plan` makes of them, and with `prune` delete the
         manager's other jobs, all in one transaction of a few set-based statements.
@@ -574,16 +574,21 @@ class Store:
         Rows are locked in name order, as everywhere. A job that `plan` returns equal to
         the stored one is not written, so its version stays and nobody is notified; every
         job created, updated or deleted notifies the schedulers, as a single change does.
+        A `dry_run` does all of it, constraint checks included, then rolls back: what it
+        answers is what the apply would have done, and nothing changed (its notifications
+        are never sent, as PostgreSQL sends them at commit).
         """
         for _ in range(_INSERT_ATTEMPTS):
             try:
-                return await self._apply_jobs_once(names, plan, prune)
+                return await self._apply_jobs_once(names, plan, prune, dry_run)
             except _NameTaken:
                 pass  # a concurrent create of one of the names won; plan again on its row
+            except _RolledBack as rolled_back:
+                return rolled_back.applied
         raise Conflict("jobs of this set are being created concurrently; retry")
 
     async def _apply_jobs_once(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, dry_run: bool
     ) -> JobsApplied:
         async with self._pool.acquire() as connection, connection.transaction():
             rows = await connection.fetch(_LOCK_NAMED_OR_IN_SCOPE, list(names), *_scope(prune))
@@ -591,6 +596,8 @@ class Store:
             wanted = plan({name: stored[name] for name in names if name in stored})
             changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
             await changes.write(connection)
+            if dry_run:
+                raise _RolledBack(changes.applied)  # leaving the block rolls it all back
         return changes.applied
 
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
@@ -739,6 +746,14 @@ def _names(jobs: Sequence[Job]) -> tuple[str, ...]:
 
 class _NameTaken(Exception):
     """A job of a bulk apply's set was created by someone else meanwhile."""
+
+
+class _RolledBack(Exception):
+    """A dry run's transaction ends so: written and checked, then rolled back."""
+
+    def __init__(self, applied: JobsApplied) -> None:
+        super().__init__("dry run")
+        self.applied = applied
 
 
 def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
