@@ -341,9 +341,14 @@ def complete_job_names(prefix: str, parsed_args: argparse.Namespace, **_: object
 # Actions: jobs
 
 
+def _job_filter(args: argparse.Namespace) -> JobFilter:
+    """The --state, --task, --prefix and --label of list and export."""
+    return JobFilter(args.state, args.task, args.prefix, tuple(args.label))
+
+
 def _list(ctx: Context) -> None:
     args = ctx.args
-    page = ctx.client.all_jobs(JobFilter(args.state, args.task, args.prefix), limit=args.limit)
+    page = ctx.client.all_jobs(_job_filter(args), limit=args.limit)
     ctx.show(page.document(), partial(_show_jobs, page))
 
 
@@ -420,8 +425,10 @@ def _apply(ctx: Context) -> None:
 
 
 def _refuse_unpaired(args: argparse.Namespace) -> None:
-    if args.prune and not args.managed_by:
-        raise UsageError("--prune needs --managed-by: only that manager's jobs are deleted")
+    if args.prune and not (args.managed_by or args.label):
+        raise UsageError(
+            "--prune needs --managed-by or --label: only the jobs in that scope are deleted"
+        )
     if args.yes and not args.diff:
         raise UsageError("--yes goes with --diff (an apply without --diff needs no --yes)")
 
@@ -429,7 +436,7 @@ def _refuse_unpaired(args: argparse.Namespace) -> None:
 def _apply_set(ctx: Context, jobs: Sequence[JsonObject], *, dry_run: bool) -> JsonObject:
     args = ctx.args
     return ctx.client.apply_jobs(
-        jobs, managed_by=args.managed_by, prune=args.prune, dry_run=dry_run
+        jobs, managed_by=args.managed_by, prune=args.prune, dry_run=dry_run, labels=args.label
     )
 
 
@@ -476,7 +483,7 @@ def _source_label(source: str) -> str:
 
 def _export(ctx: Context) -> None:
     args = ctx.args
-    page = ctx.client.all_jobs(JobFilter(args.state, args.task, args.prefix))
+    page = ctx.client.all_jobs(_job_filter(args))
     chosen = [job for job in page.items if _managed_as(job, args.managed_by)]
     jobs = [exported(job) for job in chosen]
     as_json = ctx.out.as_json or args.format == "json"
@@ -693,6 +700,13 @@ def _filters(what: str) -> tuple[Arg, ...]:
         arg("--state", choices=JOB_STATES),
         arg("--task", help=f"only {what} running this task"),
         arg("--prefix", help=f"only {what} whose name starts so"),
+        arg(
+            "--label",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"only {what} carrying this label (repeat: all must match)",
+        ),
     )
 
 
@@ -732,8 +746,16 @@ COMMANDS: Final = (
             arg(
                 "--prune",
                 action="store_true",
-                help="delete the active and paused jobs of --managed-by that the file does "
-                "not name",
+                help="delete the active and paused jobs of --managed-by (and --label) that "
+                "the file does not name",
+            ),
+            arg(
+                "--label",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="with --prune: only jobs carrying this label are in its scope (repeat: "
+                "all must match); the file's jobs should carry it too",
             ),
             arg(
                 "--dry-run",

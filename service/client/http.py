@@ -102,10 +102,11 @@ class JobFilter:
     state: str | None = None
     task: str | None = None
     prefix: str | None = None
+    labels: tuple[str, ...] = ()  # `key=value` each; a job must carry every one
 
 
 FetchPage = Callable[[int, str | None], Page]
-Params = dict[str, str | int | None]
+Params = dict[str, str | int | list[str] | None]
 
 
 class TickgateClient:
@@ -146,7 +147,7 @@ class TickgateClient:
     ) -> Page:
         where = where or JobFilter()
         params: Params = {"limit": limit, "cursor": cursor, "state": where.state}
-        params |= {"task": where.task, "prefix": where.prefix}
+        params |= {"task": where.task, "prefix": where.prefix, "label": list(where.labels)}
         return _page(self._request("GET", "/v1/jobs", params=params))
 
     def all_jobs(self, where: JobFilter | None = None, *, limit: int | None = None) -> Page:
@@ -170,11 +171,13 @@ class TickgateClient:
         managed_by: str | None,
         prune: bool,
         dry_run: bool = False,
+        labels: Sequence[str] = (),
     ) -> JsonObject:
         """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name.
-        A `dry_run` answers the same and changes nothing."""
+        A `dry_run` answers the same and changes nothing; `labels` (`key=value`) narrow
+        the scope of `prune`."""
         params: Params = {"managed_by": managed_by, "prune": "true" if prune else None}
-        params["dry_run"] = "true" if dry_run else None
+        params |= {"dry_run": "true" if dry_run else None, "label": list(labels)}
         return _object(self._request("PUT", "/v1/jobs", params=params, json={"jobs": jobs}))
 
     def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
@@ -243,7 +246,7 @@ class TickgateClient:
         params: Params | None = None,
         json: Mapping[str, object] | None = None,
     ) -> httpx.Response:
-        query = {key: value for key, value in (params or {}).items() if value is not None}
+        query = {key: value for key, value in (params or {}).items() if value not in (None, [])}
         try:
             response = self._http.request(method, path, params=query, json=json)
         except httpx.TransportError as error:

@@ -174,6 +174,27 @@ def test_apply_prune_deletes_only_the_managers_jobs_the_file_omits(
     assert document["deleted"] == 0
 
 
+def test_labels_filter_the_list_and_scope_a_prune(url: str, tmp_path: Path) -> None:
+    billing = {"team": "billing"}
+    path = write_jobs(
+        tmp_path / "jobs.yaml",
+        job("lab-keep", labels=billing),
+        job("lab-drop", labels=billing),
+        job("lab-other", labels={"team": "search"}),
+    )
+    ok(url, "apply", "-f", str(path))
+    listed = json.loads(ok(url, "list", "--label", "team=billing", "--json"))
+    assert [item["name"] for item in listed["items"]] == ["lab-drop", "lab-keep"]
+    both = tickgate(url, "list", "--label", "team=billing", "--label", "team=search")
+    assert both.returncode == 1
+    assert "two values" in both.stderr
+
+    write_jobs(path, job("lab-keep", labels=billing))
+    pruned = ok(url, "apply", "-f", str(path), "--label", "team=billing", "--prune")
+    assert outcomes(pruned) == {"lab-keep": "unchanged", "lab-drop": "deleted"}
+    assert tickgate(url, "get", "lab-other").returncode == 0
+
+
 def test_apply_prune_without_a_manager_is_a_usage_error(url: str, tmp_path: Path) -> None:
     path = write_jobs(tmp_path / "jobs.yaml", job("unpruned"))
     done = tickgate(url, "apply", "-f", str(path), "--prune")
