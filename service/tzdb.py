@@ -7,7 +7,7 @@ member's row) and a mix of them is warned about.
 
 Python's zoneinfo reads the operating system's database first (`zoneinfo.TZPATH`) and
 falls back to the `tzdata` package. The image sets `PYTHONTZPATH` empty, so it uses the
-package, whose release the Dockerfile pins (ARG TZDATA_VERSION).
+package, whose release requirements/runtime.lock pins (the image installs from it).
 """
 
 import zoneinfo

@@ -27,6 +27,7 @@ from service.api.models import (
     PauseRequest,
     decode_cursor,
     encode_cursor,
+    selected_labels,
 )
 from service.api.preconditions import ETAG_DOC, IfMatch, etag, guarded
 from service.domain.errors import Conflict, InvalidInput, NotFound
@@ -140,7 +141,7 @@ def declared_job(
 async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) -> JobPage:
     """Jobs in name order, a page at a time."""
     after = decode_cursor(query.cursor) if query.cursor else None
-    where = JobFilter(query.state, query.task, query.prefix)
+    where = JobFilter(query.state, query.task, query.prefix, selected_labels(query.label))
     if query.overdue:
         shown = await _overdue(services, where, after, query.limit + 1)
     else:

@@ -1,4 +1,5 @@
-"""A client of a running Tickgate server: `http` (the REST API) and `commands` (the CLI)."""
+"""A client of a running Tickgate server: `http` (the REST API), `commands` (the CLI, with
+`inputs`, `render`, `export` and `completion`)."""
 
 from service.client.http import (
     ApiError,

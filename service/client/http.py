@@ -42,33 +42,35 @@ class Problem:
 
     @classmethod
     def parse(cls, entry: object) -> "Problem":
+        """A FastAPI 422 entry (`loc`, `msg`, `input`), or an RFC 9457 `errors` entry
+        that names its place by `loc` or a JSON `pointer` and says what by `detail`."""
         if not isinstance(entry, dict):
             return cls((), str(entry), None, has_input=False)
-        loc = entry.get("loc")
+        loc, pointer = entry.get("loc"), entry.get("pointer")
         parts = tuple(str(part) for part in loc) if isinstance(loc, list) else ()
-        return cls(parts, str(entry.get("msg", "")), entry.get("input"), "input" in entry)
+        if not parts and isinstance(pointer, str):
+            parts = tuple(part for part in pointer.lstrip("#").split("/") if part)
+        msg = entry.get("msg", entry.get("detail", ""))
+        return cls(parts, str(msg), entry.get("input"), "input" in entry)
 
 
 class ApiError(ClientError):
-    """The server answered with a 4xx or 5xx status: an RFC 9457 problem, whose `detail`
-    says what went wrong and, for a 422, whose `errors` name each bad value."""
+    """The server answered with a 4xx or 5xx status."""
 
-    def __init__(
-        self, status: int, detail: object, method: str, url: str, errors: object = None
-    ) -> None:
+    def __init__(self, status: int, detail: object, method: str, url: str) -> None:
         super().__init__(f"{method} {url}: HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
         self.method = method
         self.url = url
-        self.errors = errors
 
     @property
     def problems(self) -> list[Problem]:
-        """The field problems of a 422 (`errors`); empty for other answers."""
-        if not isinstance(self.errors, list):
+        """The field problems of a 422 (`{"detail": [...]}`, or a problem's `errors`);
+        empty for other answers."""
+        if not isinstance(self.detail, list):
             return []
-        return [Problem.parse(entry) for entry in self.errors]
+        return [Problem.parse(entry) for entry in self.detail]
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,11 @@ class JobFilter:
     state: str | None = None
     task: str | None = None
     prefix: str | None = None
+    labels: tuple[str, ...] = ()  # `key=value` each; a job must carry every one
 
 
 FetchPage = Callable[[int, str | None], Page]
-Params = dict[str, str | int | None]
+Params = dict[str, str | int | list[str] | None]
 
 
 class TickgateClient:
@@ -144,7 +147,7 @@ class TickgateClient:
     ) -> Page:
         where = where or JobFilter()
         params: Params = {"limit": limit, "cursor": cursor, "state": where.state}
-        params |= {"task": where.task, "prefix": where.prefix}
+        params |= {"task": where.task, "prefix": where.prefix, "label": list(where.labels)}
         return _page(self._request("GET", "/v1/jobs", params=params))
 
     def all_jobs(self, where: JobFilter | None = None, *, limit: int | None = None) -> Page:
@@ -162,10 +165,19 @@ class TickgateClient:
         return Applied(response.status_code, _object(response))
 
     def apply_jobs(
-        self, jobs: Sequence[Mapping[str, object]], *, managed_by: str | None, prune: bool
+        self,
+        jobs: Sequence[Mapping[str, object]],
+        *,
+        managed_by: str | None,
+        prune: bool,
+        dry_run: bool = False,
+        labels: Sequence[str] = (),
     ) -> JsonObject:
-        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name."""
+        """PUT /v1/jobs: the whole set in one transaction; counts and outcomes by name.
+        A `dry_run` answers the same and changes nothing; `labels` (`key=value`) narrow
+        the scope of `prune`."""
         params: Params = {"managed_by": managed_by, "prune": "true" if prune else None}
+        params |= {"dry_run": "true" if dry_run else None, "label": list(labels)}
         return _object(self._request("PUT", "/v1/jobs", params=params, json={"jobs": jobs}))
 
     def patch_job(self, name: str, patch: Mapping[str, object]) -> JsonObject:
@@ -211,6 +223,19 @@ class TickgateClient:
     def get_run(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}"))
 
+    def backfill_job(self, name: str, start: str, end: str) -> JsonObject:
+        """Run the ticks in [start, end] that have no run yet; the runs it made."""
+        body = {"from": start, "to": end}
+        return _object(self._request("POST", f"{_job_path(name)}/backfill", json=body))
+
+    # Schedules and tasks
+
+    def preview_schedule(self, request: Mapping[str, object]) -> JsonObject:
+        return _object(self._request("POST", "/v1/schedules/preview", json=request))
+
+    def list_tasks(self) -> JsonObject:
+        return _object(self._request("GET", "/v1/tasks"))
+
     # Plumbing
 
     def _request(
@@ -221,13 +246,13 @@ class TickgateClient:
         params: Params | None = None,
         json: Mapping[str, object] | None = None,
     ) -> httpx.Response:
-        query = {key: value for key, value in (params or {}).items() if value is not None}
+        query = {key: value for key, value in (params or {}).items() if value not in (None, [])}
         try:
             response = self._http.request(method, path, params=query, json=json)
         except httpx.TransportError as error:
             raise Unreachable(self.base_url, _reason(error)) from error
         if response.is_error:
-            raise _api_error(response)
+            raise ApiError(response.status_code, _detail(response), method, str(response.url))
         return response
 
 
@@ -259,17 +284,18 @@ def _reason(error: httpx.TransportError) -> str:
     return text
 
 
-def _api_error(response: httpx.Response) -> ApiError:
-    """The problem document's `detail` and `errors`; the text of anything else."""
-    method, url = response.request.method, str(response.url)
+def _detail(response: httpx.Response) -> object:
     try:
         body: object = response.json()
     except ValueError:
-        text = response.text.strip()[:500] or response.reason_phrase
-        return ApiError(response.status_code, text, method, url)
+        return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        errors: object = body["errors"]  # application/problem+json with field problems
+        return errors
     if isinstance(body, dict) and "detail" in body:
-        return ApiError(response.status_code, body["detail"], method, url, body.get("errors"))
-    return ApiError(response.status_code, body, method, url)
+        detail: object = body["detail"]
+        return detail
+    return body
 
 
 def _object(response: httpx.Response) -> JsonObject:

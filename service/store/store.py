@@ -57,6 +57,10 @@ class JobChange:
         return self.before is None and self.after is not None
 
 
+# Selected labels: (key, value) pairs, all of which a job carries.
+Labels = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class JobsApplied:
     """What a bulk apply did, by job name."""
@@ -69,9 +73,16 @@ class JobsApplied:
 
 @dataclass(frozen=True)
 class Prune:
-    """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
+    """Delete the active and paused jobs in scope that a bulk apply does not name: those
+    of `managed_by` (any manager when None) that carry every one of `labels`. At least
+    one of the two is given: an empty scope would hold every job."""
 
-    managed_by: str
+    managed_by: str | None
+    labels: Labels = ()
+
+    def __post_init__(self) -> None:
+        if self.managed_by is None and not self.labels:
+            raise ValueError("a prune needs a manager or labels to scope it")
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,7 @@ class JobFilter:
     state: JobState | None = None
     task: str | None = None
     prefix: str | None = None
+    labels: Labels = ()  # every one of these (key, value) pairs
 
     def admits(self, job: Job) -> bool:
         """The same test as list_jobs' WHERE clause, for jobs already in hand."""
@@ -152,6 +164,7 @@ class JobFilter:
             (self.state is None or job.state is self.state)
             and (self.task is None or job.task == self.task)
             and (self.prefix is None or job.name.startswith(self.prefix))
+            and all(job.labels.get(key) == value for key, value in self.labels)
         )
 
 
@@ -279,12 +292,14 @@ class Store:
                   AND ($2::text IS NULL OR j.state = $2)
                   AND ($3::text IS NULL OR j.task = $3)
                   AND ($4::text IS NULL OR starts_with(j.name, $4))
+                  AND j.labels @> $6::jsonb
                 ORDER BY j.name LIMIT $5""",
             after,
             where.state,
             where.task,
             where.prefix,
             limit,
+            dict(where.labels),
         )
         return [ShownJob.of(row) for row in rows]
 
@@ -551,7 +566,7 @@ class Store:
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
     async def apply_jobs(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, *, dry_run: bool = False
     ) -> JobsApplied:
         """Bring the named jobs to what `plan` makes of them, and with `prune` delete the
         manager's other jobs, all in one transaction of a few set-based statements.
@@ -559,25 +574,30 @@ class Store:
         Rows are locked in name order, as everywhere. A job that `plan` returns equal to
         the stored one is not written, so its version stays and nobody is notified; every
         job created, updated or deleted notifies the schedulers, as a single change does.
+        A `dry_run` does all of it, constraint checks included, then rolls back: what it
+        answers is what the apply would have done, and nothing changed (its notifications
+        are never sent, as PostgreSQL sends them at commit).
         """
         for _ in range(_INSERT_ATTEMPTS):
             try:
-                return await self._apply_jobs_once(names, plan, prune)
+                return await self._apply_jobs_once(names, plan, prune, dry_run)
             except _NameTaken:
                 pass  # a concurrent create of one of the names won; plan again on its row
+            except _RolledBack as rolled_back:
+                return rolled_back.applied
         raise Conflict("jobs of this set are being created concurrently; retry")
 
     async def _apply_jobs_once(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, dry_run: bool
     ) -> JobsApplied:
         async with self._pool.acquire() as connection, connection.transaction():
-            rows = await connection.fetch(
-                _LOCK_NAMED_OR_MANAGED, list(names), prune.managed_by if prune else None
-            )
+            rows = await connection.fetch(_LOCK_NAMED_OR_IN_SCOPE, list(names), *_scope(prune))
             stored = {job.name: job for job in map(job_from_row, rows)}
             wanted = plan({name: stored[name] for name in names if name in stored})
             changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
             await changes.write(connection)
+            if dry_run:
+                raise _RolledBack(changes.applied)  # leaving the block rolls it all back
         return changes.applied
 
     async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
@@ -660,11 +680,21 @@ def _role(row: Mapping[str, Any]) -> Role:
     return role
 
 
-# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes, every
-# job of its manager (a NULL manager matches nothing).
-_LOCK_NAMED_OR_MANAGED = f"""SELECT {_JOB} FROM tickgate_jobs j
-    WHERE name = ANY($1::text[]) OR managed_by = $2::text
+# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes ($2),
+# every job in the prune's scope: of the manager $3 (any when NULL) with the labels $4.
+_LOCK_NAMED_OR_IN_SCOPE = f"""SELECT {_JOB} FROM tickgate_jobs j
+    WHERE name = ANY($1::text[])
+       OR ($2::boolean AND ($3::text IS NULL OR managed_by = $3) AND labels @> $4::jsonb)
     ORDER BY name FOR NO KEY UPDATE"""
+
+
+def _scope(prune: Prune | None) -> tuple[bool, str | None, dict[str, str]]:
+    """The arguments $2.. of _LOCK_NAMED_OR_IN_SCOPE."""
+    if prune is None:
+        return False, None, {}
+    return True, prune.managed_by, dict(prune.labels)
+
+
 _UNNESTED_JOBS = "unnest({}) AS u ({})".format(
     ", ".join(f"${n}::{sql_type}[]" for n, sql_type in enumerate(JOB_COLUMN_TYPES, start=1)),
     JOB_COLUMNS,
@@ -718,8 +748,16 @@ class _NameTaken(Exception):
     """A job of a bulk apply's set was created by someone else meanwhile."""
 
 
+class _RolledBack(Exception):
+    """A dry run's transaction ends so: written and checked, then rolled back."""
+
+    def __init__(self, applied: JobsApplied) -> None:
+        super().__init__("dry run")
+        self.applied = applied
+
+
 def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
-    """The stored jobs a pruning apply deletes: its manager's (the only others it
+    """The stored jobs a pruning apply deletes: those in its scope (the only others it
     locked) that it does not name, unless completed: those are history."""
     return [
         name

@@ -13,10 +13,16 @@ import httpx
 import pytest
 import yaml
 
-from service.client.commands import job_list, load_document, schedule_summary
-from service.client.http import JobFilter, Page, TickgateClient, collect
+from service.client.commands import (
+    describe_api_error,
+    describe_problem,
+    job_list,
+    load_document,
+    schedule_summary,
+)
+from service.client.http import ApiError, JobFilter, Page, TickgateClient, collect
 from tests.support.db import TemplateDatabases, with_database
-from tests.support.processes import free_port, serve
+from tests.support.processes import TICKGATE, free_port, serve
 
 pytestmark = pytest.mark.acceptance
 
@@ -50,6 +56,15 @@ def tickgate(url: str, *args: str, stdin: str | None = None) -> subprocess.Compl
     )
     assert "Traceback" not in done.stderr, done.stderr
     return done
+
+
+def ok_main(*args: str) -> str:
+    """`tickgate ARGS`, the installed command itself."""
+    done = subprocess.run(
+        [TICKGATE, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def ok(url: str, *args: str, stdin: str | None = None) -> str:
@@ -157,6 +172,27 @@ def test_apply_prune_deletes_only_the_managers_jobs_the_file_omits(
     )
     assert document["unchanged"] == 2
     assert document["deleted"] == 0
+
+
+def test_labels_filter_the_list_and_scope_a_prune(url: str, tmp_path: Path) -> None:
+    billing = {"team": "billing"}
+    path = write_jobs(
+        tmp_path / "jobs.yaml",
+        job("lab-keep", labels=billing),
+        job("lab-drop", labels=billing),
+        job("lab-other", labels={"team": "search"}),
+    )
+    ok(url, "apply", "-f", str(path))
+    listed = json.loads(ok(url, "list", "--label", "team=billing", "--json"))
+    assert [item["name"] for item in listed["items"]] == ["lab-drop", "lab-keep"]
+    both = tickgate(url, "list", "--label", "team=billing", "--label", "team=search")
+    assert both.returncode == 1
+    assert "two values" in both.stderr
+
+    write_jobs(path, job("lab-keep", labels=billing))
+    pruned = ok(url, "apply", "-f", str(path), "--label", "team=billing", "--prune")
+    assert outcomes(pruned) == {"lab-keep": "unchanged", "lab-drop": "deleted"}
+    assert tickgate(url, "get", "lab-other").returncode == 0
 
 
 def test_apply_prune_without_a_manager_is_a_usage_error(url: str, tmp_path: Path) -> None:
@@ -348,3 +384,304 @@ def test_client_sends_filters_and_follows_next_cursor() -> None:
     assert [item["name"] for item in page.items] == ["a", "b"]
     assert seen[0] == httpx.QueryParams({"limit": "1000", "state": "paused", "prefix": "a"})
     assert seen[1]["cursor"] == "c1"
+
+
+# The commands of issue #15
+
+
+def versions(url: str, *names: str) -> dict[str, object]:
+    return {name: as_json(url, "get", name)["version"] for name in names}
+
+
+def test_apply_dry_run_changes_nothing_and_says_what_apply_then_does(
+    url: str, tmp_path: Path
+) -> None:
+    path = write_jobs(tmp_path / "jobs.yaml", job("dry-a"), job("dry-b"), job("dry-c"))
+    ok(url, "apply", "-f", str(path), "--managed-by", "dry")
+    before = versions(url, "dry-a", "dry-b", "dry-c")
+    write_jobs(path, job("dry-a"), job("dry-b", description="changed"), job("dry-new"))
+    flags = ("-f", str(path), "--managed-by", "dry", "--prune")
+
+    planned = ok(url, "apply", *flags, "--dry-run")
+    assert "(a dry run; nothing changed)" in planned
+    assert versions(url, "dry-a", "dry-b", "dry-c") == before
+    assert tickgate(url, "get", "dry-new").returncode == 1
+    planned_json = json.loads(ok(url, "apply", *flags, "--dry-run", "--json"))
+
+    applied = ok(url, "apply", *flags)
+    assert (
+        outcomes(applied)
+        == outcomes(planned)
+        == {
+            "dry-a": "unchanged",
+            "dry-b": "updated",
+            "dry-new": "created",
+            "dry-c": "deleted",
+        }
+    )
+    assert json.loads(ok(url, "apply", *flags, "--json")) != planned_json  # now unchanged
+    assert versions(url, "dry-a", "dry-b") == {"dry-a": 1, "dry-b": 2}
+
+
+def test_apply_dry_run_of_a_bad_set_fails_as_the_apply_would(url: str, tmp_path: Path) -> None:
+    bad = job("dry-bad", schedule={"kind": "cron", "expression": "61 * * * *"})
+    path = write_jobs(tmp_path / "jobs.yaml", job("dry-fine"), bad)
+    done = tickgate(url, "apply", "-f", str(path), "--dry-run")
+    assert done.returncode == 1
+    assert "job 'dry-bad'" in done.stderr
+    assert tickgate(url, "get", "dry-fine").returncode == 1
+
+
+def test_apply_diff_shows_each_change_then_applies_only_with_yes(url: str, tmp_path: Path) -> None:
+    daily = {"kind": "daily", "at": ["03:00"]}
+    path = write_jobs(
+        tmp_path / "jobs.yaml",
+        job("diff-same", schedule=daily, retry={"max_attempts": 2}),
+        job("diff-changed", timezone="Europe/Kyiv"),
+        job("diff-gone"),
+    )
+    ok(url, "apply", "-f", str(path), "--managed-by", "diffs")
+    write_jobs(
+        path,
+        job("diff-same", schedule={"kind": "daily", "at": ["03:00:00"], "every_days": 1})
+        | {"retry": {"max_attempts": 2, "min_backoff_seconds": 5.0}},
+        job(
+            "diff-changed",
+            timezone="Europe/Kyiv",
+            args={"message": "changed"},
+            schedule={"kind": "cron", "expression": "0  0 1 1  *"},
+            retry={"min_backoff_seconds": 5.0},
+            overlap="skip",
+            description="",
+        ),
+        job("diff-new"),
+    )
+    flags = ("-f", str(path), "--managed-by", "diffs", "--prune")
+
+    shown = ok(url, "apply", *flags, "--diff")
+    assert "--- diff-changed (server)" in shown
+    assert f"+++ diff-changed ({path})" in shown
+    changed = shown[shown.index("--- diff-changed") : shown.index("--- diff-new")]
+    edits = (line for line in changed.splitlines() if not line.startswith(("---", "+++")))
+    lines = [line for line in edits if line.startswith(("-", "+"))]
+    assert lines == ["-  message: hi", "+  message: changed"]  # defaults and spellings aside
+    assert "+name: diff-new\n" in shown
+    assert "-name: diff-gone\n" in shown
+    assert "diff-same (server)" not in shown  # spelt otherwise, applied the same
+    assert "1 created, 1 updated, 1 unchanged, 1 deleted (a dry run; nothing changed)" in shown
+    assert as_json(url, "get", "diff-changed")["version"] == 1
+    document = json.loads(ok(url, "apply", *flags, "--diff", "--json"))
+    assert sorted(document["diffs"]) == ["diff-changed", "diff-gone", "diff-new"]
+    assert document["updated"] == 1
+
+    applied = ok(url, "apply", *flags, "--diff", "--yes")
+    assert "+  message: changed" in applied
+    assert "dry run" not in applied
+    assert as_json(url, "get", "diff-changed")["version"] == 2
+    assert tickgate(url, "get", "diff-gone").returncode == 1
+
+
+def test_apply_diff_of_many_jobs_reads_them_by_listing(url: str, tmp_path: Path) -> None:
+    names = [f"many-{index:02d}" for index in range(25)]
+    path = write_jobs(tmp_path / "jobs.yaml", *(job(name) for name in names))
+    ok(url, "apply", "-f", str(path))
+    write_jobs(path, *(job(name, description=f"now {name}") for name in names))
+    document = json.loads(ok(url, "apply", "-f", str(path), "--diff", "--json"))
+    assert sorted(document["diffs"]) == names
+    assert all(f"+description: now {n}" in diff for n, diff in document["diffs"].items())
+    assert tickgate(url, "apply", "-f", str(path), "--yes").returncode == 2
+
+
+def test_patch_merges_a_file_and_typed_sets(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("patched", max_runs=5, retry={"max_attempts": 3}))
+    patch = tmp_path / "patch.yaml"
+    patch.write_text("description: from the file\nargs: {message: filed}\n")
+    printed = ok(
+        url,
+        "patch",
+        "patched",
+        "-f",
+        str(patch),
+        "--set",
+        "retry.min_backoff_seconds=7.5",
+        "--set",
+        "max_runs=null",
+        "--set",
+        "schedule={kind: daily, at: [15:30]}",
+        "--set",
+        "timeout_seconds=30",
+    )
+    assert "patched job 'patched': version 2" in printed
+    shown = as_json(url, "get", "patched")
+    assert shown["description"] == "from the file"
+    assert shown["args"] == {"message": "filed"}
+    assert shown["retry"]["max_attempts"] == 3  # merged, not replaced
+    assert shown["retry"]["min_backoff_seconds"] == 7.5
+    assert shown["max_runs"] is None
+    assert shown["schedule"]["at"] == ["15:30:00"]
+    assert shown["timeout_seconds"] == 30
+    assert as_json(url, "patch", "patched", "--set", "description=")["description"] == ""
+    nothing = tickgate(url, "patch", "patched")
+    assert nothing.returncode == 2
+    assert "--set" in nothing.stderr
+    assert tickgate(url, "patch", "patched", "--set", "novalue").returncode == 2
+    refused = tickgate(url, "patch", "patched", "--set", "timeout_seconds=-1")
+    assert refused.returncode == 1
+    assert "timeout_seconds" in refused.stderr
+
+
+def test_backfill_runs_the_missed_ticks_once(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("backfilled", schedule={"kind": "daily", "at": ["03:00"]}))
+    window = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-04T00:00:00Z")
+    printed = ok(url, "backfill", "backfilled", *window)
+    assert "backfilled job 'backfilled': 3 runs" in printed
+    assert "2026-01-02T03:00:00Z" in printed
+    assert "backfill" in printed
+    assert as_json(url, "backfill", "backfilled", *window)["items"] == []
+    runs = as_json(url, "runs", "backfilled")
+    assert len(names_of(runs, key="id")) == 3
+    future = tickgate(url, "backfill", "backfilled", "--from", "2026-01-01T00:00:00Z")
+    assert future.returncode == 2  # --to is required
+
+
+def test_runs_get_shows_one_run(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("one-run"))
+    match = UUID_PATTERN.search(ok(url, "trigger", "one-run"))
+    assert match
+    run_id = match.group()
+    shown = ok(url, "runs", "get", run_id)
+    assert f"run {run_id}" in shown
+    assert "one-run" in shown
+    assert as_json(url, "runs", "get", run_id)["id"] == run_id
+    assert tickgate(url, "runs", "one-run", run_id).returncode == 2
+    missing = tickgate(url, "runs", "get", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 1
+
+
+def test_preview_by_flags_or_file(url: str, tmp_path: Path) -> None:
+    after = ("--after", "2026-03-07T00:00:00Z")
+    new_york = ("--timezone", "America/New_York")
+    daily = ok(url, "preview", "--daily", "03:00", "15:30", *new_york, *after)
+    assert "daily 03:00,15:30 every 1d in America/New_York" in daily
+    assert "2026-03-07T08:00:00Z" in daily  # 03:00 EST
+    assert "2026-03-07T03:00:00-05:00 EST" in daily
+    assert "2026-03-09T03:00:00-04:00 EDT" in daily  # after the spring change
+    cron = as_json(url, "preview", "--cron", "0 12 * * *", "--count", "2", *after)
+    assert cron["fire_times"] == ["2026-03-07T12:00:00Z", "2026-03-08T12:00:00Z"]
+    every = as_json(url, "preview", "--every", "90", "--count", "3", *after)
+    assert len(every["fire_times"]) == 3
+    once = as_json(url, "preview", "--once", "2030-01-01T09:00:00", "--timezone", "Asia/Tokyo")
+    assert once["fire_times"] == ["2030-01-01T00:00:00Z"]
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job("previewed", timezone="Europe/Kyiv")))
+    from_file = as_json(url, "preview", "-f", str(path), "--count", "1", *after)
+    assert from_file["fire_times"] == ["2026-12-31T22:00:00Z"]  # midnight in Kyiv
+    assert tickgate(url, "preview", "--cron", "* * * * *", "--every", "5").returncode == 2
+    assert tickgate(url, "preview").returncode == 2
+    assert tickgate(url, "preview", "--cron", "@daily", "--every-days", "2").returncode == 2
+    bad = tickgate(url, "preview", "--cron", "0 0 99 * *")
+    assert bad.returncode == 1
+    assert "expression" in bad.stderr
+
+
+def test_tasks_lists_each_task_and_its_args(url: str) -> None:
+    shown = ok(url, "tasks")
+    assert "log: Write a message to the service log" in shown
+    assert "message*: string" in shown
+    assert "level: debug|info|warning|error" in shown
+    assert "url*: string" in shown
+    names = [task["name"] for task in as_json(url, "tasks")["items"]]
+    assert {"http", "log", "sql"} <= set(names)
+
+
+def complete(comp_line: str, **env: str) -> list[str]:
+    """argcomplete's protocol, as its shell code speaks it: `_ARGCOMPLETE`, `COMP_LINE`
+    and `COMP_POINT` set, the words read from fd 8, separated by a vertical tab."""
+    done = subprocess.run(
+        ["bash", "-c", '"$@" 8>&1 1>/dev/null 2>/dev/null', "-", TICKGATE],
+        capture_output=True,
+        text=True,
+        env=os.environ
+        | env
+        | {"_ARGCOMPLETE": "1", "COMP_LINE": comp_line, "COMP_POINT": str(len(comp_line))},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [word.strip() for word in done.stdout.split("\v") if word.strip()]
+
+
+def test_completion_offers_the_actions_of_jobs() -> None:
+    offered = complete("tickgate jobs ")
+    assert {"list", "get", "apply", "patch", "export", "preview", "backfill", "tasks"} <= set(
+        offered
+    )
+    assert complete("tickgate jobs ex") == ["export"]
+    assert complete("tickgate jobs export --fo") == ["--format"]
+    assert set(complete("tickgate jobs export --format ")) == {"yaml", "json"}
+    assert "completion" in complete("tickgate ")
+
+
+def test_completion_of_a_job_name_asks_the_server(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("complete-alpha"), job("complete-beta"))
+    assert complete("tickgate jobs get complete-", TICKGATE_URL=url) == [
+        "complete-alpha",
+        "complete-beta",
+    ]
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    assert complete("tickgate jobs get complete-", TICKGATE_URL=nowhere) == []
+
+
+def test_the_printed_bash_code_completes_in_bash(url: str, tmp_path: Path) -> None:
+    created(url, tmp_path, job("bashed"))
+    script = """source <(tickgate completion bash)
+COMP_LINE="tickgate jobs pause bas"; COMP_POINT=${#COMP_LINE}
+COMP_WORDS=(tickgate jobs pause bas); COMP_CWORD=3
+_python_argcomplete tickgate
+printf '%s\\n' "${COMPREPLY[@]}"
+"""
+    path = f"{Path(TICKGATE).parent}:{os.environ.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PATH": path, "TICKGATE_URL": url},
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.split() == ["bashed"], done.stderr
+    assert "compdef tickgate" in ok_main("completion", "zsh")
+
+
+def test_field_problems_read_from_a_fastapi_422_or_a_problem_document() -> None:
+    entry = {"loc": ["body", "jobs", 1, "schedule"], "msg": "bad cron", "input": "nope"}
+    problem = {"type": "about:blank", "title": "Unprocessable", "status": 422}
+    answers = iter(
+        [
+            httpx.Response(422, json={"detail": [entry]}),
+            httpx.Response(422, json=problem | {"detail": "1 problem", "errors": [entry]}),
+            httpx.Response(
+                422,
+                json=problem | {"errors": [{"pointer": "/jobs/1/schedule", "detail": "bad"}]},
+            ),
+            httpx.Response(409, json=problem | {"detail": "job 'a' has the lock_key of 'b'"}),
+        ]
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return next(answers)
+
+    seen: list[ApiError] = []
+    with TickgateClient("http://tickgate", transport=httpx.MockTransport(answer)) as client:
+        for _ in range(4):
+            with pytest.raises(ApiError) as raised:
+                client.get_job("a")
+            seen.append(raised.value)
+    fastapi, problem_json, pointer, conflict = seen
+    assert describe_problem(fastapi.problems[0]) == (
+        'body.jobs.1.schedule: bad cron (input: "nope")'
+    )
+    assert problem_json.problems == fastapi.problems
+    assert describe_problem(pointer.problems[0]) == "jobs.1.schedule: bad"
+    assert describe_api_error(conflict) == ["conflict: job 'a' has the lock_key of 'b'"]

@@ -1,12 +1,17 @@
 """The Dockerfile, read statically: no Docker engine is needed."""
 
+import contextlib
 import fnmatch
+import http.server
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
+import threading
 import tomllib
+from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -16,12 +21,14 @@ from tests.deploy import (
     DOCKERFILE,
     DOCKERIGNORE,
     ROOT,
+    Instruction,
     exec_form,
     exposed_ports,
     final_stage,
     stages,
     user_ids,
 )
+from tests.deploy.test_lock import read_lock
 
 BASE_IMAGE = re.compile(r"^python:3\.12-slim(@sha256:[0-9a-f]{64})?$")
 BUILD_TOOLS = re.compile(
@@ -129,7 +136,8 @@ def test_dockerignore_keeps_the_context_small_but_buildable() -> None:
     ]
     for unwanted in (".venv", ".git", ".tickgate", "tests", ".mypy_cache", "service/__pycache__"):
         assert _ignored(unwanted, patterns), f"{unwanted} is sent to the Docker daemon"
-    for needed in ("pyproject.toml", "README.md", "service", "service/cli.py"):
+    build_inputs = ("pyproject.toml", "README.md", "LICENSE", "service", "service/cli.py")
+    for needed in (*build_inputs, "requirements/runtime.lock"):
         assert not _ignored(needed, patterns), f"{needed} is needed by the build"
 
 
@@ -150,10 +158,111 @@ def test_image_computes_ticks_with_the_pinned_tzdata_package() -> None:
 
 
 def test_image_pins_one_tzdata_release(pyproject: dict) -> None:
-    """Images built at different times compute the same ticks."""
-    builder = stages(DOCKERFILE.read_text())[0]
-    pinned = re.search(r"ARG TZDATA_VERSION=(\d{4}\.\d+)", DOCKERFILE.read_text())
-    assert pinned, "the builder stage pins tzdata"
-    wheel = " ".join(instruction.args for instruction in builder.all("RUN"))
-    assert '"tzdata==${TZDATA_VERSION}"' in wheel
+    """Images built at different times compute the same ticks: the image's tzdata is the
+    one pinned, with its hashes, in the lock it builds from."""
+    pinned = read_lock("runtime.lock").get("tzdata")
+    assert pinned is not None, "requirements/runtime.lock pins no tzdata release"
+    assert re.fullmatch(r"\d{4}\.\d+", pinned.version)
+    assert pinned.hashes
     assert any(dep.startswith("tzdata") for dep in pyproject["project"]["dependencies"])
+    assert "TZDATA_VERSION" not in DOCKERFILE.read_text(), "a second pin would disagree"
+
+
+def _healthcheck() -> tuple[str, list[str]]:
+    """The final stage's HEALTHCHECK: its options and its exec-form command."""
+    healthcheck = final_stage().last("HEALTHCHECK")
+    assert healthcheck is not None, "the image declares no HEALTHCHECK"
+    options, _, command = healthcheck.args.partition("CMD ")
+    words = exec_form(Instruction("CMD", command))
+    return options, words
+
+
+def test_healthcheck_asks_healthz_on_the_served_port_with_python_alone() -> None:
+    options, words = _healthcheck()
+    assert words[:2] == ["python", "-c"], "no curl or wget in the image: python's urllib"
+    assert not re.search(r"\b(curl|wget)\b", " ".join(words))
+    url = re.search(r"'(http://[^']+)'", words[2])
+    assert url, words[2]
+    port = int(url[1].split(":")[2].split("/")[0])
+    assert url[1] == f"http://127.0.0.1:{port}/healthz"
+    assert {port} == exposed_ports(final_stage())
+    assert "--timeout=" in options
+    assert "--start-period=" in options
+
+
+class _Probe(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _answering(status: int) -> Iterator[int]:
+    handler = type("Handler", (_Probe,), {"status": status})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+            thread.join()
+
+
+def healthcheck_command(port: int) -> list[str]:
+    """The HEALTHCHECK's own command, aimed at `port` instead of the image's."""
+    _, words = _healthcheck()
+    return [*words[:2], words[2].replace(":8080/", f":{port}/")]
+
+
+def _run_healthcheck(port: int) -> int:
+    """With a proxy in the environment that the check must not use (a container given
+    HTTP_PROXY for its jobs' calls)."""
+    dead_proxy = {"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    return subprocess.run(
+        [sys.executable, *healthcheck_command(port)[1:]],
+        env=os.environ | dead_proxy,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    ).returncode
+
+
+def test_healthcheck_is_healthy_only_while_healthz_answers_200() -> None:
+    with _answering(200) as port:
+        assert _run_healthcheck(port) == 0
+    with _answering(503) as port:
+        assert _run_healthcheck(port) == 1
+    assert _run_healthcheck(port) == 1, "nothing listening is unhealthy"
+
+
+def _labels() -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for label in final_stage().all("LABEL"):
+        for word in shlex.split(label.args):
+            key, _, value = word.partition("=")
+            labels[key] = value
+    return labels
+
+
+def _build_args() -> dict[str, str]:
+    found = re.findall(r"^ARG (\w+)(?:=(.*))?$", DOCKERFILE.read_text(), re.MULTILINE)
+    return {name: default.strip('"') for name, default in found}
+
+
+def test_oci_labels_describe_the_image(pyproject: dict) -> None:
+    labels = _labels()
+    oci = "org.opencontainers.image."
+    assert labels[oci + "title"] == pyproject["project"]["name"]
+    assert labels[oci + "description"]
+    assert labels[oci + "licenses"] == pyproject["project"]["license"]
+    assert labels[oci + "version"] == "${VERSION}"
+    assert labels[oci + "source"] == "${SOURCE_URL}"
+    assert labels[oci + "revision"] == "${REVISION}"
+    assert _build_args()["VERSION"] == pyproject["project"]["version"]

@@ -182,8 +182,13 @@ async def test_a_taken_lock_key_is_a_409_naming_the_job(
         )
     finally:
         await connection.close()
+    dry = await client.put(
+        "/v1/jobs", json={"jobs": [job("a"), job("b")]}, params={"dry_run": "true"}
+    )
+    assert dry.status_code == 409  # found by the same statements, in the rolled-back write
     response = await client.put("/v1/jobs", json={"jobs": [job("a"), job("b")]})
     assert response.status_code == 409
+    assert response.json() == dry.json()
     assert "'b'" in response.json()["detail"]
     assert "'planted'" in response.json()["detail"]
     assert sorted(await stored(client)) == ["planted"]
@@ -250,3 +255,36 @@ async def test_the_bulk_body_limit_is_its_own(settings: Settings) -> None:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_a_dry_run_answers_what_the_apply_then_does_and_changes_nothing(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    await apply(client, job("dry-kept"), job("dry-changed"), job("dry-pruned"), managed_by="m")
+    before = await stored(client)
+    received: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener("tickgate_jobs", lambda *args: received.put_nowait(args[3]))
+        wanted = [job("dry-kept"), job("dry-changed", description="new"), job("dry-new")]
+        planned = await apply(client, *wanted, managed_by="m", prune="true", dry_run="true")
+        assert counts(planned) == (1, 1, 1, 1)
+        assert await stored(client) == before  # versions and updated_at included
+        await asyncio.sleep(0.5)
+        assert received.empty()  # a rolled-back transaction notifies nobody
+
+        applied = await apply(client, *wanted, managed_by="m", prune="true")
+        assert applied == planned
+        assert await asyncio.wait_for(received.get(), 10) in {"dry-changed", "dry-new"}
+    finally:
+        await listener.close()
+    after = await stored(client)
+    assert sorted(after) == ["dry-changed", "dry-kept", "dry-new"]
+    assert after["dry-changed"]["version"] == 2
+
+
+async def test_a_dry_run_refuses_what_the_apply_refuses(client: httpx.AsyncClient) -> None:
+    bad = job("dry-bad", schedule={"kind": "cron", "expression": "nope"})
+    detail = await problems(client, job("dry-good"), bad, dry_run="true")
+    assert [p["loc"][:3] for p in detail] == [["body", "jobs", 1]]
+    assert await stored(client) == {}
