@@ -64,14 +64,14 @@ async def test_bad_labels_and_selectors_are_422s_naming_them(client: httpx.Async
     for labels in bad:
         answer = await client.post("/v1/jobs", json=job("x", labels=labels))
         assert answer.status_code == 422, labels
-        assert answer.json()["detail"][0]["loc"][:2] == ["body", "labels"], answer.text
+        assert answer.json()["errors"][0]["loc"][:2] == ["body", "labels"], answer.text
     for selector in ("team", "=billing", "team=bill ing"):
         answer = await client.get("/v1/jobs", params={"label": selector})
         assert answer.status_code == 422, selector
-        assert answer.json()["detail"][0]["loc"][:2] == ["query", "label"], answer.text
+        assert answer.json()["errors"][0]["loc"][:2] == ["query", "label"], answer.text
     twice = await client.get("/v1/jobs", params=[("label", "team=a"), ("label", "team=b")])
     assert twice.status_code == 422
-    assert "two values" in twice.json()["detail"][0]["msg"]
+    assert "two values" in twice.json()["errors"][0]["msg"]
 
 
 async def test_a_prune_scoped_by_a_label_deletes_only_the_labelled_jobs_it_omits(
