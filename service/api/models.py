@@ -1,7 +1,7 @@
 """Request and response bodies of the v1 API."""
 
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
@@ -20,6 +20,7 @@ from service.api.schedule_words import schedule_text
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, ManagerName, Overlap
 from service.domain.names import is_valid_job_name
+from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
@@ -355,3 +356,52 @@ def _b64(text: str) -> str:
 def _unb64(text: str) -> str:
     """Raises ValueError (binascii.Error and UnicodeDecodeError are ValueErrors)."""
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+
+
+class ClusterMember(BaseModel):
+    """A live replica, as its membership row last reported it (every second)."""
+
+    runner_id: str = Field(description="The replica's name (TICKGATE_RUNNER_ID).")
+    version: str = Field(description="The Tickgate version it runs.")
+    tzdata: str = Field(description="The time-zone database it computes ticks with.")
+    started_at: datetime = Field(description="When it joined the cluster (this membership).")
+    heartbeat_at: datetime = Field(description="Its latest heartbeat.")
+    heartbeat_age_seconds: float = Field(description="`as_of` minus `heartbeat_at`.")
+    runs_in_flight: int = Field(description="Runs executing on it at its latest heartbeat.")
+    last_sync: datetime | None = Field(
+        description="When its scheduler last brought its jobs up to date (null: not yet)."
+    )
+    last_sync_age_seconds: float | None = Field(description="`as_of` minus `last_sync`.")
+
+    @classmethod
+    def of(cls, member: Member, as_of: datetime) -> Self:
+        return cls(
+            runner_id=member.runner_id,
+            version=member.version,
+            tzdata=member.tzdata,
+            started_at=member.started_at,
+            heartbeat_at=member.heartbeat_at,
+            heartbeat_age_seconds=_seconds(as_of - member.heartbeat_at),
+            runs_in_flight=member.runs_in_flight,
+            last_sync=member.last_sync,
+            last_sync_age_seconds=_seconds(as_of - member.last_sync) if member.last_sync else None,
+        )
+
+
+class OverdueOut(BaseModel):
+    """What the last overdue check found (one replica checks per reconcile round)."""
+
+    count: int = Field(description="Active jobs whose latest tick is past its grace, unrun.")
+    checked_at: datetime | None = Field(description="When that check finished (null: never).")
+
+
+class ClusterOut(BaseModel):
+    """The replicas that are up, and the overdue count."""
+
+    as_of: datetime = Field(description="The database's clock when this was read.")
+    members: list[ClusterMember] = Field(description="The live replicas, oldest membership first.")
+    overdue: OverdueOut
+
+
+def _seconds(age: timedelta) -> float:
+    return round(age.total_seconds(), 3)

@@ -13,7 +13,7 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.ownership import Members, Role
+from service.domain.ownership import Member, Members, Role
 from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, fire_sql, members_sql
 from service.store.connection import Connection, Pool
@@ -32,6 +32,7 @@ from service.store.rows import (
     job_values,
     last_run_columns,
     last_run_from_row,
+    member_from_row,
     run_from_row,
 )
 
@@ -313,6 +314,12 @@ class Store:
             row = await connection.fetchrow(chores_sql.SUMMARY)
         assert row is not None, "one row: a select of two subqueries"
         return OverdueSummary(row["overdue"], row["checked_at"])
+
+    async def live_members(self) -> list[Member]:
+        """The cluster's live members in seed order, as their rows last reported them."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(members_sql.LIVE_MEMBERS)
+        return [member_from_row(row) for row in rows]
 
     async def booked_overdue(self) -> list[tuple[Job, datetime]]:
         """The jobs in the overdue book, in name order, with the tick found missed."""

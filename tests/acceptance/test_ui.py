@@ -5,7 +5,9 @@ routed through the test: one to a host other than loopback is aborted and fails 
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,21 +30,36 @@ WAIT_MS = 30_000  # generous: a loaded 2-core box
 
 
 @pytest.fixture(scope="module")
-def url(templates: TemplateDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def database_url(templates: TemplateDatabases) -> Iterator[str]:
     database = asyncio.run(templates.clone())
     try:
-        database_url = with_database(templates.server_url, database)
-        workdir = tmp_path_factory.mktemp("ui-server")
-        replica = start_replica(
-            workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
-        )
-        try:
-            wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
-            yield replica.url
-        finally:
-            replica.stop()
+        yield with_database(templates.server_url, database)
     finally:
         asyncio.run(templates.drop(database))
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    with started(tmp_path_factory.mktemp("ui-server"), database_url) as replica:
+        yield replica
+
+
+@contextmanager
+def started(workdir: Path, database_url: str) -> Iterator[Replica]:
+    """A replica serving the API with the test's tokens, stopped on the way out."""
+    replica = start_replica(
+        workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
+    )
+    try:
+        wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
+        yield replica
+    finally:
+        replica.stop()
+
+
+@pytest.fixture(scope="module")
+def url(server: Replica) -> str:
+    return server.url
 
 
 def answers(replica: Replica) -> bool:
@@ -277,6 +294,25 @@ def test_the_api_docs_render_their_operations_offline(
     page.goto(f"{url}/docs")
     expect(page.locator(".opblock").first).to_be_visible()
     assert page.locator(".opblock").count() > 10
+
+
+def test_the_cluster_page_lists_the_live_replicas(
+    server: Replica, database_url: str, page_as: Callable[..., Page], tmp_path: Path
+) -> None:
+    page = page_as(READ)
+    page.goto(f"{server.url}/ui/")
+    page.click("nav >> text=Cluster")
+    expect(page).to_have_url(f"{server.url}/ui/cluster")
+    runners = page.locator("#members tbody tr td:first-child")
+    expect(runners).to_have_text([server.runner_id])
+    with started(tmp_path, database_url) as second:
+        # The page refreshes itself: the second replica shows up without a reload.
+        expect(runners).to_have_text([server.runner_id, second.runner_id])
+        row = page.locator("#members tbody tr", has_text=second.runner_id)
+        expect(row.locator("td").nth(1)).to_have_text(re.compile(r"\d+\.\d+"))
+        expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^\d+ s ago$"))
+    expect(page.locator("#overdue-summary")).to_contain_text("overdue")
+    expect(runners).to_have_text([server.runner_id])
 
 
 @pytest.mark.parametrize("width", [1280, 390])
