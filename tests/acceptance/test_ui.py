@@ -229,6 +229,36 @@ def test_the_job_page_shows_runs_and_its_actions_work(
     assert api.get("/v1/jobs/act-every-second").status_code == 404
 
 
+def test_the_job_page_charts_lateness_and_duration_of_each_run(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "chart-every-second", schedule={"kind": "interval", "every_seconds": 1})
+    page = page_as(READ)
+    page.goto(f"{url}/ui/jobs/chart-every-second")
+    chart = page.locator("svg#chart")
+    expect(chart).to_have_attribute("role", "img")
+    expect(chart.locator(".duration circle").nth(2)).to_be_attached(timeout=60_000)
+    assert api.post("/v1/jobs/chart-every-second/pause").status_code == 200
+    runs: list[dict[str, object]] = []
+
+    def all_finished() -> bool:
+        runs[:] = api.get("/v1/jobs/chart-every-second/runs?limit=100").json()["items"]
+        return all(run["status"] != "running" for run in runs)
+
+    wait_for(all_finished, WAIT_MS / 1000, "the last run to finish")
+    ran = [run for run in runs if run["status"] != "skipped"]
+    # One point per run shown, in each series (every run here is scheduled and finished).
+    expect(chart).to_have_attribute("data-runs", str(len(ran)))
+    expect(chart.locator(".lateness circle")).to_have_count(len(ran))
+    expect(chart.locator(".duration circle")).to_have_count(len(ran))
+    label = chart.get_attribute("aria-label") or ""
+    assert f"the last {len(ran)} runs" in label
+    assert "Lateness: median" in label
+    assert "Duration: median" in label
+    expect(chart).to_contain_text("Lateness (s)")
+    expect(chart).to_contain_text("Duration (ms)")
+
+
 def test_the_definition_masks_secret_headers_and_a_refused_action_shows_the_apis_error(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
