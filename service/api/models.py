@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     JsonValue,
     WithJsonSchema,
+    model_validator,
 )
 
 from service.api.schedule_words import schedule_text
@@ -24,7 +25,7 @@ from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
-from service.store import RunFilter, RunPosition
+from service.store import RunFilter, RunPosition, TickPosition
 from service.tasks.http import redact_args
 
 NEXT_RUNS = 10
@@ -278,12 +279,32 @@ class JobQuery(BaseModel):
     overdue: bool = Field(
         False,
         description="Only active jobs whose latest tick is past its misfire grace and never "
-        "ran: those the last overdue check found (once per reconcile round) that still are.",
+        "ran: those the last overdue check found (once per reconcile round) that still are. "
+        "Listed in name order only.",
     )
+    sort: Literal["name", "next_run"] = Field(
+        "name",
+        description="`name`: by name. `next_run`: by next tick, soonest first, then by name; "
+        "jobs with no next tick (paused, completed, or none left) follow, by name. The order "
+        "is that of the next-tick book, not of `next_run_at`: each active job's next tick as "
+        "the overdue check last filed it (one replica walks every active job once per "
+        "reconcile round, TICKGATE_RECONCILE_SECONDS) or as the API filed it when the job "
+        "was last created, changed, paused or resumed, whichever came later. So a job that "
+        "fired since sits where its previous tick was, until the next round; a job changed "
+        "by the scheduler itself (completed, its window closed) moves after the round too. "
+        "Each item's `next_run_at` is computed when the page is read. Paging by `cursor` "
+        "lists every job exactly once while the book holds still between pages.",
+    )
+
+    @model_validator(mode="after")
+    def _overdue_by_name(self) -> Self:
+        if self.overdue and self.sort != "name":
+            raise ValueError("overdue jobs are listed in name order only (sort=name)")
+        return self
 
 
 class JobPage(BaseModel):
-    """One page of jobs in name order."""
+    """One page of jobs in the order asked for."""
 
     items: list[ListedJob]
     next_cursor: str | None = Field(
@@ -335,6 +356,28 @@ def decode_cursor(cursor: str) -> str:
     if not is_valid_job_name(name):
         raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor)
     return name
+
+
+# A next-run cursor: "t|<booked tick, ISO 8601>|<name>", the tick empty past every tick.
+_TICK_CURSOR = "t"
+
+
+def encode_tick_cursor(last: TickPosition) -> str:
+    tick = last.tick.isoformat() if last.tick else ""
+    return _b64(f"{_TICK_CURSOR}|{tick}|{last.name}")
+
+
+def decode_tick_cursor(cursor: str) -> TickPosition:
+    """Where a next-run page stopped; a 422 for anything we did not issue (a name-order
+    cursor included)."""
+    try:
+        kind, tick, name = _unb64(cursor).split("|")
+        position = TickPosition(_in_utc(datetime.fromisoformat(tick)) if tick else None, name)
+    except ValueError:
+        kind, position = "", TickPosition(None, "")
+    if kind != _TICK_CURSOR or not is_valid_job_name(position.name):
+        raise InvalidInput.one(("query", "cursor"), "malformed cursor for sort=next_run", cursor)
+    return position
 
 
 def encode_run_cursor(last: Run) -> str:

@@ -9,6 +9,7 @@ from service.store.store import (
     RunPosition,
     ShownJob,
     Store,
+    TickPosition,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "RunPosition",
     "ShownJob",
     "Store",
+    "TickPosition",
 ]

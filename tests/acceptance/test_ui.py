@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -195,6 +196,35 @@ def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., 
     assert page.input_value("input[name=prefix]") == "pg-"
     page.check("input[name=overdue]")
     expect(page.locator("#empty")).to_be_visible()
+
+
+def test_the_sort_control_orders_the_table_by_next_run(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    soon = datetime.now(UTC) + timedelta(days=2)
+    for name, hours in (("srt-a", 3), ("srt-b", 1), ("srt-c", 2)):
+        at = (soon + timedelta(hours=hours)).isoformat()
+        create(api, name, schedule={"kind": "once", "at": at})
+    create(api, "srt-d-paused")
+    assert api.post("/v1/jobs/srt-d-paused/pause").status_code == 200
+    page = page_as(READ)
+    page.goto(f"{url}/ui/?prefix=srt-")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_text(["srt-a", "srt-b", "srt-c", "srt-d-paused"])
+    page.select_option("select[name=sort]", "next_run")
+    expect(names).to_have_text(["srt-b", "srt-c", "srt-a", "srt-d-paused"])
+    page.reload()  # the order is kept in the address, like the filters
+    expect(names).to_have_text(["srt-b", "srt-c", "srt-a", "srt-d-paused"])
+    page.check("input[name=overdue]")  # overdue jobs list by name only: sort is off
+    expect(page.locator("select[name=sort]")).to_be_disabled()
+    expect(page.locator("#empty")).to_be_visible()
+    assert error_text(page) == ""
+
+
+def error_text(page: Page) -> str:
+    """The error box's text: empty when every API call of the page succeeded."""
+    box = page.locator("#error")
+    return "" if box.is_hidden() else box.inner_text()
 
 
 def test_the_job_page_shows_runs_and_its_actions_work(
