@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from tests.support.db import TemplateDatabases, with_database
@@ -373,6 +374,45 @@ def test_the_cluster_page_lists_the_live_replicas(
         expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^\d+ s ago$"))
     expect(page.locator("#overdue-summary")).to_contain_text("overdue")
     expect(runners).to_have_text([server.runner_id])
+
+
+SEVERE = frozenset({"serious", "critical"})
+
+
+def severe_violations(page: Page) -> list[str]:
+    """axe-core's serious and critical findings on the page as it stands, one line each
+    (axe.min.js as the axe-playwright-python package ships it: nothing fetched)."""
+    violations = Axe().run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']}; {[n['target'] for n in v['nodes']][:5]}"
+        for v in violations
+        if v["impact"] in SEVERE
+    ]
+
+
+def test_no_serious_accessibility_violations(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "a11y-every-second", schedule={"kind": "interval", "every_seconds": 1})
+    create(api, "a11y-paused")
+    assert api.post("/v1/jobs/a11y-paused/pause", json={"note": "x"}).status_code == 200
+    pages = {
+        "/ui/?prefix=a11y-": "#jobs tbody tr",
+        "/ui/jobs/a11y-every-second": "svg#chart circle",
+        "/ui/runs": "#runs tbody tr",
+        "/ui/cluster": "#members tbody tr",
+    }
+    found = {}
+    for token in (WRITE, None):  # with a token, and asking for one
+        page = page_as(token)
+        for path, ready in pages.items():
+            page.goto(f"{url}{path}")
+            if token is None:
+                expect(page.locator("#token-form")).to_be_visible()
+            else:
+                expect(page.locator(ready)).not_to_have_count(0)
+            found[f"{path} ({'token' if token else 'no token'})"] = severe_violations(page)
+    assert found == {key: [] for key in found}, json.dumps(found, indent=1)
 
 
 @pytest.mark.parametrize("width", [1280, 390])
