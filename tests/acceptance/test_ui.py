@@ -228,6 +228,33 @@ def error_text(page: Page) -> str:
     return "" if box.is_hidden() else box.inner_text()
 
 
+def test_a_refresh_shows_new_jobs_and_keeps_the_filters_and_scroll_position(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    for index in range(60):
+        create(api, f"live-{index:02d}")
+    create(api, "live-paused-x")
+    assert api.post("/v1/jobs/live-paused-x/pause").status_code == 200
+    page = page_as(READ)
+    page.goto(f"{url}/ui/")
+    page.fill("input[name=prefix]", "live-")
+    page.select_option("select[name=limit]", "100")
+    page.select_option("select[name=state]", "active")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_count(60)
+    page.evaluate("window.scrollTo(0, 400); window.notReloaded = true")
+    assert page.evaluate("window.scrollY") == 400
+    # Sorts last, below the rows in view: nothing above them moves.
+    create(api, "live-zz-new")
+    expect(names.last).to_have_text("live-zz-new", timeout=WAIT_MS)  # within a refresh
+    expect(names).to_have_count(61)
+    assert page.evaluate("window.notReloaded") is True, "refreshed in place, not reloaded"
+    assert page.evaluate("window.scrollY") == 400
+    assert page.input_value("input[name=prefix]") == "live-"
+    assert page.input_value("select[name=state]") == "active"
+    assert page.input_value("select[name=limit]") == "100"
+
+
 def test_the_job_page_shows_runs_and_its_actions_work(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
