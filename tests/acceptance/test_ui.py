@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -450,19 +451,26 @@ def test_the_layout_holds(
     create(api, name, description="x " * 80)
     page = page_as(WRITE, width)
     assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
-    for path in ("/ui/", f"/ui/jobs/{name}", f"/ui/runs?job={name}"):
+    shown = {"/ui/": name, f"/ui/jobs/{name}": name, f"/ui/runs?job={name}": name}
+    # The cluster page shows the replica's version.
+    for path, text in (shown | {"/ui/cluster": version("tickgate")}).items():
         page.goto(f"{url}{path}")
-        expect(page.locator("main")).to_contain_text(name, timeout=60_000)
+        expect(page.locator("main")).to_contain_text(text, timeout=60_000)
         overflow = page.evaluate(
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )
         assert overflow <= 0, f"{path} overflows {overflow}px sideways at {width}px"
 
 
-def test_screenshots_of_the_jobs_and_job_pages(
-    url: str, api: httpx.Client, page_as: Callable[..., Page], tmp_path: Path
+def test_screenshots_of_the_jobs_job_and_cluster_pages(
+    server: Replica,
+    database_url: str,
+    api: httpx.Client,
+    page_as: Callable[..., Page],
+    tmp_path: Path,
 ) -> None:
     """`make screenshots` runs this alone with TICKGATE_UI_SCREENSHOTS=docs/img."""
+    url = server.url
     folder = Path(os.environ.get("TICKGATE_UI_SCREENSHOTS") or tmp_path)
     create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
     create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
@@ -480,5 +488,11 @@ def test_screenshots_of_the_jobs_and_job_pages(
     expect(page.locator("#jobs tbody tr")).to_have_count(5)
     expect(page.locator("#jobs tbody")).to_contain_text("failed", timeout=60_000)
     page.screenshot(path=folder / "dashboard-jobs.png", full_page=True)
-    for name in ("dashboard-jobs.png", "dashboard-job.png"):
+    with started(tmp_path, database_url):
+        page.goto(f"{url}/ui/cluster")
+        expect(page.locator("#members tbody tr")).to_have_count(2)
+        for row in (page.locator("#members tbody tr").nth(n) for n in (0, 1)):
+            expect(row.locator("td").nth(5)).to_have_text(re.compile(" ago$"))  # synced
+        page.screenshot(path=folder / "dashboard-cluster.png", full_page=True)
+    for name in ("dashboard-jobs.png", "dashboard-job.png", "dashboard-cluster.png"):
         assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
