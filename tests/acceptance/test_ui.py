@@ -30,6 +30,8 @@ TOKENS = {READ: ["read"], WRITE: ["read", "write"]}
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 LOG = {"task": "log", "args": {"message": "from the ui test"}}
 WAIT_MS = 30_000  # generous: a loaded 2-core box
+# Assertions wait as long too (Playwright's default, 5 s, is one refresh of a page).
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
