@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi bench bench-smoke soak screenshots
+.PHONY: run test lint types test-only clean openapi docs chart-schema bench bench-smoke soak screenshots
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # starts in ./.tickgate and stops when the last local replica exits.
@@ -13,8 +13,8 @@ run: $(VENV)/.runtime
 test: lint types test-only
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests tools
+	$(BIN)/ruff format --check service tests tools
 	$(BIN)/lint-imports
 
 types: $(VENV)/.test
@@ -33,6 +33,14 @@ test-only: $(VENV)/.test
 	rm -f .reliability.jsonl
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
 	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+
+# `make docs`: rewrite the generated pages (docs/configuration.md, ...) from their sources;
+# a test fails while a committed page is stale. Among them the Helm chart's: the job
+# definition of values.schema.json from the API's job model, and the values table of
+# helm/tickgate/README.md and docs/kubernetes.md from values.yaml's comments
+# (`make chart-schema` is the same).
+docs chart-schema: $(VENV)/.test
+	$(BIN)/python -m tools.gendocs
 
 # `make screenshots`: docs/img/dashboard-*.png, the README's pictures of the dashboard, taken
 # by its browser test against a live server with demo jobs (needs /usr/bin/chromium).

@@ -80,9 +80,9 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 READY_DEADLINE_SECONDS = 120.0
-# Each job has an owner replica (README, Ownership); off by default for now.
+# Each job has an owner replica (docs/concepts.md, Ownership); off by default for now.
 OWNERSHIP_ON = {"TICKGATE_OWNERSHIP": "on"}
-# Connections: up to 4 replicas x 27 (README, Connections) = 108 plus an API-only one,
+# Connections: up to 4 replicas x 27 (docs/operating/connections.md) = 108 plus an API-only one,
 # the baseline app, pgbench and the peers' workers.
 EMBEDDED_SETTINGS = {"max_connections": "500", "shared_buffers": "256MB"}
 
@@ -135,7 +135,7 @@ class Sizes:
             steady_log_seconds=30,
             replica_counts=(1, 2, 4),
             replica_crowd_jobs=20_000,
-            # a demoted job stays in the old owner's mirror for 10 s (README, Ownership)
+            # a demoted job stays in the old owner's mirror for 10 s (docs/concepts.md, Ownership)
             ownership_settle_seconds=12.0,
             scale_out_jobs=1_000_000,
             scale_out_replicas=4,

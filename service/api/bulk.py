@@ -11,7 +11,14 @@ from pydantic import ValidationError
 from service.api.deps import Services, ServicesDep
 from service.api.errors import COMMON, CONFLICT
 from service.api.jobs import declared_job
-from service.api.models import ApplyOutcome, ApplyQuery, ApplyResult, JobCreate, JobsApply
+from service.api.models import (
+    ApplyOutcome,
+    ApplyQuery,
+    ApplyResult,
+    JobCreate,
+    JobsApply,
+    selected_labels,
+)
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Job
 from service.store import JobsApplied, Prune
@@ -78,17 +85,18 @@ def _result(applied: JobsApplied, names: Sequence[str]) -> ApplyResult:
 
 
 def _prune(scope: ApplyQuery) -> Prune | None:
-    """Pruning without a manager would delete every job the set does not name, whoever
-    made it: refused."""
+    """Pruning with neither a manager nor a label would delete every job the set does
+    not name, whoever made it: refused."""
+    labels = selected_labels(scope.label)
     if not scope.prune:
         return None
-    if scope.managed_by is None:
+    if scope.managed_by is None and not labels:
         raise InvalidInput.one(
             ("query", "prune"),
-            "prune needs managed_by: only that manager's jobs may be deleted",
+            "prune needs managed_by or a label: only the jobs in that scope may be deleted",
             True,
         )
-    return Prune(scope.managed_by)
+    return Prune(scope.managed_by, labels)
 
 
 def _declared_job(

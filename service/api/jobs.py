@@ -21,6 +21,7 @@ from service.api.models import (
     decode_tick_cursor,
     encode_cursor,
     encode_tick_cursor,
+    selected_labels,
 )
 from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import (
@@ -96,7 +97,7 @@ def declared_job(
 @router.get("", operation_id="list_jobs")
 async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) -> JobPage:
     """Jobs in name order (or by next run: see `sort`), a page at a time."""
-    where = JobFilter(query.state, query.task, query.prefix)
+    where = JobFilter(query.state, query.task, query.prefix, selected_labels(query.label))
     if query.sort == "next_run":
         return await _by_next_run(services, query, where)
     after = decode_cursor(query.cursor) if query.cursor else None

@@ -19,13 +19,23 @@ from pydantic import (
 
 from service.api.schedule_words import schedule_text
 from service.domain.errors import InvalidInput
-from service.domain.jobs import Catchup, Job, JobName, JobSpec, JobState, ManagerName, Overlap
+from service.domain.jobs import (
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    Catchup,
+    Job,
+    JobName,
+    JobSpec,
+    JobState,
+    ManagerName,
+    Overlap,
+)
 from service.domain.names import is_valid_job_name
 from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
-from service.store import RunFilter, RunPosition, TickPosition
+from service.store import Labels, RunFilter, RunPosition, TickPosition
 from service.tasks.http import redact_args
 
 NEXT_RUNS = 10
@@ -65,6 +75,35 @@ class JobsApply(BaseModel):
     ]
 
 
+# `key=value`: the domain's key and value patterns, joined by `=`.
+LabelSelector = Annotated[
+    str,
+    Field(
+        pattern=f"^{LABEL_KEY_PATTERN.strip('^$')}={LABEL_VALUE_PATTERN.strip('^$')}$",
+        max_length=127,
+        examples=["team=billing"],
+    ),
+]
+_LABEL_DESCRIPTION = (
+    "Only jobs carrying the label `key=value`; repeat it for several (all must match)."
+)
+
+
+def selected_labels(selectors: list[str]) -> Labels:
+    """`key=value` selectors as (key, value) pairs; one key asked with two values is a
+    422 rather than a selection that can match nothing."""
+    pairs = tuple(sorted({tuple(text.split("=", 1)) for text in selectors}))
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise InvalidInput.one(
+            ("query", "label"),
+            f"label {twice[0]!r} is asked with two values",
+            list[JsonValue](selectors),
+        )
+    return tuple((key, value) for key, value in pairs)
+
+
 class ApplyQuery(BaseModel):
     """Options of PUT /v1/jobs."""
 
@@ -77,8 +116,16 @@ class ApplyQuery(BaseModel):
     )
     prune: bool = Field(
         False,
-        description="Delete the active and paused jobs of `managed_by` that the set does "
-        "not name. Needs `managed_by`.",
+        description="Delete the active and paused jobs in scope that the set does not "
+        "name: those of `managed_by` that carry every `label` given. Needs `managed_by`, "
+        "a `label`, or both.",
+    )
+    label: list[LabelSelector] = Field(
+        default_factory=list,
+        max_length=16,
+        description="`key=value`: with `prune`, only jobs carrying this label are in scope "
+        "(repeat for several, all must match). It does not set labels on the set's jobs: "
+        "give them the label too, or a later apply will not prune them.",
     )
 
 
@@ -184,6 +231,7 @@ class ListedJob(BaseModel):
     jitter_seconds: int
     catchup: Catchup
     managed_by: str | None = Field(description="Who manages the job (PUT /v1/jobs).")
+    labels: dict[str, str] = Field(description="The job's labels.")
     pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: int = Field(description="Signed FNV-1a 64 of the name: the advisory-lock key.")
@@ -281,6 +329,9 @@ class JobQuery(BaseModel):
         description="Only active jobs whose latest tick is past its misfire grace and never "
         "ran: those the last overdue check found (once per reconcile round) that still are. "
         "Listed in name order only.",
+    )
+    label: list[LabelSelector] = Field(
+        default_factory=list, max_length=16, description=_LABEL_DESCRIPTION
     )
     sort: Literal["name", "next_run"] = Field(
         "name",

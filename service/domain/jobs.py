@@ -45,6 +45,13 @@ MAX_TIMEOUT_SECONDS = 86_400
 
 JobName = Annotated[str, Field(pattern=JOB_NAME_PATTERN, max_length=128)]
 ManagerName = Annotated[str, Field(pattern=MANAGER_PATTERN, max_length=128)]
+# Labels as Kubernetes spells them, less its DNS-prefix rules: a key never holds `=` or
+# `,`, so `?label=key=value` splits at the first `=`.
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$"
+MAX_LABELS = 64
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=63)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 
 
 class JobState(StrEnum):
@@ -108,6 +115,12 @@ class JobSpec(BaseModel):
         None,
         description="Who manages the job: a bulk apply with prune may delete the jobs "
         "it manages and does not name.",
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="Key-value pairs to select jobs by: `GET /v1/jobs?label=key=value` "
+        "lists the jobs carrying them, and they scope a pruning bulk apply.",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""Every statement of the cluster-wide chores (migrations 0008 and 0011): taking a round,
+"""Every statement of the cluster-wide chores (migrations 0008 and 0012): taking a round,
 the overdue book and the next-tick book. One constant per statement."""
 
 from service.store.rows import job_document
@@ -29,7 +29,7 @@ SUMMARY = """SELECT (SELECT count(*) FROM tickgate_overdue) AS overdue,
 BOOKED_JOBS = f"""SELECT {_JOB}, o.tick AS overdue_tick FROM tickgate_overdue o
     JOIN tickgate_jobs j ON j.name = o.job ORDER BY j.name"""
 
-# The next-tick book (migration 0011). $1 names, $2 ticks (NULL: none left), $3
+# The next-tick book (migration 0012). $1 names, $2 ticks (NULL: none left), $3
 # incarnations, $4 versions: a tick is filed only for a job still active at that revision
 # (a change made meanwhile files its own), and a row is written only if its tick moved.
 FILE_NEXT_TICKS = """INSERT INTO tickgate_next_ticks (job, tick)

@@ -58,6 +58,10 @@ class JobChange:
         return self.before is None and self.after is not None
 
 
+# Selected labels: (key, value) pairs, all of which a job carries.
+Labels = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class JobsApplied:
     """What a bulk apply did, by job name."""
@@ -70,9 +74,16 @@ class JobsApplied:
 
 @dataclass(frozen=True)
 class Prune:
-    """Delete the active and paused jobs of `managed_by` that a bulk apply does not name."""
+    """Delete the active and paused jobs in scope that a bulk apply does not name: those
+    of `managed_by` (any manager when None) that carry every one of `labels`. At least
+    one of the two is given: an empty scope would hold every job."""
 
-    managed_by: str
+    managed_by: str | None
+    labels: Labels = ()
+
+    def __post_init__(self) -> None:
+        if self.managed_by is None and not self.labels:
+            raise ValueError("a prune needs a manager or labels to scope it")
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,7 @@ class JobFilter:
     state: JobState | None = None
     task: str | None = None
     prefix: str | None = None
+    labels: Labels = ()  # every one of these (key, value) pairs
 
     def admits(self, job: Job) -> bool:
         """The same test as list_jobs' WHERE clause, for jobs already in hand."""
@@ -162,6 +174,7 @@ class JobFilter:
             (self.state is None or job.state is self.state)
             and (self.task is None or job.task == self.task)
             and (self.prefix is None or job.name.startswith(self.prefix))
+            and all(job.labels.get(key) == value for key, value in self.labels)
         )
 
 
@@ -289,12 +302,14 @@ class Store:
                   AND ($2::text IS NULL OR j.state = $2)
                   AND ($3::text IS NULL OR j.task = $3)
                   AND ($4::text IS NULL OR starts_with(j.name, $4))
+                  AND j.labels @> $6::jsonb
                 ORDER BY j.name LIMIT $5""",
             after,
             where.state,
             where.task,
             where.prefix,
             limit,
+            dict(where.labels),
         )
         return [ShownJob.of(row) for row in rows]
 
@@ -305,7 +320,7 @@ class Store:
         run and its place: first the active jobs with a booked tick by (tick, name), then
         every other job by name. Each page is one index range of the book, and a range of
         jobs by name only once the booked ones run out."""
-        filters = (where.state, where.task, where.prefix)
+        filters = (where.state, where.task, where.prefix, dict(where.labels))
         rows: list[Any] = []
         if after is None or after.tick is not None:
             start = after or TickPosition(_BEFORE_EVERY_TICK, "")
@@ -619,9 +634,7 @@ class Store:
         self, names: Sequence[str], plan: JobsPlan, prune: Prune | None
     ) -> JobsApplied:
         async with self._pool.acquire() as connection, connection.transaction():
-            rows = await connection.fetch(
-                _LOCK_NAMED_OR_MANAGED, list(names), prune.managed_by if prune else None
-            )
+            rows = await connection.fetch(_LOCK_NAMED_OR_IN_SCOPE, list(names), *_scope(prune))
             stored = {job.name: job for job in map(job_from_row, rows)}
             wanted = plan({name: stored[name] for name in names if name in stored})
             changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
@@ -700,23 +713,25 @@ _INSERT_JOB = f"""WITH inserted AS (
     SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
 
 
-# The book's order (migration 0011): the active jobs with a tick by (tick, name), after
-# the position ($6, $1); then (_JOBS_AFTER_TICKS) every other job by name, after $1.
+# The book's order (migration 0012): the active jobs with a tick by (tick, name), after
+# the position ($7, $1); then (_JOBS_AFTER_TICKS) every other job by name, after $1.
+# The filters are list_jobs' own; $6 is the limit.
 _JOB_FILTERS = """($2::text IS NULL OR j.state = $2)
     AND ($3::text IS NULL OR j.task = $3)
-    AND ($4::text IS NULL OR starts_with(j.name, $4))"""
+    AND ($4::text IS NULL OR starts_with(j.name, $4))
+    AND j.labels @> $5::jsonb"""
 _JOBS_BY_NEXT_TICK = f"""SELECT {_JOB}, {last_run_columns("last")}, n.tick AS booked_tick
     FROM tickgate_next_ticks n JOIN tickgate_jobs j ON j.name = n.job
     LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true
-    WHERE (n.tick, n.job) > ($6::timestamptz, $1::text) AND n.tick < 'infinity'
+    WHERE (n.tick, n.job) > ($7::timestamptz, $1::text) AND n.tick < 'infinity'
       AND j.state = 'active' AND {_JOB_FILTERS}
-    ORDER BY n.tick, n.job LIMIT $5"""
+    ORDER BY n.tick, n.job LIMIT $6"""
 _JOBS_AFTER_TICKS = f"""SELECT {_JOB}, {last_run_columns("last")}, NULL::timestamptz AS booked_tick
     FROM tickgate_jobs j LEFT JOIN tickgate_next_ticks n ON n.job = j.name
     LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true
     WHERE j.name > $1 AND NOT (j.state = 'active' AND coalesce(n.tick < 'infinity', false))
       AND {_JOB_FILTERS}
-    ORDER BY j.name LIMIT $5"""
+    ORDER BY j.name LIMIT $6"""
 _BEFORE_EVERY_TICK = datetime.min.replace(tzinfo=UTC)
 
 
@@ -746,11 +761,21 @@ def _role(row: Mapping[str, Any]) -> Role:
     return role
 
 
-# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes, every
-# job of its manager (a NULL manager matches nothing).
-_LOCK_NAMED_OR_MANAGED = f"""SELECT {_JOB} FROM tickgate_jobs j
-    WHERE name = ANY($1::text[]) OR managed_by = $2::text
+# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes ($2),
+# every job in the prune's scope: of the manager $3 (any when NULL) with the labels $4.
+_LOCK_NAMED_OR_IN_SCOPE = f"""SELECT {_JOB} FROM tickgate_jobs j
+    WHERE name = ANY($1::text[])
+       OR ($2::boolean AND ($3::text IS NULL OR managed_by = $3) AND labels @> $4::jsonb)
     ORDER BY name FOR NO KEY UPDATE"""
+
+
+def _scope(prune: Prune | None) -> tuple[bool, str | None, dict[str, str]]:
+    """The arguments $2.. of _LOCK_NAMED_OR_IN_SCOPE."""
+    if prune is None:
+        return False, None, {}
+    return True, prune.managed_by, dict(prune.labels)
+
+
 _UNNESTED_JOBS = "unnest({}) AS u ({})".format(
     ", ".join(f"${n}::{sql_type}[]" for n, sql_type in enumerate(JOB_COLUMN_TYPES, start=1)),
     JOB_COLUMNS,
@@ -805,7 +830,7 @@ class _NameTaken(Exception):
 
 
 def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
-    """The stored jobs a pruning apply deletes: its manager's (the only others it
+    """The stored jobs a pruning apply deletes: those in its scope (the only others it
     locked) that it does not name, unless completed: those are history."""
     return [
         name

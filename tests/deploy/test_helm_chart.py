@@ -2,26 +2,31 @@
 manifest validated against Kubernetes' OpenAPI schemas with kubernetes-validate."""
 
 import base64
-import importlib
 import json
-import re
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes_validate import utils as kubernetes_validate
 
 from tests.deploy import CHART_DIR, ROOT, exposed_ports, final_stage, user_ids
-
-RELEASE = "tickgate"
-NAMESPACE = "scheduling"
-DSN = "postgresql://tickgate:s3cret@postgres.db.svc:5432/tickgate"
-# A current Kubernetes release, and the newest one kubernetes-validate ships schemas for.
-KUBE_VERSIONS = ("1.33", kubernetes_validate.latest_version())
+from tests.deploy.chart import (
+    CUSTOM_KINDS,
+    DSN,
+    EVERYTHING_ON,
+    NAMESPACE,
+    RELEASE,
+    Manifests,
+    container,
+    env_of,
+    named_port,
+    only,
+    validate_kubernetes,
+)
+from tests.deploy.conftest import NodeCheck
 
 JOBS: list[dict[str, Any]] = [
     {
@@ -71,6 +76,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "database": {"existingSecret": "pg-credentials"},
         "migrations": {"hookJob": {"enabled": True}},
     },
+    "everything-on": EVERYTHING_ON,
     "scheduler-deployment": {
         "database": {"url": DSN},
         "jobs": JOBS,
@@ -84,55 +90,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
 }
 
-Manifests = dict[tuple[str, str], dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
-    """helm_python, loaded with every Helm/XDG directory pointing into a temporary home.
-
-    Offline render and lint write nothing, but Helm resolves its cache, config and data
-    directories from the environment, so nothing here may touch the real ones."""
-    home = tmp_path_factory.mktemp("helm-home")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("HOME", str(home))
-        for variable, directory in {
-            "XDG_CACHE_HOME": "cache",
-            "XDG_CONFIG_HOME": "config",
-            "XDG_DATA_HOME": "data",
-            "HELM_CACHE_HOME": "cache/helm",
-            "HELM_CONFIG_HOME": "config/helm",
-            "HELM_DATA_HOME": "data/helm",
-        }.items():
-            env.setenv(variable, str(home / directory))
-        yield importlib.import_module("helm_python")
-
-
-@pytest.fixture(scope="module")
-def chart(helm: ModuleType) -> Iterator[Any]:
-    with helm.Chart.load(CHART_DIR) as loaded:
-        yield loaded
-
-
-@pytest.fixture(scope="module")
-def render(chart: Any) -> Callable[[dict[str, Any]], Manifests]:
-    """Render values into {(kind, name): object}; NOTES.txt is left out."""
-
-    def rendered(values: dict[str, Any]) -> Manifests:
-        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-        manifests: Manifests = {}
-        for path, text in files.items():
-            if not path.endswith((".yaml", ".yml")):
-                continue
-            for document in yaml.safe_load_all(text):
-                if document:
-                    key = (document["kind"], document["metadata"]["name"])
-                    assert key not in manifests, f"{key} rendered twice"
-                    manifests[key] = document
-        return manifests
-
-    return rendered
-
 
 @pytest.fixture(scope="module")
 def scenario(render: Callable[[dict[str, Any]], Manifests]) -> Callable[[str], Manifests]:
@@ -144,36 +101,6 @@ def scenario(render: Callable[[dict[str, Any]], Manifests]) -> Callable[[str], M
         return cache[name]
 
     return rendered
-
-
-@pytest.fixture(scope="module")
-def values(chart: Any) -> dict[str, Any]:
-    """The chart's default values."""
-    return chart.values
-
-
-def only(manifests: Manifests, kind: str) -> dict[str, Any]:
-    found = [obj for (k, _), obj in manifests.items() if k == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
-
-
-def container(manifests: Manifests) -> dict[str, Any]:
-    containers = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
-
-
-def env_of(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    entries = spec.get("env", [])
-    names = [entry["name"] for entry in entries]
-    assert len(names) == len(set(names)), f"duplicate env entries: {names}"
-    return {entry["name"]: entry for entry in entries}
-
-
-def named_port(spec: dict[str, Any], name: str) -> int:
-    ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
-    return ports[name]
 
 
 # --- Helm lint and Kubernetes schemas ------------------------------------------------------
@@ -191,14 +118,18 @@ def test_helm_lint_passes(helm: ModuleType, name: str) -> None:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_manifest_is_valid_kubernetes(
-    scenario: Callable[[str], Manifests], name: str
+    scenario: Callable[[str], Manifests], node_check: NodeCheck, name: str
 ) -> None:
+    """Core kinds against Kubernetes' OpenAPI schemas (kubernetes-validate); custom
+    resources (ServiceMonitor, PrometheusRule, HTTPRoute) against their CRDs' schemas."""
+    custom = []
     for (kind, object_name), obj in scenario(name).items():
-        if kind == "ServiceMonitor":
-            continue  # a CRD: its shape is checked in test_service_monitor
         assert obj["metadata"].get("namespace") == NAMESPACE, (kind, object_name)
-        for version in KUBE_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+        if kind in CUSTOM_KINDS:
+            custom.append(obj)
+        else:
+            validate_kubernetes(obj)
+    assert node_check("crd.mjs", custom) == {}
 
 
 # --- what is rendered ----------------------------------------------------------------------
@@ -384,7 +315,8 @@ def test_settings_env(
             "ownership": False,
             "lockSessions": 2,
             "logFormat": "text",
-            "extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "500"}],
+            "runHistory": 500,
+            "extraEnv": [{"name": "TICKGATE_MAX_BODY_BYTES", "value": "2097152"}],
         }
     )
     env = env_of(container(changed))
@@ -395,6 +327,14 @@ def test_settings_env(
     assert env["TICKGATE_LOCK_SESSIONS"]["value"] == "2"
     assert env["TICKGATE_LOG_FORMAT"]["value"] == "text"
     assert env["TICKGATE_RUN_HISTORY"]["value"] == "500"
+    assert env["TICKGATE_MAX_BODY_BYTES"]["value"] == "2097152"
+
+
+def test_extra_env_cannot_repeat_the_charts_own(helm: ModuleType, chart: Any) -> None:
+    """Kubernetes would let the later entry win without a word; rendering fails instead."""
+    values = SCENARIOS["defaults"] | {"extraEnv": [{"name": "TICKGATE_RUN_HISTORY", "value": "5"}]}
+    with pytest.raises(helm.HelmRenderError, match=r"TICKGATE_RUN_HISTORY.*runHistory"):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
 
 
 # --- database ------------------------------------------------------------------------------
@@ -551,7 +491,7 @@ def test_scheduler_deployment_splits_the_roles(scenario: Callable[[str], Manifes
     # The API pods apply the jobs file; the scheduler pods neither mount nor apply it.
     assert "TICKGATE_APPLY_JOBS" in api_env
     assert "TICKGATE_APPLY_JOBS" not in scheduler_env
-    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp"}
+    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp", "api-tokens"}
     # The autoscaler owns the API pods' count; the scheduler pods have their own.
     assert "replicas" not in api["spec"]
     assert scheduler["spec"]["replicas"] == 2
@@ -665,66 +605,3 @@ def test_service_monitor(scenario: Callable[[str], Manifests]) -> None:
     assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
     assert endpoint["interval"].endswith("s")
-
-
-# --- docs ----------------------------------------------------------------------------------
-
-
-def _leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
-    for key, value in values.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            yield from _leaf_paths(value, f"{path}.")
-        else:
-            yield path
-
-
-def test_docs_values_table_matches_values_yaml(values: dict[str, Any]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Deploy on Kubernetes", 1)[1].split("\n## ", 1)[0]
-    text = section.split("#### Values", 1)[1]
-    documented: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            documented.update(re.findall(r"`([^`]+)`", first_cell))
-    leaves = set(_leaf_paths(values))
-    prefixes = {
-        leaf.rsplit(".", depth)[0] for leaf in leaves for depth in range(leaf.count(".") + 1)
-    }
-    assert documented <= leaves | prefixes, "documented keys that values.yaml lacks"
-    undocumented = {
-        leaf
-        for leaf in leaves
-        if not any(leaf == key or leaf.startswith(f"{key}.") for key in documented)
-    }
-    assert undocumented == set()
-
-
-# --- auth ----------------------------------------------------------------------------------
-
-
-def test_the_chart_always_provides_api_tokens(scenario: Callable[[str], Manifests]) -> None:
-    """Pods listen on 0.0.0.0 and Tickgate refuses that without tokens."""
-    manifests = scenario("defaults")
-    secret = manifests[("Secret", f"{RELEASE}-auth")]
-    tokens = json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"]))
-    assert len(tokens) == 1
-    [(token, scopes)] = tokens.items()
-    assert len(token) >= 32
-    assert scopes == ["read", "write"]
-    reference = env_of(container(manifests))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
-    assert reference == {"name": f"{RELEASE}-auth", "key": "TICKGATE_API_TOKENS"}
-
-
-def test_given_tokens_or_an_existing_secret_are_used(
-    render: Callable[[dict[str, Any]], Manifests],
-) -> None:
-    given = {"ci": ["read", "write"], "dashboard": ["read"]}
-    manifests = render({"database": {"url": DSN}, "auth": {"tokens": given}})
-    secret = manifests[("Secret", f"{RELEASE}-auth")]
-    assert json.loads(base64.b64decode(secret["data"]["TICKGATE_API_TOKENS"])) == given
-    external = render({"database": {"url": DSN}, "auth": {"existingSecret": "api-tokens"}})
-    assert ("Secret", f"{RELEASE}-auth") not in external
-    reference = env_of(container(external))["TICKGATE_API_TOKENS"]["valueFrom"]["secretKeyRef"]
-    assert reference == {"name": "api-tokens", "key": "TICKGATE_API_TOKENS"}

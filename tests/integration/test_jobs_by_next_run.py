@@ -19,8 +19,10 @@ def once(hours: int) -> dict[str, Any]:
     return {"kind": "once", "at": (START + timedelta(hours=hours)).isoformat()}
 
 
-async def create(client: httpx.AsyncClient, name: str, schedule: dict[str, Any]) -> None:
-    body = {"name": name, "schedule": schedule, **LOG}
+async def create(
+    client: httpx.AsyncClient, name: str, schedule: dict[str, Any], **fields: Any
+) -> None:
+    body = {"name": name, "schedule": schedule, **LOG, **fields}
     created = await client.post("/v1/jobs", json=body)
     assert created.status_code == 201, created.text
 
@@ -120,10 +122,12 @@ async def test_the_overdue_check_files_jobs_the_api_did_not(
 
 async def test_filters_apply_and_foreign_cursors_are_refused(client: httpx.AsyncClient) -> None:
     for index in range(5):
-        await create(client, f"keep-{index}", once(10 - index))
-        await create(client, f"drop-{index}", once(index))
+        await create(client, f"keep-{index}", once(10 - index), labels={"team": "a"})
+        await create(client, f"drop-{index}", once(index), labels={"team": "b"})
     items = await every_page(client, limit=2, prefix="keep-")
     assert [item["name"] for item in items] == [f"keep-{index}" for index in range(4, -1, -1)]
+    items = await every_page(client, limit=3, label="team=b")
+    assert [item["name"] for item in items] == [f"drop-{index}" for index in range(5)]
     by_name = (await client.get("/v1/jobs", params={"limit": 1})).json()["next_cursor"]
     refused = await client.get("/v1/jobs", params={"sort": "next_run", "cursor": by_name})
     assert refused.status_code == 422

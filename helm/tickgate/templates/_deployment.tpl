@@ -38,6 +38,10 @@ spec:
         {{- if not $v.database.existingSecret }}
         checksum/database: {{ include (print $root.Template.BasePath "/secret.yaml") $root | sha256sum }}
         {{- end }}
+        {{- if not $v.auth.existingSecret }}
+        {{- /* New tokens roll the pods, which read the tokens file at startup. */}}
+        checksum/auth: {{ include "tickgate.apiTokens" $root | sha256sum }}
+        {{- end }}
         {{- if $jobs }}
         checksum/jobs: {{ include (print $root.Template.BasePath "/configmap-jobs.yaml") $root | sha256sum }}
         {{- end }}
@@ -80,11 +84,10 @@ spec:
                 secretKeyRef:
                   name: {{ include "tickgate.databaseSecretName" $root }}
                   key: {{ include "tickgate.databaseSecretKey" $root }}
-            - name: TICKGATE_API_TOKENS
-              valueFrom:
-                secretKeyRef:
-                  name: {{ include "tickgate.authSecretName" $root }}
-                  key: TICKGATE_API_TOKENS
+            # A file rather than an env var: the tokens are not in the process environment
+            # (/proc/<pid>/environ, what child processes inherit, what a dump of it shows).
+            - name: TICKGATE_API_TOKENS_FILE
+              value: {{ include "tickgate.apiTokensFile" $root | quote }}
             - name: TICKGATE_RUNNER_ID
               valueFrom:
                 fieldRef:
@@ -92,6 +95,7 @@ spec:
             - name: TICKGATE_SHUTDOWN_GRACE_SECONDS
               value: {{ $v.shutdownGraceSeconds | quote }}
             {{- include "tickgate.settingsEnv" $root | nindent 12 }}
+            {{- include "tickgate.runtimeEnv" $root | nindent 12 }}
             {{- if $jobs }}
             - name: TICKGATE_APPLY_JOBS
               value: {{ $v.jobsFile | quote }}
@@ -104,8 +108,13 @@ spec:
             # The scheduler runs in {{ include "tickgate.schedulerName" $root }}.
             - name: TICKGATE_SCHEDULER
               value: "false"
+            {{- else if not $v.scheduler }}
+            # scheduler=false: no pod of this release fires ticks.
+            - name: TICKGATE_SCHEDULER
+              value: "false"
             {{- end }}
             {{- with $v.extraEnv }}
+            {{- include "tickgate.checkExtraEnv" $root }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
           {{- with $v.extraEnvFrom }}
@@ -137,6 +146,9 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            - name: api-tokens
+              mountPath: {{ dir (include "tickgate.apiTokensFile" $root) | quote }}
+              readOnly: true
             {{- if $jobs }}
             - name: jobs
               mountPath: {{ dir $v.jobsFile | quote }}
@@ -150,6 +162,8 @@ spec:
           {{- else }}
           emptyDir: {}
           {{- end }}
+        - name: api-tokens
+          {{- include "tickgate.apiTokensVolume" $root | nindent 10 }}
         {{- if $jobs }}
         - name: jobs
           configMap:

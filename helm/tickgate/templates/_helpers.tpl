@@ -146,9 +146,61 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
   value: {{ .Values.logFormat | quote }}
 {{- end }}
 
+{{/*
+Settings of the serving pods only (the migration Job runs no scheduler and no task).
+*/}}
+{{- define "tickgate.runtimeEnv" -}}
+{{- if and (not .Values.scheduler) .Values.schedulerDeployment.enabled }}
+{{- fail "tickgate: scheduler=false turns the scheduler off in every pod; it cannot be combined with schedulerDeployment.enabled" }}
+{{- end }}
+- name: TICKGATE_RECONCILE_SECONDS
+  value: {{ .Values.reconcileSeconds | quote }}
+- name: TICKGATE_RUN_HISTORY
+  value: {{ .Values.runHistory | int | quote }}
+- name: TICKGATE_TASK_MODULES
+  value: {{ join "," .Values.tasks.modules | quote }}
+- name: TICKGATE_HTTP_ALLOW
+  value: {{ join "," .Values.tasks.http.allow | quote }}
+- name: TICKGATE_SQL_ALLOW_SELF
+  value: {{ .Values.tasks.sql.allowSelf | quote }}
+{{- with .Values.tasks.sql.existingSecret }}
+- name: TICKGATE_SQL_TARGETS
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.tasks.sql.existingSecretKey | default "TICKGATE_SQL_TARGETS" }}
+{{- end }}
+{{- end }}
+
 {{/* The pod's terminationGracePeriodSeconds: preStop sleep + run grace + headroom. */}}
 {{- define "tickgate.terminationGracePeriodSeconds" -}}
 {{- add (int .Values.preStopSleepSeconds) (int .Values.shutdownGraceSeconds) (int .Values.terminationGraceHeadroomSeconds) }}
+{{- end }}
+
+{{/*
+The JSON of TICKGATE_API_TOKENS: auth.tokens; else the token already in the cluster's
+Secret (`lookup`, so an upgrade keeps it); else a new read+write token. A render without a
+cluster (`helm template`, Argo CD, Flux's post-rendering) cannot look up, so it makes a new
+token each time: GitOps should use auth.existingSecret. The result is kept for the rest of
+the render, so the Secret and the pods' checksum/auth annotation agree.
+*/}}
+{{- define "tickgate.apiTokens" -}}
+{{- $cache := .Values.auth }}
+{{- if not (hasKey $cache "_rendered") }}
+{{- $tokens := "" }}
+{{- if .Values.auth.tokens }}
+{{- $tokens = toJson .Values.auth.tokens }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "tickgate.authSecretName" .) }}
+{{- if and $existing (index ($existing.data | default dict) "TICKGATE_API_TOKENS") }}
+{{- $tokens = index $existing.data "TICKGATE_API_TOKENS" | b64dec }}
+{{- else }}
+{{- $tokens = toJson (dict (randAlphaNum 40) (list "read" "write")) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cache "_rendered" $tokens }}
+{{- end }}
+{{- get $cache "_rendered" }}
 {{- end }}
 
 {{/* The Secret holding TICKGATE_API_TOKENS. */}}
@@ -158,4 +210,74 @@ reader (PyYAML would read unquoted 03:00 as the integer 180). Fails on duplicate
 {{- else -}}
 {{- printf "%s-auth" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+Where the pods read the API tokens (TICKGATE_API_TOKENS_FILE): the auth Secret's key
+TICKGATE_API_TOKENS, mounted read-only. Its directory must not be the jobs file's, which
+is another volume.
+*/}}
+{{- define "tickgate.apiTokensFile" -}}
+/var/run/secrets/tickgate/api-tokens.json
+{{- end }}
+
+{{/* The Secret volume of the tokens file; group-readable only when fsGroup makes the
+pod's group own it. */}}
+{{- define "tickgate.apiTokensVolume" -}}
+{{- if hasPrefix (printf "%s/" (dir .Values.jobsFile)) (include "tickgate.apiTokensFile" .) }}
+{{- fail (printf "tickgate: jobsFile %s is in the directory of the API tokens file; choose another directory" .Values.jobsFile) }}
+{{- end }}
+secret:
+  secretName: {{ include "tickgate.authSecretName" . }}
+  defaultMode: {{ ternary 0440 0444 (hasKey .Values.podSecurityContext "fsGroup") }}
+  items:
+    - key: TICKGATE_API_TOKENS
+      path: {{ base (include "tickgate.apiTokensFile" .) }}
+{{- end }}
+
+{{/*
+The series of this release as its ServiceMonitor scrapes them: the labels Prometheus
+Operator adds (namespace, and service for the API and the scheduler Services).
+*/}}
+{{- define "tickgate.metricsSelector" -}}
+{{- if .Values.prometheusRule.selector }}
+{{- .Values.prometheusRule.selector }}
+{{- else }}
+{{- printf "namespace=%q,service=~%q" .Release.Namespace (printf "%s|%s" (include "tickgate.fullname" .) (include "tickgate.schedulerName" .)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The helm test Pod's script (python's urllib: the image has no curl). It fails on any
+answer but 200: first /readyz, then GET /v1/jobs with a read token from the tokens file.
+*/}}
+{{- define "tickgate.testScript" -}}
+import json, os, urllib.request
+
+url = os.environ["TICKGATE_URL"]
+with urllib.request.urlopen(url + "/readyz", timeout=10) as answer:
+    print("GET /readyz:", answer.status, json.load(answer)["status"])
+with open(os.environ["TICKGATE_API_TOKENS_FILE"]) as file:
+    token = next(t for t, scopes in json.load(file).items() if "read" in scopes)
+request = urllib.request.Request(
+    url + "/v1/jobs?limit=1", headers={"Authorization": "Bearer " + token}
+)
+with urllib.request.urlopen(request, timeout=10) as answer:
+    print("GET /v1/jobs:", answer.status, len(json.load(answer)["items"]), "job(s)")
+{{- end }}
+
+{{/*
+Fails when extraEnv repeats a variable the chart sets from a value of its own: Kubernetes
+would let the later entry win without a word.
+*/}}
+{{- define "tickgate.checkExtraEnv" -}}
+{{- $own := concat (include "tickgate.settingsEnv" . | fromYamlArray) (include "tickgate.runtimeEnv" . | fromYamlArray) }}
+{{- range $own }}
+{{- $name := .name }}
+{{- range $.Values.extraEnv }}
+{{- if eq .name $name }}
+{{- fail (printf "tickgate: extraEnv sets %s, which the chart sets itself from its values (runHistory, tasks, logLevel, ...): set that value instead" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,1 @@
+"""Developer tools: generators of committed files (`make docs`)."""
