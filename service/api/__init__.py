@@ -2,7 +2,7 @@
 
 from fastapi import FastAPI
 
-from service.api import bulk, health, jobs, runs, schedules, tasks, whoami
+from service.api import bulk, cluster, health, jobs, runs, schedules, tasks, whoami
 from service.api.errors import install_error_handlers
 
 
@@ -14,5 +14,5 @@ def install_routes(app: FastAPI, *, api: bool = True) -> None:
     router as a level the app's matching walks on every request (FastAPI 0.165 checks
     every included router's routes for changes per request), about 20 µs a request."""
     install_error_handlers(app)
-    for module in (*((jobs, bulk, runs, schedules, tasks, whoami) if api else ()), health):
+    for module in (*((jobs, bulk, runs, schedules, tasks, whoami, cluster) if api else ()), health):
         app.router.routes.extend(module.router.routes)
