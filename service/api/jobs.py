@@ -26,7 +26,9 @@ from service.api.models import (
     ListedJob,
     PauseRequest,
     decode_cursor,
+    decode_tick_cursor,
     encode_cursor,
+    encode_tick_cursor,
     selected_labels,
 )
 from service.api.preconditions import ETAG_DOC, IfMatch, etag, guarded
@@ -87,7 +89,7 @@ async def create(body: JobCreate, services: ServicesDep, response: Response) -> 
     spec = _checked(services, body.spec())
     now = await services.store.clock()
     job = create_job(body.name, spec, now)
-    if not await services.store.insert_job(job):
+    if not await services.store.insert_job(job, job.next_run_at(now)):
         raise Conflict(f"job {body.name!r} already exists")
     response.headers["Location"] = f"/v1/jobs/{body.name}"
     response.headers["ETag"] = etag(job)
@@ -115,7 +117,10 @@ async def apply(
     if result.created:
         response.status_code = status.HTTP_201_CREATED
         response.headers["Location"] = f"/v1/jobs/{name}"
-    return await _out(services, _after(result), services.now(), response)
+    now = services.now()
+    if result.after != result.before:
+        await file_next_tick(services, _after(result), now)
+    return await _out(services, _after(result), now, response)
 
 
 async def upsert_job(
@@ -139,19 +144,31 @@ def declared_job(
 
 @router.get("", operation_id="list_jobs", responses=READ)
 async def list_jobs(query: Annotated[JobQuery, Query()], services: ServicesDep) -> JobPage:
-    """Jobs in name order, a page at a time."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    """Jobs in name order (or by next run: see `sort`), a page at a time."""
     where = JobFilter(query.state, query.task, query.prefix, selected_labels(query.label))
+    if query.sort == "next_run":
+        return await _by_next_run(services, query, where)
+    after = decode_cursor(query.cursor) if query.cursor else None
     if query.overdue:
         shown = await _overdue(services, where, after, query.limit + 1)
     else:
         shown = await services.store.list_jobs(query.limit + 1, after, where)
     page, more = shown[: query.limit], len(shown) > query.limit
+    return _page(services, page, encode_cursor(page[-1].job.name) if more else None)
+
+
+async def _by_next_run(services: Services, query: JobQuery, where: JobFilter) -> JobPage:
+    after = decode_tick_cursor(query.cursor) if query.cursor else None
+    placed = await services.store.list_jobs_by_next_tick(query.limit + 1, after, where)
+    page, more = placed[: query.limit], len(placed) > query.limit
+    cursor = encode_tick_cursor(page[-1][1]) if more else None
+    return _page(services, [shown for shown, _ in page], cursor)
+
+
+def _page(services: Services, shown: list[ShownJob], cursor: str | None) -> JobPage:
     now = services.now()
-    return JobPage(
-        items=[ListedJob.of(one.job, now, one.last_run) for one in page],
-        next_cursor=encode_cursor(page[-1].job.name) if more else None,
-    )
+    items = [ListedJob.of(one.job, now, one.last_run) for one in shown]
+    return JobPage(items=items, next_cursor=cursor)
 
 
 @router.get("/{name}", operation_id="get_job", responses=SHOWN | READ | NOT_FOUND)
@@ -189,7 +206,7 @@ async def patch(
             patched = replace_job(current, kept, now)
         return _checked_job(services, patched)
 
-    job = await _apply(services, name, _existing(name, guarded(if_match, change)))
+    job = await _apply(services, name, _existing(name, guarded(if_match, change)), now)
     return await _out(services, job, now, response)
 
 
@@ -215,7 +232,7 @@ async def pause(
     """Stop firing; `next_run_at` becomes null. An optional `note` is kept on the job."""
     now = await services.store.clock()
     note = body.note if body else None
-    job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now, note)))
+    job = await _apply(services, name, _existing(name, lambda j: pause_job(j, now, note)), now)
     return await _out(services, job, now, response)
 
 
@@ -225,7 +242,7 @@ async def pause(
 async def resume(name: NamePath, services: ServicesDep, response: Response) -> JobOut:
     """Fire again from the next tick after now; ticks missed while paused are not replayed."""
     now = await services.store.clock()
-    job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)))
+    job = await _apply(services, name, _existing(name, lambda j: resume_job(j, now)), now)
     return await _out(services, job, now, response)
 
 
@@ -269,8 +286,19 @@ def _existing(name: str, change: Callable[[Job], Job | None]) -> JobChangeFn:
     return guarded
 
 
-async def _apply(services: Services, name: str, change: JobChangeFn) -> Job:
-    return _after(await services.store.mutate_job(name, change))
+async def _apply(services: Services, name: str, change: JobChangeFn, now: datetime) -> Job:
+    """Change the job; when it did change, file its new next tick."""
+    result = await services.store.mutate_job(name, change)
+    job = _after(result)
+    if job != result.before:
+        await file_next_tick(services, job, now)
+    return job
+
+
+async def file_next_tick(services: Services, job: Job, now: datetime) -> None:
+    """Put a job created or changed here in its place of next-run order at once (the
+    overdue check files every active job's tick only once per reconcile round)."""
+    await services.store.file_next_ticks([(job, job.next_run_at(now))])
 
 
 def _after(result: JobChange) -> Job:

@@ -1,7 +1,7 @@
 """Request and response bodies of the v1 API."""
 
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
@@ -15,6 +15,7 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     WithJsonSchema,
+    model_validator,
 )
 
 from service.api.schedule_words import schedule_text
@@ -31,10 +32,11 @@ from service.domain.jobs import (
     Overlap,
 )
 from service.domain.names import is_valid_job_name
+from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
-from service.store import Labels, RunFilter, RunPosition
+from service.store import Labels, RunFilter, RunPosition, TickPosition
 from service.tasks.http import redact_args
 
 NEXT_RUNS = 10
@@ -376,15 +378,35 @@ class JobQuery(BaseModel):
     overdue: bool = Field(
         False,
         description="Only active jobs whose latest tick is past its misfire grace and never "
-        "ran: those the last overdue check found (once per reconcile round) that still are.",
+        "ran: those the last overdue check found (once per reconcile round) that still are. "
+        "Listed in name order only.",
     )
     label: list[LabelSelector] = Field(
         default_factory=list, max_length=16, description=_LABEL_DESCRIPTION
     )
+    sort: Literal["name", "next_run"] = Field(
+        "name",
+        description="`name`: by name. `next_run`: by next tick, soonest first, then by name; "
+        "jobs with no next tick (paused, completed, or none left) follow, by name. The order "
+        "is that of the next-tick book, not of `next_run_at`: each active job's next tick as "
+        "the overdue check last filed it (one replica walks every active job once per "
+        "reconcile round, TICKGATE_RECONCILE_SECONDS) or as the API filed it when the job "
+        "was last created, changed, paused or resumed, whichever came later. So a job that "
+        "fired since sits where its previous tick was, until the next round; a job changed "
+        "by the scheduler itself (completed, its window closed) moves after the round too. "
+        "Each item's `next_run_at` is computed when the page is read. Paging by `cursor` "
+        "lists every job exactly once while the book holds still between pages.",
+    )
+
+    @model_validator(mode="after")
+    def _overdue_by_name(self) -> Self:
+        if self.overdue and self.sort != "name":
+            raise ValueError("overdue jobs are listed in name order only (sort=name)")
+        return self
 
 
 class JobPage(BaseModel):
-    """One page of jobs in name order."""
+    """One page of jobs in the order asked for."""
 
     items: list[ListedJob]
     next_cursor: str | None = Field(
@@ -449,6 +471,28 @@ def decode_cursor(cursor: str) -> str:
     return name
 
 
+# A next-run cursor: "t|<booked tick, ISO 8601>|<name>", the tick empty past every tick.
+_TICK_CURSOR = "t"
+
+
+def encode_tick_cursor(last: TickPosition) -> str:
+    tick = last.tick.isoformat() if last.tick else ""
+    return _b64(f"{_TICK_CURSOR}|{tick}|{last.name}")
+
+
+def decode_tick_cursor(cursor: str) -> TickPosition:
+    """Where a next-run page stopped; a 422 for anything we did not issue (a name-order
+    cursor included)."""
+    try:
+        kind, tick, name = _unb64(cursor).split("|")
+        position = TickPosition(_in_utc(datetime.fromisoformat(tick)) if tick else None, name)
+    except ValueError:
+        kind, position = "", TickPosition(None, "")
+    if kind != _TICK_CURSOR or not is_valid_job_name(position.name):
+        raise InvalidInput.one(("query", "cursor"), "malformed cursor for sort=next_run", cursor)
+    return position
+
+
 def encode_run_cursor(last: Run) -> str:
     return _b64(f"{last.started_at.isoformat()}|{last.id}")
 
@@ -468,3 +512,52 @@ def _b64(text: str) -> str:
 def _unb64(text: str) -> str:
     """Raises ValueError (binascii.Error and UnicodeDecodeError are ValueErrors)."""
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+
+
+class ClusterMember(BaseModel):
+    """A live replica, as its membership row last reported it (every second)."""
+
+    runner_id: str = Field(description="The replica's name (TICKGATE_RUNNER_ID).")
+    version: str = Field(description="The Tickgate version it runs.")
+    tzdata: str = Field(description="The time-zone database it computes ticks with.")
+    started_at: datetime = Field(description="When it joined the cluster (this membership).")
+    heartbeat_at: datetime = Field(description="Its latest heartbeat.")
+    heartbeat_age_seconds: float = Field(description="`as_of` minus `heartbeat_at`.")
+    runs_in_flight: int = Field(description="Runs executing on it at its latest heartbeat.")
+    last_sync: datetime | None = Field(
+        description="When its scheduler last brought its jobs up to date (null: not yet)."
+    )
+    last_sync_age_seconds: float | None = Field(description="`as_of` minus `last_sync`.")
+
+    @classmethod
+    def of(cls, member: Member, as_of: datetime) -> Self:
+        return cls(
+            runner_id=member.runner_id,
+            version=member.version,
+            tzdata=member.tzdata,
+            started_at=member.started_at,
+            heartbeat_at=member.heartbeat_at,
+            heartbeat_age_seconds=_seconds(as_of - member.heartbeat_at),
+            runs_in_flight=member.runs_in_flight,
+            last_sync=member.last_sync,
+            last_sync_age_seconds=_seconds(as_of - member.last_sync) if member.last_sync else None,
+        )
+
+
+class OverdueOut(BaseModel):
+    """What the last overdue check found (one replica checks per reconcile round)."""
+
+    count: int = Field(description="Active jobs whose latest tick is past its grace, unrun.")
+    checked_at: datetime | None = Field(description="When that check finished (null: never).")
+
+
+class ClusterOut(BaseModel):
+    """The replicas that are up, and the overdue count."""
+
+    as_of: datetime = Field(description="The database's clock when this was read.")
+    members: list[ClusterMember] = Field(description="The live replicas, oldest membership first.")
+    overdue: OverdueOut
+
+
+def _seconds(age: timedelta) -> float:
+    return round(age.total_seconds(), 3)

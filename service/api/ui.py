@@ -29,6 +29,7 @@ def install_ui(app: FastAPI) -> None:
     app.add_api_route(f"{UI_PATH}/", jobs_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/jobs/{{name}}", job_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/runs", runs_page, include_in_schema=False)
+    app.add_api_route(f"{UI_PATH}/cluster", cluster_page, include_in_schema=False)
     app.add_middleware(UiHeaders)
 
 
@@ -46,6 +47,10 @@ async def job_page(request: Request, name: NamePath) -> HTMLResponse:
 
 async def runs_page(request: Request) -> HTMLResponse:
     return _page(request, "runs.html", "Runs")
+
+
+async def cluster_page(request: Request) -> HTMLResponse:
+    return _page(request, "cluster.html", "Cluster")
 
 
 def _page(request: Request, template: str, title: str, **context: str) -> HTMLResponse:

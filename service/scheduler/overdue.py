@@ -5,6 +5,10 @@ Finding them takes the schedule math of every active job, too much to do when as
 (3 s per 20,000 jobs, on the event loop that fires ticks). So one replica per round
 checks, a page of jobs at a time, and files what it found in the overdue book; a
 scrape reads the book's size, and the API lists the jobs in it that are still overdue.
+
+The same walk files every active job's next tick in the next-tick book, the order of
+GET /v1/jobs?sort=next_run: the schedule math is the same, and the fire path never
+writes it (the API files a job's tick when it changes the job).
 """
 
 import asyncio
@@ -33,8 +37,11 @@ async def check_overdue(store: Store, every_seconds: float) -> bool:
     after = None
     while page := await store.active_jobs_page(after, CHECK_PAGE):
         found += await _unrun_ticks(store, page, now)
+        ticks = [(job, job.next_run_at(now)) for job in page]
+        await store.file_next_ticks_page(ticks, after, page[-1].name)
         after = page[-1].name
         await asyncio.sleep(0)
+    await store.file_next_ticks_page([], after, None)
     await store.file_overdue(found)
     return True
 

@@ -10,6 +10,7 @@ from service.store.store import (
     RunPosition,
     ShownJob,
     Store,
+    TickPosition,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "RunPosition",
     "ShownJob",
     "Store",
+    "TickPosition",
 ]

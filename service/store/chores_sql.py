@@ -1,5 +1,5 @@
-"""Every statement of the cluster-wide chores (migration 0008): taking a round, and the
-overdue book. One constant per statement."""
+"""Every statement of the cluster-wide chores (migrations 0008 and 0012): taking a round,
+the overdue book and the next-tick book. One constant per statement."""
 
 from service.store.rows import job_document
 
@@ -28,3 +28,21 @@ SUMMARY = """SELECT (SELECT count(*) FROM tickgate_overdue) AS overdue,
 
 BOOKED_JOBS = f"""SELECT {_JOB}, o.tick AS overdue_tick FROM tickgate_overdue o
     JOIN tickgate_jobs j ON j.name = o.job ORDER BY j.name"""
+
+# The next-tick book (migration 0012). $1 names, $2 ticks (NULL: none left), $3
+# incarnations, $4 versions: a tick is filed only for a job still active at that revision
+# (a change made meanwhile files its own), and a row is written only if its tick moved.
+FILE_NEXT_TICKS = """INSERT INTO tickgate_next_ticks (job, tick)
+    SELECT t.job, coalesce(t.tick, 'infinity')
+    FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::bigint[])
+        AS t (job, tick, incarnation, version)
+    JOIN tickgate_jobs j ON j.name = t.job AND j.incarnation = t.incarnation
+        AND j.version = t.version AND j.state = 'active'
+    ON CONFLICT (job) DO UPDATE SET tick = excluded.tick
+        WHERE tickgate_next_ticks.tick <> excluded.tick"""
+# The overdue check's page of active jobs, as above; and the rows of jobs in the page's
+# name range ($5, $6] (NULL: open) that are no longer active go, so the book stays small.
+FILE_NEXT_TICKS_PAGE = f"""WITH filed AS ({FILE_NEXT_TICKS})
+    DELETE FROM tickgate_next_ticks n USING tickgate_jobs j
+    WHERE j.name = n.job AND j.state <> 'active'
+      AND ($5::text IS NULL OR n.job > $5) AND ($6::text IS NULL OR n.job <= $6)"""

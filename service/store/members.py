@@ -1,9 +1,8 @@
 """A replica's membership of the cluster, held on a connection of its own."""
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from contextlib import suppress
-from dataclasses import fields
 from typing import Any, Self, TypeVar
 
 import asyncpg
@@ -12,6 +11,7 @@ from service.domain.ownership import Heartbeat, Member
 from service.store import members_sql
 from service.store.errors import UNAVAILABLE
 from service.store.link import Link
+from service.store.rows import member_from_row
 from service.store.store import init_connection
 
 # Deadlines: opening the connection (a TLS handshake, a busy server), each statement,
@@ -97,13 +97,13 @@ class MemberSession:
             members_sql.HEARTBEAT, self._seed, beat.runs_in_flight, beat.last_sync
         )
         rows = await _within_deadline(self._connection, statement)
-        return [_member_of(row) for row in rows]
+        return [member_from_row(row) for row in rows]
 
     async def live_members(self) -> list[Member]:
         """The live members in seed order, this one among them."""
         statement = self._connection.fetch(members_sql.LIVE_MEMBERS)
         rows = await _within_deadline(self._connection, statement)
-        return [_member_of(row) for row in rows]
+        return [member_from_row(row) for row in rows]
 
     async def close(self) -> None:
         """Leave the cluster: close the connection, which releases the lock. The row
@@ -135,8 +135,3 @@ async def _within_deadline(connection: "asyncpg.Connection[Any]", statement: Awa
     except BaseException:
         connection.terminate()
         raise
-
-
-def _member_of(row: Mapping[str, Any]) -> Member:
-    # MEMBER_COLUMNS reads exactly Member's fields.
-    return Member(**{field.name: row[field.name] for field in fields(Member)})

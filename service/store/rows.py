@@ -2,9 +2,11 @@
 
 import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from service.domain.jobs import CHECKED, Job
+from service.domain.ownership import Member
 from service.domain.runs import Run
 from service.domain.schedules import DailySchedule
 
@@ -146,3 +148,8 @@ def last_run_from_row(row: Mapping[str, Any]) -> Run | None:
     if row[f"{_LAST_RUN}id"] is None:
         return None
     return Run.model_validate({key: row[f"{_LAST_RUN}{key}"] for key in Run.model_fields})
+
+
+def member_from_row(row: Mapping[str, Any]) -> Member:
+    # members_sql.MEMBER_COLUMNS reads exactly Member's fields.
+    return Member(**{field.name: row[field.name] for field in fields(Member)})

@@ -5,7 +5,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Self
 from uuid import UUID, uuid4
 
@@ -13,7 +13,7 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.ownership import Members, Role
+from service.domain.ownership import Member, Members, Role
 from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, fire_sql, members_sql
 from service.store.connection import Connection, Pool
@@ -32,6 +32,7 @@ from service.store.rows import (
     job_values,
     last_run_columns,
     last_run_from_row,
+    member_from_row,
     run_from_row,
 )
 
@@ -103,6 +104,15 @@ class ShownJob:
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Self:
         return cls(job_from_row(row), last_run_from_row(row))
+
+
+@dataclass(frozen=True)
+class TickPosition:
+    """Where a page of jobs in next-tick order stopped: the last job's booked tick (None:
+    it sorts after every tick, among the jobs ordered by name) and its name."""
+
+    tick: datetime | None
+    name: str
 
 
 @dataclass(frozen=True)
@@ -303,6 +313,37 @@ class Store:
         )
         return [ShownJob.of(row) for row in rows]
 
+    async def list_jobs_by_next_tick(
+        self, limit: int, after: TickPosition | None, where: JobFilter
+    ) -> list[tuple[ShownJob, TickPosition]]:
+        """Jobs in the next-tick book's order, strictly after `after`, each with its latest
+        run and its place: first the active jobs with a booked tick by (tick, name), then
+        every other job by name. Each page is one index range of the book, and a range of
+        jobs by name only once the booked ones run out."""
+        filters = (where.state, where.task, where.prefix, dict(where.labels))
+        rows: list[Any] = []
+        if after is None or after.tick is not None:
+            start = after or TickPosition(_BEFORE_EVERY_TICK, "")
+            rows = await self._pool.fetch(
+                _JOBS_BY_NEXT_TICK, start.name, *filters, limit, start.tick
+            )
+        if len(rows) < limit:
+            name = after.name if after is not None and after.tick is None else ""
+            rows += await self._pool.fetch(_JOBS_AFTER_TICKS, name, *filters, limit - len(rows))
+        return [_placed(ShownJob.of(row), row["booked_tick"]) for row in rows]
+
+    async def file_next_ticks(self, ticks: Sequence[tuple[Job, datetime | None]]) -> None:
+        """Book each job's next tick (None: it has none left), for the jobs still active at
+        the revision given."""
+        await self._pool.execute(chores_sql.FILE_NEXT_TICKS, *_booked(ticks))
+
+    async def file_next_ticks_page(
+        self, ticks: Sequence[tuple[Job, datetime | None]], after: str | None, through: str | None
+    ) -> None:
+        """The overdue check's page: book these active jobs' next ticks, and drop the rows
+        of jobs named in (after, through] (None: open) that are no longer active."""
+        await self._pool.execute(chores_sql.FILE_NEXT_TICKS_PAGE, *_booked(ticks), after, through)
+
     async def active_jobs_page(self, after: str | None, limit: int) -> list[Job]:
         """Active jobs in name order, the first `limit` after the name `after`."""
         rows = await self._pool.fetch(chores_sql.ACTIVE_JOBS_PAGE, after, limit)
@@ -328,6 +369,12 @@ class Store:
             row = await connection.fetchrow(chores_sql.SUMMARY)
         assert row is not None, "one row: a select of two subqueries"
         return OverdueSummary(row["overdue"], row["checked_at"])
+
+    async def live_members(self) -> list[Member]:
+        """The cluster's live members in seed order, as their rows last reported them."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(members_sql.LIVE_MEMBERS)
+        return [member_from_row(row) for row in rows]
 
     async def booked_overdue(self) -> list[tuple[Job, datetime]]:
         """The jobs in the overdue book, in name order, with the tick found missed."""
@@ -523,11 +570,12 @@ class Store:
         )
         return [job_from_row(row) for row in rows]
 
-    async def insert_job(self, job: Job) -> bool:
-        """Create `job` and notify the schedulers, in one statement; False if a job of
-        that name exists (nothing is written). Conflict if its lock_key is taken."""
+    async def insert_job(self, job: Job, next_tick: datetime | None = None) -> bool:
+        """Create `job`, book its `next_tick` (None: none) and notify the schedulers, in
+        one statement; False if a job of that name exists (nothing is written). Conflict
+        if its lock_key is taken."""
         try:
-            rows = await self._pool.fetch(_INSERT_JOB, *job_values(job), JOBS_CHANNEL)
+            rows = await self._pool.fetch(_INSERT_JOB, *job_values(job), JOBS_CHANNEL, next_tick)
         except asyncpg.UniqueViolationError as error:
             if error.constraint_name == _LOCK_KEY_UNIQUE:
                 raise _lock_key_conflict(job.name) from error
@@ -664,8 +712,48 @@ _NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 _INSERT_JOB = f"""WITH inserted AS (
         INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({_JOB_PLACEHOLDERS})
         ON CONFLICT (name) DO NOTHING
-        RETURNING name)
+        RETURNING name),
+    booked AS (
+        INSERT INTO tickgate_next_ticks (job, tick)
+        SELECT name, coalesce(${JOB_COLUMNS.count(",") + 3}::timestamptz, 'infinity')
+        FROM inserted)
     SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
+
+
+# The book's order (migration 0012): the active jobs with a tick by (tick, name), after
+# the position ($7, $1); then (_JOBS_AFTER_TICKS) every other job by name, after $1.
+# The filters are list_jobs' own; $6 is the limit.
+_JOB_FILTERS = """($2::text IS NULL OR j.state = $2)
+    AND ($3::text IS NULL OR j.task = $3)
+    AND ($4::text IS NULL OR starts_with(j.name, $4))
+    AND j.labels @> $5::jsonb"""
+_JOBS_BY_NEXT_TICK = f"""SELECT {_JOB}, {last_run_columns("last")}, n.tick AS booked_tick
+    FROM tickgate_next_ticks n JOIN tickgate_jobs j ON j.name = n.job
+    LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true
+    WHERE (n.tick, n.job) > ($7::timestamptz, $1::text) AND n.tick < 'infinity'
+      AND j.state = 'active' AND {_JOB_FILTERS}
+    ORDER BY n.tick, n.job LIMIT $6"""
+_JOBS_AFTER_TICKS = f"""SELECT {_JOB}, {last_run_columns("last")}, NULL::timestamptz AS booked_tick
+    FROM tickgate_jobs j LEFT JOIN tickgate_next_ticks n ON n.job = j.name
+    LEFT JOIN LATERAL ({_LAST_RUN_OF.format(job="j.name")}) AS last ON true
+    WHERE j.name > $1 AND NOT (j.state = 'active' AND coalesce(n.tick < 'infinity', false))
+      AND {_JOB_FILTERS}
+    ORDER BY j.name LIMIT $6"""
+_BEFORE_EVERY_TICK = datetime.min.replace(tzinfo=UTC)
+
+
+def _placed(shown: ShownJob, booked_tick: datetime | None) -> tuple[ShownJob, TickPosition]:
+    return shown, TickPosition(booked_tick, shown.job.name)
+
+
+def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object], ...]:
+    """FILE_NEXT_TICKS' columns: names, ticks, incarnations, versions."""
+    return (
+        [job.name for job, _ in ticks],
+        [tick for _, tick in ticks],
+        [job.incarnation for job, _ in ticks],
+        [job.version for job, _ in ticks],
+    )
 
 
 def _ranking(members: Members) -> tuple[list[int], int | None]:

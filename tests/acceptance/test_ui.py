@@ -5,12 +5,17 @@ routed through the test: one to a host other than loopback is aborted and fails 
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from tests.support.db import TemplateDatabases, with_database
@@ -25,24 +30,41 @@ TOKENS = {READ: ["read"], WRITE: ["read", "write"]}
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 LOG = {"task": "log", "args": {"message": "from the ui test"}}
 WAIT_MS = 30_000  # generous: a loaded 2-core box
+# Assertions wait as long too (Playwright's default, 5 s, is one refresh of a page).
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
-def url(templates: TemplateDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def database_url(templates: TemplateDatabases) -> Iterator[str]:
     database = asyncio.run(templates.clone())
     try:
-        database_url = with_database(templates.server_url, database)
-        workdir = tmp_path_factory.mktemp("ui-server")
-        replica = start_replica(
-            workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
-        )
-        try:
-            wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
-            yield replica.url
-        finally:
-            replica.stop()
+        yield with_database(templates.server_url, database)
     finally:
         asyncio.run(templates.drop(database))
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    with started(tmp_path_factory.mktemp("ui-server"), database_url) as replica:
+        yield replica
+
+
+@contextmanager
+def started(workdir: Path, database_url: str) -> Iterator[Replica]:
+    """A replica serving the API with the test's tokens, stopped on the way out."""
+    replica = start_replica(
+        workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
+    )
+    try:
+        wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
+        yield replica
+    finally:
+        replica.stop()
+
+
+@pytest.fixture(scope="module")
+def url(server: Replica) -> str:
+    return server.url
 
 
 def answers(replica: Replica) -> bool:
@@ -180,6 +202,62 @@ def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., 
     expect(page.locator("#empty")).to_be_visible()
 
 
+def test_the_sort_control_orders_the_table_by_next_run(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    soon = datetime.now(UTC) + timedelta(days=2)
+    for name, hours in (("srt-a", 3), ("srt-b", 1), ("srt-c", 2)):
+        at = (soon + timedelta(hours=hours)).isoformat()
+        create(api, name, schedule={"kind": "once", "at": at})
+    create(api, "srt-d-paused")
+    assert api.post("/v1/jobs/srt-d-paused/pause").status_code == 200
+    page = page_as(READ)
+    page.goto(f"{url}/ui/?prefix=srt-")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_text(["srt-a", "srt-b", "srt-c", "srt-d-paused"])
+    page.select_option("select[name=sort]", "next_run")
+    expect(names).to_have_text(["srt-b", "srt-c", "srt-a", "srt-d-paused"])
+    page.reload()  # the order is kept in the address, like the filters
+    expect(names).to_have_text(["srt-b", "srt-c", "srt-a", "srt-d-paused"])
+    page.check("input[name=overdue]")  # overdue jobs list by name only: sort is off
+    expect(page.locator("select[name=sort]")).to_be_disabled()
+    expect(page.locator("#empty")).to_be_visible()
+    assert error_text(page) == ""
+
+
+def error_text(page: Page) -> str:
+    """The error box's text: empty when every API call of the page succeeded."""
+    box = page.locator("#error")
+    return "" if box.is_hidden() else box.inner_text()
+
+
+def test_a_refresh_shows_new_jobs_and_keeps_the_filters_and_scroll_position(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    for index in range(60):
+        create(api, f"live-{index:02d}")
+    create(api, "live-paused-x")
+    assert api.post("/v1/jobs/live-paused-x/pause").status_code == 200
+    page = page_as(READ)
+    page.goto(f"{url}/ui/")
+    page.fill("input[name=prefix]", "live-")
+    page.select_option("select[name=limit]", "100")
+    page.select_option("select[name=state]", "active")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_count(60)
+    page.evaluate("window.scrollTo(0, 400); window.notReloaded = true")
+    assert page.evaluate("window.scrollY") == 400
+    # Sorts last, below the rows in view: nothing above them moves.
+    create(api, "live-zz-new")
+    expect(names.last).to_have_text("live-zz-new", timeout=WAIT_MS)  # within a refresh
+    expect(names).to_have_count(61)
+    assert page.evaluate("window.notReloaded") is True, "refreshed in place, not reloaded"
+    assert page.evaluate("window.scrollY") == 400
+    assert page.input_value("input[name=prefix]") == "live-"
+    assert page.input_value("select[name=state]") == "active"
+    assert page.input_value("select[name=limit]") == "100"
+
+
 def test_the_job_page_shows_runs_and_its_actions_work(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
@@ -210,6 +288,36 @@ def test_the_job_page_shows_runs_and_its_actions_work(
     page.click("#delete")
     expect(page).to_have_url(f"{url}/ui/")
     assert api.get("/v1/jobs/act-every-second").status_code == 404
+
+
+def test_the_job_page_charts_lateness_and_duration_of_each_run(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "chart-every-second", schedule={"kind": "interval", "every_seconds": 1})
+    page = page_as(READ)
+    page.goto(f"{url}/ui/jobs/chart-every-second")
+    chart = page.locator("svg#chart")
+    expect(chart).to_have_attribute("role", "img")
+    expect(chart.locator(".duration circle").nth(2)).to_be_attached(timeout=60_000)
+    assert api.post("/v1/jobs/chart-every-second/pause").status_code == 200
+    runs: list[dict[str, object]] = []
+
+    def all_finished() -> bool:
+        runs[:] = api.get("/v1/jobs/chart-every-second/runs?limit=100").json()["items"]
+        return all(run["status"] != "running" for run in runs)
+
+    wait_for(all_finished, WAIT_MS / 1000, "the last run to finish")
+    ran = [run for run in runs if run["status"] != "skipped"]
+    # One point per run shown, in each series (every run here is scheduled and finished).
+    expect(chart).to_have_attribute("data-runs", str(len(ran)))
+    expect(chart.locator(".lateness circle")).to_have_count(len(ran))
+    expect(chart.locator(".duration circle")).to_have_count(len(ran))
+    label = chart.get_attribute("aria-label") or ""
+    assert f"the last {len(ran)} runs" in label
+    assert "Lateness: median" in label
+    assert "Duration: median" in label
+    expect(chart).to_contain_text("Lateness (s)")
+    expect(chart).to_contain_text("Duration (ms)")
 
 
 def test_the_definition_masks_secret_headers_and_a_refused_action_shows_the_apis_error(
@@ -279,6 +387,64 @@ def test_the_api_docs_render_their_operations_offline(
     assert page.locator(".opblock").count() > 10
 
 
+def test_the_cluster_page_lists_the_live_replicas(
+    server: Replica, database_url: str, page_as: Callable[..., Page], tmp_path: Path
+) -> None:
+    page = page_as(READ)
+    page.goto(f"{server.url}/ui/")
+    page.click("nav >> text=Cluster")
+    expect(page).to_have_url(f"{server.url}/ui/cluster")
+    runners = page.locator("#members tbody tr td:first-child")
+    expect(runners).to_have_text([server.runner_id])
+    with started(tmp_path, database_url) as second:
+        # The page refreshes itself: the second replica shows up without a reload.
+        expect(runners).to_have_text([server.runner_id, second.runner_id])
+        row = page.locator("#members tbody tr", has_text=second.runner_id)
+        expect(row.locator("td").nth(1)).to_have_text(re.compile(r"\d+\.\d+"))
+        expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^\d+ s ago$"))
+    expect(page.locator("#overdue-summary")).to_contain_text("overdue")
+    expect(runners).to_have_text([server.runner_id])
+
+
+SEVERE = frozenset({"serious", "critical"})
+
+
+def severe_violations(page: Page) -> list[str]:
+    """axe-core's serious and critical findings on the page as it stands, one line each
+    (axe.min.js as the axe-playwright-python package ships it: nothing fetched)."""
+    violations = Axe().run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']}; {[n['target'] for n in v['nodes']][:5]}"
+        for v in violations
+        if v["impact"] in SEVERE
+    ]
+
+
+def test_no_serious_accessibility_violations(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "a11y-every-second", schedule={"kind": "interval", "every_seconds": 1})
+    create(api, "a11y-paused")
+    assert api.post("/v1/jobs/a11y-paused/pause", json={"note": "x"}).status_code == 200
+    pages = {
+        "/ui/?prefix=a11y-": "#jobs tbody tr",
+        "/ui/jobs/a11y-every-second": "svg#chart circle",
+        "/ui/runs": "#runs tbody tr",
+        "/ui/cluster": "#members tbody tr",
+    }
+    found = {}
+    for token in (WRITE, None):  # with a token, and asking for one
+        page = page_as(token)
+        for path, ready in pages.items():
+            page.goto(f"{url}{path}")
+            if token is None:
+                expect(page.locator("#token-form")).to_be_visible()
+            else:
+                expect(page.locator(ready)).not_to_have_count(0)
+            found[f"{path} ({'token' if token else 'no token'})"] = severe_violations(page)
+    assert found == {key: [] for key in found}, json.dumps(found, indent=1)
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_layout_holds(
     url: str, api: httpx.Client, page_as: Callable[..., Page], width: int
@@ -287,19 +453,26 @@ def test_the_layout_holds(
     create(api, name, description="x " * 80)
     page = page_as(WRITE, width)
     assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
-    for path in ("/ui/", f"/ui/jobs/{name}", f"/ui/runs?job={name}"):
+    shown = {"/ui/": name, f"/ui/jobs/{name}": name, f"/ui/runs?job={name}": name}
+    # The cluster page shows the replica's version.
+    for path, text in (shown | {"/ui/cluster": version("tickgate")}).items():
         page.goto(f"{url}{path}")
-        expect(page.locator("main")).to_contain_text(name, timeout=60_000)
+        expect(page.locator("main")).to_contain_text(text, timeout=60_000)
         overflow = page.evaluate(
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )
         assert overflow <= 0, f"{path} overflows {overflow}px sideways at {width}px"
 
 
-def test_screenshots_of_the_jobs_and_job_pages(
-    url: str, api: httpx.Client, page_as: Callable[..., Page], tmp_path: Path
+def test_screenshots_of_the_jobs_job_and_cluster_pages(
+    server: Replica,
+    database_url: str,
+    api: httpx.Client,
+    page_as: Callable[..., Page],
+    tmp_path: Path,
 ) -> None:
     """`make screenshots` runs this alone with TICKGATE_UI_SCREENSHOTS=docs/img."""
+    url = server.url
     folder = Path(os.environ.get("TICKGATE_UI_SCREENSHOTS") or tmp_path)
     create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
     create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
@@ -317,5 +490,11 @@ def test_screenshots_of_the_jobs_and_job_pages(
     expect(page.locator("#jobs tbody tr")).to_have_count(5)
     expect(page.locator("#jobs tbody")).to_contain_text("failed", timeout=60_000)
     page.screenshot(path=folder / "dashboard-jobs.png", full_page=True)
-    for name in ("dashboard-jobs.png", "dashboard-job.png"):
+    with started(tmp_path, database_url):
+        page.goto(f"{url}/ui/cluster")
+        expect(page.locator("#members tbody tr")).to_have_count(2)
+        for row in (page.locator("#members tbody tr").nth(n) for n in (0, 1)):
+            expect(row.locator("td").nth(5)).to_have_text(re.compile(" ago$"))  # synced
+        page.screenshot(path=folder / "dashboard-cluster.png", full_page=True)
+    for name in ("dashboard-jobs.png", "dashboard-job.png", "dashboard-cluster.png"):
         assert (folder / name).read_bytes().startswith(b"\x89PNG"), name

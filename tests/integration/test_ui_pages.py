@@ -33,7 +33,7 @@ async def test_root_redirects_to_the_dashboard_without_a_token(
 async def test_pages_and_their_assets_load_without_a_token_from_this_origin_only(
     guarded: httpx.AsyncClient,
 ) -> None:
-    for path in ("/ui/", "/ui/jobs/some-job", "/ui/runs"):
+    for path in ("/ui/", "/ui/jobs/some-job", "/ui/runs", "/ui/cluster"):
         page = await guarded.get(path)
         assert page.status_code == 200, path
         policy = page.headers["content-security-policy"]

@@ -6,6 +6,7 @@
   const T = window.Tickgate;
   const REFRESH_MS = 5000;
   const RUNS_PER_PAGE = 25;
+  const CHART_RUNS = 100;
   const name = document.getElementById("job").dataset.job;
   const path = `/v1/jobs/${encodeURIComponent(name)}`;
   let runCursors = [null];
@@ -82,11 +83,20 @@
     document.getElementById("runs-first").disabled = runCursors.length < 2;
   }
 
+  async function loadChart() {
+    const page = await T.api(`${path}/runs?limit=${CHART_RUNS}`);
+    const chart = document.getElementById("chart");
+    T.chart.draw(chart, page.items);
+    const none = chart.dataset.runs === "0";
+    chart.toggleAttribute("hidden", none);
+    document.getElementById("no-chart").hidden = !none;
+  }
+
   async function load() {
     if (deleted) return;
     try {
       showDefinition(await T.api(path));
-      await loadRuns();
+      await Promise.all([loadRuns(), loadChart()]);
       T.showError(null);
     } catch (error) {
       T.showError(error);

@@ -5,6 +5,7 @@
 (() => {
   const T = window.Tickgate;
   const REFRESH_MS = 5000;
+  const OVERDUE_BADGES = 1000;
   const form = document.getElementById("filters");
   const body = document.querySelector("#jobs tbody");
   // The cursors of the pages before the current one: the API pages forward only.
@@ -13,9 +14,17 @@
   // Loads overlap (a refresh, a filter typed meanwhile): only the latest one is shown.
   let latest = 0;
 
+  // The overdue jobs are listed in name order only: while that box is ticked, the sort
+  // control is off (and a disabled field is left out of the query).
+  function syncSort() {
+    form.elements.sort.disabled = form.elements.overdue.checked;
+  }
+
   function query() {
     const params = new URLSearchParams();
-    for (const [key, value] of new FormData(form)) if (value) params.set(key, value);
+    for (const [key, value] of new FormData(form)) {
+      if (value && !(key === "sort" && value === "name")) params.set(key, value);
+    }
     return params;
   }
 
@@ -38,11 +47,18 @@
 
   async function overdueNames(params) {
     // The API's overdue filter names the overdue jobs; a badge needs them on every page.
+    // In name order the same page of overdue jobs covers this page's names. In next-run
+    // order a page spans any names: the first OVERDUE_BADGES overdue jobs by name are asked.
     const overdue = new URLSearchParams(params);
     overdue.set("overdue", "true");
-    overdue.set("limit", params.get("limit") || "50");
     const cursor = cursors[cursors.length - 1];
-    if (cursor) overdue.set("cursor", cursor);
+    if (overdue.get("sort") === "next_run") {
+      overdue.delete("sort");
+      overdue.set("limit", String(OVERDUE_BADGES));
+    } else {
+      overdue.set("limit", params.get("limit") || "50");
+      if (cursor) overdue.set("cursor", cursor);
+    }
     const page = await T.api(`/v1/jobs?${overdue}`);
     return new Set(page.items.map((job) => job.name));
   }
@@ -79,6 +95,7 @@
   }
 
   function filtersChanged() {
+    syncSort();
     cursors = [null];
     const params = query();
     const search = params.toString();
@@ -113,6 +130,7 @@
   });
 
   T.restoreFilters(form);
+  syncSort();
   load();
   setInterval(load, REFRESH_MS);
 })();

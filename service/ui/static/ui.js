@@ -75,14 +75,18 @@ const Tickgate = {
     return tr;
   },
 
+  // "3 min", "40 s": a span of time in its largest sensible unit
+  duration(seconds) {
+    const size = Math.round(Math.abs(seconds));
+    return size < 90 ? `${size} s` : size < 5400 ? `${Math.round(size / 60)} min`
+      : size < 172800 ? `${Math.round(size / 3600)} h` : `${Math.round(size / 86400)} d`;
+  },
+
   // "in 3 min" / "5 s ago"
   relative(iso) {
     if (!iso) return "";
     const seconds = Math.round((Date.parse(iso) - Date.now()) / 1000);
-    const size = Math.abs(seconds);
-    const text =
-      size < 90 ? `${size} s` : size < 5400 ? `${Math.round(size / 60)} min`
-        : size < 172800 ? `${Math.round(size / 3600)} h` : `${Math.round(size / 86400)} d`;
+    const text = Tickgate.duration(seconds);
     return seconds >= 0 ? `in ${text}` : `${text} ago`;
   },
 
