@@ -165,7 +165,8 @@ def declare_problem_media_type(document: dict[str, Any]) -> None:
 
 
 # Each operation declares the answers it can give, and no other: INVALID where it takes
-# parameters or a body, TOO_LARGE where BodyLimits reads a body (any method but GET),
+# parameters or a body, TOO_LARGE and UNSUPPORTED_MEDIA where BodyLimits reads a body
+# (any method but GET),
 # UNAVAILABLE where it reads the database, GUARDED everywhere BearerAuth may stand.
 INVALID = documented(
     422, ValidationProblem, "Invalid input; each problem names the field and value."
@@ -177,6 +178,9 @@ PRECONDITION_FAILED = documented(
     412, ProblemDetails, "`If-Match` names no current ETag of the job; nothing changed."
 )
 TOO_LARGE = documented(413, ProblemDetails, "The body is larger than TICKGATE_MAX_BODY_BYTES.")
+UNSUPPORTED_MEDIA = documented(
+    415, ProblemDetails, "The body's Content-Type is not JSON (`application/json`, or `+json`)."
+)
 UNAUTHENTICATED = documented(
     401,
     ProblemDetails,
@@ -185,4 +189,4 @@ UNAUTHENTICATED = documented(
 FORBIDDEN = documented(403, ProblemDetails, "The token lacks the scope (servers with tokens).")
 GUARDED = UNAUTHENTICATED | FORBIDDEN
 READ = GUARDED | INVALID | UNAVAILABLE_DOC
-WRITE = READ | TOO_LARGE
+WRITE = READ | TOO_LARGE | UNSUPPORTED_MEDIA

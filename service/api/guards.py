@@ -74,7 +74,8 @@ class BodyLimits:
     """413 for bodies over `max_bytes` (declared or streamed), or over the limit of their
     route in `larger`; 422 for JSON nested deeper than MAX_JSON_DEPTH, before any parser
     recurses into it, and for a body that is not UTF-8 (which FastAPI would answer with a
-    400 of its own, unlike every other unparseable body)."""
+    400 of its own, unlike every other unparseable body); 415 for a body sent as something
+    else than JSON."""
 
     def __init__(
         self, app: ASGIApp, max_bytes: int, larger: Mapping[Route, int] | None = None
@@ -99,8 +100,25 @@ class BodyLimits:
             await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         elif not _is_utf8(body):
             await _answer_invalid(send, "not UTF-8 text, as JSON must be", "json_invalid")
+        elif body.strip() and not _is_json(_header(scope, b"content-type")):
+            await _answer(send, 415, _NOT_JSON)
         else:
             await self._app(scope, _replay(body), send)
+
+
+_NOT_JSON = (
+    "the body must be JSON: send Content-Type: application/json (or, for PATCH, "
+    "application/merge-patch+json)"
+)
+
+
+def _is_json(content_type: str | None) -> bool:
+    """application/json or any application/*+json. FastAPI reads anything else (a form,
+    text, no type at all) as a string, and answers a puzzling 422 about a dict."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 # A JSON string token: its opening quote, then anything but a quote or a backslash, or a

@@ -96,6 +96,33 @@ async def test_bodies_over_the_limit_are_413(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/jobs")).json()["items"] == []
 
 
+async def test_a_body_sent_as_something_else_than_json_is_415_naming_the_fix(
+    client: httpx.AsyncClient,
+) -> None:
+    body = json.dumps(JOB).encode()
+    for media in ("application/x-www-form-urlencoded", "text/plain", "application/xml", None):
+        headers = {"content-type": media} if media else {}
+        answer = await client.post("/v1/jobs", content=body, headers=headers)
+        assert answer.status_code == 415, media
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert "application/json" in answer.json()["detail"]
+    assert (await client.get("/v1/jobs")).json()["items"] == []
+
+    for media in ("application/json; charset=utf-8", "Application/JSON"):
+        headers = {"content-type": media}
+        made = await client.put(f"/v1/jobs/{JOB['name']}", content=body, headers=headers)
+        assert made.status_code in {200, 201}, (media, made.text)
+    merge = {"content-type": "application/merge-patch+json"}
+    patched = await client.patch(
+        f"/v1/jobs/{JOB['name']}", content=b'{"description": "m"}', headers=merge
+    )
+    assert patched.json()["description"] == "m"
+    # a write without a body (curl -X POST with its default form type) is no body at all
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    paused = await client.post(f"/v1/jobs/{JOB['name']}/pause", headers=form)
+    assert paused.status_code == 200, paused.text
+
+
 async def test_deeply_nested_json_is_422_not_a_crash(client: httpx.AsyncClient) -> None:
     deep = JOB | {"args": {"message": "x", "nest": json.loads("[" * 40 + "]" * 40)}}
     response = await client.post("/v1/jobs", json=deep)
