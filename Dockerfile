@@ -18,14 +18,17 @@
 # tz database is one of them (tzdata, pinned there: a tick's instant depends on it, and
 # every replica built from this file must compute the same ticks).
 #
-# The base image, python:3.12-slim, is named by tag in both stages. To pin it by digest,
-# and to bump it later (a Python patch release or a Debian security fix), look up the
-# tag's current multi-platform index digest with
+# The base image is python:3.12-slim pinned by digest (its multi-platform index), the same
+# in both stages, so a rebuild cannot pick up another Python or Debian in silence. The
+# digest below is the index of August 2026. This repository's build box reaches no
+# container registry, so it was not resolved here: it is the digest that independent
+# public Dockerfiles pin for this tag. To bump it (a Python patch release or a Debian
+# security fix), and before a release, look up the tag's current index with
 #   docker buildx imagetools inspect python:3.12-slim --format '{{json .Manifest.Digest}}'
-# and write FROM python:3.12-slim@sha256:<digest> in both stages (the same digest twice).
+# and write it in both FROM lines (tests/deploy/test_dockerfile.py holds them equal).
 
 # --- builder: wheels for Tickgate and every locked dependency -------------------------
-FROM python:3.12-slim AS builder
+FROM python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -41,7 +44,7 @@ COPY service ./service
 RUN pip wheel --wheel-dir /wheels --no-deps .
 
 # --- runtime: install from the wheels only, no compilers, no sources -------------------
-FROM python:3.12-slim AS runtime
+FROM python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea AS runtime
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
