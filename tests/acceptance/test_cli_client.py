@@ -1,6 +1,5 @@
 """`tickgate jobs ...` as a subprocess against a real `tickgate serve`, plus its pure parts."""
 
-import asyncio
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from service.client.commands import (
     schedule_summary,
 )
 from service.client.http import ApiError, JobFilter, Page, TickgateClient, collect
-from tests.support.db import TemplateDatabases, with_database
+from tests.support.db import TemplateDatabases
 from tests.support.processes import TICKGATE, free_port, serve
 
 pytestmark = pytest.mark.acceptance
@@ -34,13 +33,11 @@ UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 @pytest.fixture(scope="module")
 def url(templates: TemplateDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One server for the module, on a database of its own; tests use distinct job names."""
-    database = asyncio.run(templates.clone())
-    try:
-        database_url = with_database(templates.server_url, database)
-        with serve(tmp_path_factory.mktemp("cli-server"), database_url=database_url) as replica:
-            yield replica.url
-    finally:
-        asyncio.run(templates.drop(database))
+    with (
+        templates.cloned_url() as database_url,
+        serve(tmp_path_factory.mktemp("cli-server"), database_url=database_url) as replica,
+    ):
+        yield replica.url
 
 
 def tickgate(url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,5 @@
 """`tickgate jobs export` against a real server: a file `apply` takes back unchanged."""
 
-import asyncio
 import json
 import os
 import subprocess
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from service.jobfile import parse_document
-from tests.support.db import TemplateDatabases, with_database
+from tests.support.db import TemplateDatabases
 from tests.support.processes import serve, wait_for
 from tests.support.receiver import Receiver, receiving
 
@@ -30,13 +29,11 @@ def hooks() -> Iterator[Receiver]:
 @pytest.fixture(scope="module")
 def url(templates: TemplateDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server of its own: `export` without filters sees only this module's jobs."""
-    database = asyncio.run(templates.clone())
-    try:
-        database_url = with_database(templates.server_url, database)
-        with serve(tmp_path_factory.mktemp("export-server"), database_url=database_url) as replica:
-            yield replica.url
-    finally:
-        asyncio.run(templates.drop(database))
+    with (
+        templates.cloned_url() as database_url,
+        serve(tmp_path_factory.mktemp("export-server"), database_url=database_url) as replica,
+    ):
+        yield replica.url
 
 
 def tickgate(url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ a database of its own; each deletes its jobs (and with them their rows) when it 
 their windows never overlap and none sees another's jobs.
 """
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -41,7 +40,7 @@ from tests.support.cluster import (
     sleep_until,
     wait_until,
 )
-from tests.support.db import TemplateDatabases, with_database
+from tests.support.db import TemplateDatabases
 from tests.support.processes import Replica, serve_many
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
@@ -51,11 +50,8 @@ pytestmark = pytest.mark.acceptance
 
 @pytest.fixture(scope="module")
 def shared_database(templates: TemplateDatabases) -> Iterator[str]:
-    database = asyncio.run(templates.clone())
-    try:
-        yield with_database(templates.server_url, database)
-    finally:
-        asyncio.run(templates.drop(database))
+    with templates.cloned_url() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

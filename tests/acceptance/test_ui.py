@@ -2,7 +2,6 @@
 `tickgate serve` with tokens configured and real jobs. Every request the browser makes is
 routed through the test: one to a host other than loopback is aborted and fails the test."""
 
-import asyncio
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
-from tests.support.db import TemplateDatabases, with_database
+from tests.support.db import TemplateDatabases
 from tests.support.processes import START_DEADLINE_SECONDS, Replica, start_replica, wait_for
 
 pytestmark = pytest.mark.acceptance
@@ -36,11 +35,8 @@ expect.set_options(timeout=WAIT_MS)
 
 @pytest.fixture(scope="module")
 def database_url(templates: TemplateDatabases) -> Iterator[str]:
-    database = asyncio.run(templates.clone())
-    try:
-        yield with_database(templates.server_url, database)
-    finally:
-        asyncio.run(templates.drop(database))
+    with templates.cloned_url() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

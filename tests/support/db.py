@@ -2,8 +2,8 @@
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -45,6 +45,16 @@ class TemplateDatabases:
 
     async def drop(self, name: str) -> None:
         await self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @contextmanager
+    def cloned_url(self) -> Iterator[str]:
+        """The URL of a fresh clone, dropped afterwards: a database of its own for the
+        real `tickgate serve` processes of a module (which are not in the test's loop)."""
+        name = asyncio.run(self.clone())
+        try:
+            yield with_database(self.server_url, name)
+        finally:
+            asyncio.run(self.drop(name))
 
     async def _admin(self, statement: str) -> None:
         connection = await asyncpg.connect(self.server_url)
