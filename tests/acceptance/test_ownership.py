@@ -94,8 +94,14 @@ def test_a_killed_owner_s_ticks_run_on_their_standby_within_the_takeover_time(
         victim.kill()
         first, last = math.floor(killed_at), math.floor(killed_at) + 10
         sleep_until(last + TAKEOVER_SECONDS + 2)
-        accounting = await_accounting(receiver, sql, periods, first, last, deadline_seconds=60)
-        problems = _takeover_problems(accounting, victim, victims_jobs, killed_at)
+
+        def judge(accounting: Accounting) -> list[str]:
+            return _takeover_problems(accounting, victim, victims_jobs, killed_at)
+
+        accounting = await_accounting(
+            receiver, sql, periods, first, last, deadline_seconds=60, problems_of=judge
+        )
+        problems = judge(accounting)
         assert not problems, report(problems, replicas)
 
 
