@@ -8,9 +8,7 @@
   const OVERDUE_BADGES = 1000;
   const form = document.getElementById("filters");
   const body = document.querySelector("#jobs tbody");
-  // The cursors of the pages before the current one: the API pages forward only.
-  let cursors = [null];
-  let nextCursor = null;
+  const pager = T.pager(load);
   // Loads overlap (a refresh, a filter typed meanwhile): only the latest one is shown.
   let latest = 0;
 
@@ -51,7 +49,7 @@
     // order a page spans any names: the first OVERDUE_BADGES overdue jobs by name are asked.
     const overdue = new URLSearchParams(params);
     overdue.set("overdue", "true");
-    const cursor = cursors[cursors.length - 1];
+    const cursor = pager.current();
     if (overdue.get("sort") === "next_run") {
       overdue.delete("sort");
       overdue.set("limit", String(OVERDUE_BADGES));
@@ -66,7 +64,7 @@
   async function load() {
     const mine = ++latest;
     const params = query();
-    const cursor = cursors[cursors.length - 1];
+    const cursor = pager.current();
     const pageQuery = new URLSearchParams(params);
     if (cursor) pageQuery.set("cursor", cursor);
     try {
@@ -78,8 +76,7 @@
       for (const job of page.items) job.overdue = overdue === null || overdue.has(job.name);
       body.replaceChildren(...page.items.map(jobRow));
       document.getElementById("empty").hidden = page.items.length > 0;
-      nextCursor = page.next_cursor;
-      showPager();
+      pager.show(page.next_cursor);
       document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}.`;
       T.showError(null);
     } catch (error) {
@@ -87,48 +84,14 @@
     }
   }
 
-  function showPager() {
-    document.getElementById("next-page").disabled = !nextCursor;
-    document.getElementById("prev-page").disabled = cursors.length < 2;
-    document.getElementById("first-page").disabled = cursors.length < 2;
-    document.getElementById("page-number").textContent = `Page ${cursors.length}`;
-  }
-
   function filtersChanged() {
     syncSort();
-    cursors = [null];
-    const params = query();
-    const search = params.toString();
-    window.history.replaceState(null, "", search ? `?${search}` : window.location.pathname);
+    pager.reset();
+    T.showInAddress(query());
     load();
   }
 
-  form.addEventListener("change", filtersChanged);
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    filtersChanged();
-  });
-  for (const input of form.querySelectorAll("input[type=text]")) {
-    let pending = null;
-    input.addEventListener("input", () => {
-      clearTimeout(pending);
-      pending = setTimeout(filtersChanged, 300);
-    });
-  }
-  document.getElementById("next-page").addEventListener("click", () => {
-    if (!nextCursor) return;
-    cursors.push(nextCursor);
-    load();
-  });
-  document.getElementById("prev-page").addEventListener("click", () => {
-    if (cursors.length > 1) cursors.pop();
-    load();
-  });
-  document.getElementById("first-page").addEventListener("click", () => {
-    cursors = [null];
-    load();
-  });
-
+  T.watchFilters(form, filtersChanged);
   T.restoreFilters(form);
   syncSort();
   load();

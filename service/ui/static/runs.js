@@ -9,8 +9,8 @@
   const DAY_MS = 86_400_000;
   const form = document.getElementById("filters");
   const body = document.querySelector("#runs tbody");
-  let cursors = [null];
-  let nextCursor = null;
+  const pager = T.pager(load);
+  // Loads overlap (a refresh, a filter typed meanwhile): only the latest one is shown.
   let latest = 0;
 
   function query() {
@@ -19,7 +19,7 @@
     if (fields.get("status")) params.set("status", fields.get("status"));
     if (fields.get("job")) params.set("job", fields.get("job").trim());
     if (fields.get("recent")) params.set("since", new Date(Date.now() - DAY_MS).toISOString());
-    const cursor = cursors[cursors.length - 1];
+    const cursor = pager.current();
     if (cursor) params.set("cursor", cursor);
     return params;
   }
@@ -47,10 +47,7 @@
       if (mine !== latest) return;
       body.replaceChildren(...page.items.map(runRow));
       document.getElementById("empty").hidden = page.items.length > 0;
-      nextCursor = page.next_cursor;
-      document.getElementById("next-page").disabled = !nextCursor;
-      document.getElementById("first-page").disabled = cursors.length < 2;
-      document.getElementById("page-number").textContent = `Page ${cursors.length}`;
+      pager.show(page.next_cursor);
       document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}.`;
       T.showError(null);
     } catch (error) {
@@ -59,33 +56,14 @@
   }
 
   function filtersChanged() {
-    cursors = [null];
+    pager.reset();
     const params = new URLSearchParams();
     for (const [key, value] of new FormData(form)) if (value) params.set(key, value);
-    const search = params.toString();
-    window.history.replaceState(null, "", search ? `?${search}` : window.location.pathname);
+    T.showInAddress(params);
     load();
   }
 
-  form.addEventListener("change", filtersChanged);
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    filtersChanged();
-  });
-  let pending = null;
-  form.querySelector("input[name=job]").addEventListener("input", () => {
-    clearTimeout(pending);
-    pending = setTimeout(filtersChanged, 300);
-  });
-  document.getElementById("next-page").addEventListener("click", () => {
-    if (!nextCursor) return;
-    cursors.push(nextCursor);
-    load();
-  });
-  document.getElementById("first-page").addEventListener("click", () => {
-    cursors = [null];
-    load();
-  });
+  T.watchFilters(form, filtersChanged);
 
   T.restoreFilters(form);
   load();

@@ -109,6 +109,61 @@ const Tickgate = {
     return Tickgate.el("span", text, `badge badge-${kind || text}`);
   },
 
+  // A list page's cursor paging. The API pages forward only, so the cursors of the pages
+  // before this one are kept; the page's first/previous/next buttons (those it has) move
+  // through them and call `load`, which reads `current()` and then calls `show`.
+  pager(load) {
+    const pager = {
+      cursors: [null],
+      nextCursor: null,
+      current() {
+        return pager.cursors[pager.cursors.length - 1];
+      },
+      reset() {
+        pager.cursors = [null];
+      },
+      show(nextCursor) {
+        pager.nextCursor = nextCursor;
+        const first = pager.cursors.length < 2;
+        for (const [id, off] of [["next-page", !nextCursor], ["prev-page", first], ["first-page", first]]) {
+          const button = document.getElementById(id);
+          if (button) button.disabled = off;
+        }
+        document.getElementById("page-number").textContent = `Page ${pager.cursors.length}`;
+      },
+    };
+    const on = (id, move) => document.getElementById(id)?.addEventListener("click", () => {
+      move();
+      load();
+    });
+    on("next-page", () => pager.nextCursor && pager.cursors.push(pager.nextCursor));
+    on("prev-page", () => pager.cursors.length > 1 && pager.cursors.pop());
+    on("first-page", pager.reset);
+    return pager;
+  },
+
+  // A list page's filters: a change, a submit, or a pause in typing calls `changed`.
+  watchFilters(form, changed) {
+    form.addEventListener("change", changed);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      changed();
+    });
+    for (const input of form.querySelectorAll("input[type=text]")) {
+      let pending = null;
+      input.addEventListener("input", () => {
+        clearTimeout(pending);
+        pending = setTimeout(changed, 300);
+      });
+    }
+  },
+
+  // The filters go in the address bar, so that a reload or a shared link keeps them.
+  showInAddress(params) {
+    const search = params.toString();
+    window.history.replaceState(null, "", search ? `?${search}` : window.location.pathname);
+  },
+
   // A list page's filters live in the address bar, so a reload or a shared link keeps
   // them: put them back into the page's form.
   restoreFilters(form) {
