@@ -26,6 +26,7 @@ from tests.support.cluster import (
     run_by_id,
     sleep_until,
     status_of,
+    unfinished_ticks,
     utc,
     wait_until,
 )
@@ -146,15 +147,7 @@ def test_one_replica_cut_off_from_postgres_then_back(
             # C's runs that never ended well: fenced at the cut, or claimed in a statement
             # that committed as the link went (the row stays `running` until the orphan
             # sweep, kept out here, marks it `abandoned`). Each has its row.
-            in_flight_at_cut = {
-                (row["job"], float(row["at"]))
-                for row in sql.fetch(
-                    "SELECT job, extract(epoch FROM scheduled_for)::float8 AS at"
-                    " FROM tickgate_runs WHERE runner = $1"
-                    " AND status IN ('running', 'cancelled', 'abandoned')",
-                    c.runner_id,
-                )
-            }
+            in_flight_at_cut = unfinished_ticks(sql, c.runner_id)
             ticks = await_ticks(
                 receiver, periods, first, last, lambda tick: tick in in_flight_at_cut, sql
             )

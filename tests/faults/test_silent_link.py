@@ -33,6 +33,7 @@ from tests.support.cluster import (
     run_by_id,
     sleep_until,
     status_of,
+    unfinished_ticks,
     wait_until,
 )
 from tests.support.processes import Replica, serve_many
@@ -141,15 +142,7 @@ def test_a_replica_whose_link_goes_silent_fences_its_run_and_its_locks_are_freed
             # C's runs that never ended well: fenced, or claimed in a statement whose
             # answer the silence swallowed (PostgreSQL ran it; C never heard). Each
             # has its row.
-            in_flight_at_silence = {
-                (row["job"], float(row["at"]))
-                for row in sql.fetch(
-                    "SELECT job, extract(epoch FROM scheduled_for)::float8 AS at"
-                    " FROM tickgate_runs WHERE runner = $1"
-                    " AND status IN ('running', 'cancelled', 'abandoned')",
-                    c.runner_id,
-                )
-            }
+            in_flight_at_silence = unfinished_ticks(sql, c.runner_id)
             ticks = await_ticks(
                 receiver, periods, first, last, lambda tick: tick in in_flight_at_silence, sql
             )

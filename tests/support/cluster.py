@@ -482,3 +482,15 @@ def overlapping_runs(rows: Sequence[Any]) -> list[str]:
         for earlier, later in itertools.pairwise(runs)
         if earlier["finished_at"] is None or later["started_at"] < earlier["finished_at"]
     ]
+
+
+def unfinished_ticks(sql: Sql, runner_id: str) -> set[tuple[str, float]]:
+    """(job, tick) of the runs of `runner_id` that never ended well: fenced (cancelled),
+    abandoned, or still `running`. A replica cut off mid-run may miss these; each has its
+    row."""
+    rows = sql.fetch(
+        "SELECT job, extract(epoch FROM scheduled_for)::float8 AS at FROM tickgate_runs"
+        " WHERE runner = $1 AND status IN ('running', 'cancelled', 'abandoned')",
+        runner_id,
+    )
+    return {(row["job"], float(row["at"])) for row in rows}
