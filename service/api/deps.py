@@ -21,6 +21,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def proxy_prefix(request: Request) -> str:
+    """The prefix a proxy serves the app under (uvicorn --root-path), if any: pages
+    that link to the app's own paths (the dashboard, the API docs) put it first."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
 @dataclass
 class Lifecycle:
     """Flips once, when SIGTERM arrives: readiness fails and no new run starts."""

@@ -9,6 +9,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from service.api.deps import proxy_prefix
+
 ASSETS = Path(__file__).parent / "static"
 # Open by default, with /docs, /redoc and /openapi.json (TICKGATE_OPEN_PATHS): Swagger
 # UI and ReDoc fetch the document before anyone can give them a token.
@@ -23,7 +25,7 @@ def install_docs(app: FastAPI) -> None:
 
 
 async def swagger_ui(request: Request) -> HTMLResponse:
-    root = _root(request)
+    root = proxy_prefix(request)
     return get_swagger_ui_html(
         openapi_url=f"{root}{request.app.openapi_url}",
         title=f"{request.app.title} API",
@@ -36,7 +38,7 @@ async def swagger_ui(request: Request) -> HTMLResponse:
 
 
 async def redoc(request: Request) -> HTMLResponse:
-    root = _root(request)
+    root = proxy_prefix(request)
     return get_redoc_html(
         openapi_url=f"{root}{request.app.openapi_url}",
         title=f"{request.app.title} API",
@@ -44,8 +46,3 @@ async def redoc(request: Request) -> HTMLResponse:
         redoc_favicon_url=f"{root}{ASSETS_PATH}/swagger-ui/favicon-32x32.png",
         with_google_fonts=False,
     )
-
-
-def _root(request: Request) -> str:
-    """The prefix a proxy serves the app under (uvicorn --root-path), if any."""
-    return str(request.scope.get("root_path", "")).rstrip("/")

@@ -9,6 +9,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.deps import proxy_prefix
 from service.api.jobs import NamePath
 from service.ui import STATIC, TEMPLATES
 
@@ -34,7 +35,7 @@ def install_ui(app: FastAPI) -> None:
 
 
 async def to_dashboard(request: Request) -> RedirectResponse:
-    return RedirectResponse(f"{_root(request)}{UI_PATH}/", status_code=307)
+    return RedirectResponse(f"{proxy_prefix(request)}{UI_PATH}/", status_code=307)
 
 
 async def jobs_page(request: Request) -> HTMLResponse:
@@ -54,14 +55,9 @@ async def cluster_page(request: Request) -> HTMLResponse:
 
 
 def _page(request: Request, template: str, title: str, **context: str) -> HTMLResponse:
-    root = _root(request)
+    root = proxy_prefix(request)
     values = {"title": title, "root": root, "static": f"{root}{UI_PATH}/static"} | context
     return _templates.TemplateResponse(request, template, values)
-
-
-def _root(request: Request) -> str:
-    """The prefix a proxy serves the app under (uvicorn --root-path), if any."""
-    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 class UiHeaders:
