@@ -286,7 +286,7 @@ class ListedJob(BaseModel):
 
     @classmethod
     def of(cls, job: Job, now: datetime, last_run: Run | None = None) -> Self:
-        """A listing computes one tick per job, never the next five."""
+        """A listing computes one tick per job, never the next NEXT_RUNS."""
         return cls.model_validate(_shown(job, job.upcoming(now, 1), last_run))
 
 

@@ -3,6 +3,7 @@ processes of their own (service/supervisor.py): asked over a unix socket whether
 lives, whether it is ready, and for its metrics."""
 
 import logging
+import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,9 @@ OK = "ok"
 PROBE_SECONDS = 2.0
 # A scrape may take a while on a busy box; Prometheus' default timeout is 10 s.
 METRICS_SECONDS = 5.0
+# How long a scheduler process that has not yet opened its socket counts as starting
+# (alive) rather than dead: its startup migrates and syncs against the database.
+STARTING_SECONDS = 120.0
 
 
 class _Checks(BaseModel):
@@ -22,20 +26,29 @@ class _Checks(BaseModel):
 
 
 class SchedulerProcess:
-    def __init__(self, socket: Path) -> None:
+    def __init__(self, socket: Path, starting_seconds: float = STARTING_SECONDS) -> None:
         self._http = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(socket)),
             base_url="http://scheduler",
             timeout=PROBE_SECONDS,
         )
+        self._starting_until: float | None = time.monotonic() + starting_seconds
 
     async def liveness(self) -> str:
-        """'ok', or why the scheduler process does not count as alive."""
+        """'ok', or why the scheduler process does not count as alive. Before its socket
+        first answers, a refused connection means it is still starting, which is alive:
+        the supervisor takes the pod down if it exits, and readiness says "not ready"."""
         try:
             response = await self._http.get("/healthz")
+        except httpx.ConnectError as error:
+            return OK if self._still_starting() else f"scheduler process not answering: {error!r}"
         except httpx.HTTPError as error:
             return f"scheduler process not answering: {error!r}"
+        self._starting_until = None
         return OK if response.status_code == 200 else f"scheduler process: {response.text}"
+
+    def _still_starting(self) -> bool:
+        return self._starting_until is not None and time.monotonic() < self._starting_until
 
     async def readiness(self) -> str:
         """'ok', or which of the scheduler process's own readiness checks failed."""

@@ -32,12 +32,18 @@ BOOKED_JOBS = f"""SELECT {_JOB}, o.tick AS overdue_tick FROM tickgate_overdue o
 # The next-tick book (migration 0012). $1 names, $2 ticks (NULL: none left), $3
 # incarnations, $4 versions: a tick is filed only for a job still active at that revision
 # (a change made meanwhile files its own), and a row is written only if its tick moved.
+# The rows to write lock their job FOR KEY SHARE: a DELETE committing after this
+# statement's snapshot then drops the row from the insert (the job is gone) instead of
+# failing its foreign key check; jobs whose tick is already booked take no lock.
 FILE_NEXT_TICKS = """INSERT INTO tickgate_next_ticks (job, tick)
     SELECT t.job, coalesce(t.tick, 'infinity')
     FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::bigint[])
         AS t (job, tick, incarnation, version)
     JOIN tickgate_jobs j ON j.name = t.job AND j.incarnation = t.incarnation
         AND j.version = t.version AND j.state = 'active'
+    WHERE NOT EXISTS (SELECT FROM tickgate_next_ticks n
+                      WHERE n.job = t.job AND n.tick = coalesce(t.tick, 'infinity'))
+    FOR KEY SHARE OF j
     ON CONFLICT (job) DO UPDATE SET tick = excluded.tick
         WHERE tickgate_next_ticks.tick <> excluded.tick"""
 # The overdue check's page of active jobs, as above; and the rows of jobs in the page's

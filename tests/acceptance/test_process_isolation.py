@@ -139,6 +139,29 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
         assert status_of(replica, "/healthz") == 200
 
 
+def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Kubernetes restarts a pod whose liveness fails: a starting pod must not fail it.
+    Poll both probes from spawn until ready: every /healthz answer is 200, and /readyz
+    is what says "not yet" (503) before the scheduler process is up."""
+    replica = start_replica(tmp_path, database_url=database_url)
+    answers: list[tuple[int, int]] = []
+
+    def probed_ready() -> bool:
+        answers.append((status_of(replica, "/healthz"), status_of(replica, "/readyz")))
+        return answers[-1][1] == 200
+
+    try:
+        wait_for(probed_ready, START_DEADLINE_SECONDS, f"{replica.url} to be ready")
+    finally:
+        replica.stop()
+    answered = [(health, readiness) for health, readiness in answers if health]
+    assert answered, "the API never answered before it was ready"
+    assert all(health == 200 for health, _ in answered), answers
+    assert all(readiness in {200, 503} for _, readiness in answered), answers
+
+
 def test_metrics_count_the_runs_of_both_processes(
     database_url: str, tmp_path: Path, sql: Sql
 ) -> None:

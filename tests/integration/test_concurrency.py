@@ -1,12 +1,16 @@
 """Concurrent writers: one consistent row per job, and a mirror that matches the rows."""
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import httpx
+import pytest
 
 from service.app import create_app
 from service.config import Settings
+from service.store import Store
 from tests.support.waiting import eventually
 
 
@@ -57,3 +61,42 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
             return bool(mirror.mirrored() == revisions)
 
         await eventually(matches, 30, "the mirror to match the rows exactly")
+
+
+async def _blocks_someone(connection: asyncpg.Connection) -> bool:
+    """Whether another backend waits on a lock this connection's transaction holds."""
+    waiting = await connection.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+    )
+    return bool(waiting)
+
+
+@pytest.mark.parametrize("delete_commits", [True, False])
+async def test_a_put_filing_its_next_tick_while_a_delete_commits_neither_fails_nor_orphans(
+    client: httpx.AsyncClient, store: Store, database_url: str, delete_commits: bool
+) -> None:
+    """The interleaving of a PUT racing a DELETE of the same name, driven step by step: the
+    PUT has stored its job and files the job's next tick, while a DELETE of the job, begun
+    meanwhile, holds the job's row. When the DELETE commits, the filing files nothing (the
+    job is gone) rather than failing the PUT on the book's foreign key; when it rolls back,
+    the tick is filed."""
+    assert (await client.put("/v1/jobs/raced", json=body(0))).status_code == 201
+    job = await store.get_job("raced")
+    assert job is not None
+    await store.file_next_ticks([(job, None)])  # booked at another tick: the filing writes
+    deleter = await asyncpg.connect(database_url)
+    try:
+        delete = deleter.transaction()
+        await delete.start()
+        await deleter.execute("DELETE FROM tickgate_jobs WHERE name = 'raced'")
+        tick = job.next_run_at(datetime.now(UTC))
+        filing = asyncio.create_task(store.file_next_ticks([(job, tick)]))
+        await eventually(lambda: _blocks_someone(deleter), 30, "the filing to wait on the row")
+        await (delete.commit() if delete_commits else delete.rollback())
+        await filing
+        booked = await deleter.fetchval(
+            "SELECT count(*) FROM tickgate_next_ticks WHERE job = 'raced'"
+        )
+    finally:
+        await deleter.close()
+    assert booked == (0 if delete_commits else 1)
