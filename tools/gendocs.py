@@ -13,7 +13,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from service.config import Settings
-from tools import chartgen
+from tools import chartgen, figures
 
 ROOT = Path(__file__).resolve().parent.parent
 _GENERATED = (
@@ -89,7 +89,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _quoting_figures(page: str) -> Callable[[], str]:
+    """A hand-written page whose benchmark figures (tools/figures.py) are generated."""
+    return lambda: figures.with_figures((ROOT / page).read_text(encoding="utf-8"))
+
+
 PAGES: dict[str, Callable[[], str]] = {
+    "README.md": _quoting_figures("README.md"),
+    "docs/development.md": _quoting_figures("docs/development.md"),
     "docs/configuration.md": configuration_page,
     "docs/kubernetes.md": chartgen.kubernetes_page,
     "helm/tickgate/README.md": chartgen.readme_text,
