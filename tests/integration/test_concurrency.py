@@ -5,9 +5,9 @@ from typing import Any
 
 import httpx
 
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
-from tests.support.waiting import eventually
 
 
 def body(i: int) -> dict[str, Any]:
@@ -56,4 +56,4 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
             revisions = await app.state.services.store.active_versions()
             return bool(mirror.mirrored() == revisions)
 
-        await eventually(matches, 30, "the mirror to match the rows exactly")
+        await eventually_async(matches, 30, "the mirror to match the rows exactly")
