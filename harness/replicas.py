@@ -186,7 +186,9 @@ def wait_ready(
     deadline_seconds: float = START_DEADLINE_SECONDS,
 ) -> None:
     """Until every replica's GET `path` answers 200, polled together; records when each
-    first did (`ready_seconds`), so start-up times are measured, not only awaited."""
+    first did (`ready_seconds`), so start-up times are measured, not only awaited.
+    Replicas started together share the cores they start on: each one adds
+    `deadline_seconds` to the wait (a loaded two-core box takes a minute for one)."""
     pending = list(replicas)
 
     def all_ready() -> bool:
@@ -196,7 +198,7 @@ def wait_ready(
         assert not pending, "\n".join(replica.log_tail(30) for replica in pending)
         return True
 
-    eventually(all_ready, deadline_seconds, f"GET {path} to answer 200")
+    eventually(all_ready, deadline_seconds * max(len(pending), 1), f"GET {path} to answer 200")
 
 
 def stop_all(
