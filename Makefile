@@ -14,8 +14,8 @@ run: $(VENV)/.runtime
 test: lint types test-only
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check service tests tools
-	$(BIN)/ruff format --check service tests tools
+	$(BIN)/ruff check service tests tools bench harness
+	$(BIN)/ruff format --check service tests tools bench harness
 	$(BIN)/lint-imports
 
 types: $(VENV)/.test

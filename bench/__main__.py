@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import REPO, Context, Sizes, machine_info, start_postgres, temp_workdir
+from bench.context import Context, Sizes, start_postgres
 from bench.loadgen import generator_version
+from bench.machine import machine_info, temp_workdir
 from bench.scenarios import SCENARIOS
+from harness.replicas import REPO
 
 
 def _parser() -> argparse.ArgumentParser:

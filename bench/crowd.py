@@ -1,7 +1,7 @@
 """Crowds: many `once` jobs due at the same second T0 (scenarios burst and replicas).
 
 One API-only replica (`TICKGATE_SCHEDULER=off`) creates a template job at T0 through
-`PUT`; its row is cloned in SQL under the other names (`bench.common.clone_jobs`: 10^4..
+`PUT`; its row is cloned in SQL under the other names (`bench.jobs.clone_jobs`: 10^4..
 10^5 jobs through the API would take minutes); the scheduler replicas start afterwards
 and load them all at their first sync. T0 must be far enough ahead for all of that:
 `Margin` learns the first sync's cost per job from each crowd for the next, bigger one.
@@ -9,11 +9,17 @@ and load them all at their first sync. T0 must be far enough ahead for all of th
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import Context, api_only_replica, clone_jobs, put_jobs
+from bench.context import Context, api_only_replica
+from bench.jobs import clone_jobs, put_jobs
+from bench.stats import percentile, quantile_curve
+from harness.accounting import ledger_rows
+from harness.postgres import Sql
+from harness.waiting import until_quiet
 
 GRACE_SECONDS = 60  # the jobs' misfire grace (the default)
 QUIET_SECONDS = 5.0  # a crowd is drained when nothing more started for this long
@@ -68,3 +74,87 @@ def seed_crowd(
         t0 = float(math.ceil(time.time() + lead_seconds))
         put_jobs([api.url], [job_at(names[0], t0)])
         return t0, clone_jobs(url, names[0], names[1:])
+
+
+# The finished rows (not `running`) of the ticks in [$1, $2).
+_FINISHED = """
+SELECT count(*) FROM tickgate_runs
+WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
+  AND status <> 'running'
+"""
+
+
+def wait_for_rows(
+    url: str, expected: int, window: tuple[float, float], *, quiet_seconds: float, deadline: float
+) -> int:
+    """The finished rows of ticks in `window` (POSIX seconds, end excluded) once they are
+    `expected`, or stopped growing for `quiet_seconds`, or at `deadline` (time.time())."""
+    sql = Sql(url)
+    try:
+        return until_quiet(
+            lambda: int(sql.value(_FINISHED, *window)),
+            expected,
+            quiet_seconds=quiet_seconds,
+            deadline=deadline,
+        )
+    finally:
+        sql.close()
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True)
+class CrowdStarts:
+    """A crowd of `jobs` jobs due at `t0`, as the ledger has it."""
+
+    jobs: int
+    rows: int
+    jobs_with_rows: int
+    jobs_with_more_rows: int  # a job with more than one row for T0 (never, by the key)
+    skipped_by_reason: dict[str, int]
+    status_counts: dict[str, int]
+    offsets: list[float]  # started_at - T0 of each row that is a run (not a skip)
+    runs_by_runner: dict[str, int]
+
+    def summary(self) -> dict[str, Any]:
+        offsets = self.offsets
+        drain = max(offsets) if offsets else None
+        return {
+            "jobs": self.jobs,
+            "started": len(offsets),
+            "rows": self.rows,
+            "missing": self.jobs - self.jobs_with_rows,
+            "jobs_with_more_than_one_row": self.jobs_with_more_rows,
+            "skipped_by_reason": self.skipped_by_reason,
+            "status_counts": self.status_counts,
+            "drain_s": _rounded(drain),
+            "first_s": _rounded(min(offsets) if offsets else None),
+            "p50_s": _rounded(percentile(offsets, 50)),
+            "p99_s": _rounded(percentile(offsets, 99)),
+            "drain_fires_per_s": round(len(offsets) / drain, 1) if drain else None,
+            "drain_curve_s": quantile_curve(offsets),
+            "runs_by_runner": self.runs_by_runner,
+        }
+
+
+def crowd_starts(url: str, t0: float, jobs: int) -> CrowdStarts:
+    """Every ledger row of tick `t0`: who started when, and whether any job has two."""
+    sql = Sql(url)
+    try:
+        rows = ledger_rows(sql, None, t0, t0)
+    finally:
+        sql.close()
+    per_job = Counter(row["job"] for row in rows)
+    runs = [row for row in rows if row["status"] != "skipped"]
+    return CrowdStarts(
+        jobs=jobs,
+        rows=len(rows),
+        jobs_with_rows=len(per_job),
+        jobs_with_more_rows=sum(1 for count in per_job.values() if count > 1),
+        skipped_by_reason=dict(Counter(r["skip_reason"] for r in rows if r["status"] == "skipped")),
+        status_counts=dict(Counter(row["status"] for row in rows)),
+        offsets=[row["late"] for row in runs],
+        runs_by_runner=dict(Counter(row["runner"] for row in runs)),
+    )

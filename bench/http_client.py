@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 from pydantic import JsonValue
 
-from bench.receiver import ReceiverProcess
+from harness.receiver import ReceiverProcess
 from service.tasks.base import TaskContext
 from service.tasks.http import (
     HttpArgs,

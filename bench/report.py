@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import issue12
 from bench.plots import draw_plots
 from bench.reading import ceiling, fmt, mark, ratio, scenario, smoke, table
+from bench.targets import section as targets_section
 
 TARGET_FIRES_PER_S = 1000
 TARGET_P99_MS = 100
@@ -667,7 +667,7 @@ def _profiling_section() -> list[str]:
 def render(document: dict[str, Any], plots: Sequence[str]) -> str:
     sections = [
         _header(document),
-        issue12.section(document),
+        targets_section(document),
         _targets_section(document),
         _profiling_section(),
         _limit_section(document),

@@ -8,13 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.postgres import EmbeddedServer, Sql, with_database
+from harness.receiver import Receiver, receiving
 from service.app import create_app
 from service.config import Settings
-from service.embedded import start_embedded
 from service.store import Store
-from tests.support.db import TemplateDatabases, with_database
-from tests.support.receiver import Receiver, receiving
-from tests.support.sql import Sql
+from tests.support.db import TemplateDatabases
 
 # The slow folders: real `tickgate serve` processes and injected faults. Marked here by
 # folder, so that a new test file there cannot join the fast loop (`-m "not acceptance"`)
@@ -38,11 +37,11 @@ def server_url() -> Iterator[str]:
         yield configured
         return
     # Not under pytest's numbered temp dirs: a concurrent pytest session prunes those.
-    embedded = start_embedded(Path(tempfile.mkdtemp(prefix="tickgate-pg-")), delete_on_stop=True)
+    embedded = EmbeddedServer(Path(tempfile.mkdtemp(prefix="tickgate-pg-")))
     try:
         yield embedded.url
     finally:
-        embedded.stop()
+        embedded.close()
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +66,7 @@ async def database_url(templates: TemplateDatabases) -> AsyncIterator[str]:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    # The http task reaches the loopback receiver (tests/support/receiver.py) only.
+    # The http task reaches the loopback receiver (harness/receiver.py) only.
     return Settings(
         database_url=database_url,
         scheduler=False,

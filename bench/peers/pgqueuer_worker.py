@@ -33,7 +33,8 @@ _EPSILON = timedelta(microseconds=1)
 def schedule_tick(schedule: Schedule) -> int:
     """The latest tick of the schedule's cron at or before pgqueuer picked it."""
     picked = schedule.updated + _EPSILON  # croniter's get_prev is strictly earlier
-    return round(croniter(schedule.expression, start_time=picked).get_prev(float))
+    tick: float = croniter(schedule.expression, start_time=picked).get_prev(float)
+    return round(tick)
 
 
 async def prepare(spec: _wire.Spec) -> None:

@@ -20,18 +20,8 @@ from typing import Any
 
 import psutil
 
-from bench.common import (
-    REPO,
-    Context,
-    CpuMeter,
-    ReceiverProcess,
-    analyze_delivery,
-    percentile,
-    processes_of,
-    quantile_curve,
-    receiver,
-    skipped,
-)
+from bench.context import Context, receiver, skipped
+from bench.meters import CpuMeter, processes_of
 from bench.peers import (
     PEERS,
     BurstInstantPassed,
@@ -43,6 +33,11 @@ from bench.peers import (
     stop,
 )
 from bench.scenarios.steady import finish_window, sleep_until, window_start
+from bench.stats import percentile, quantile_curve
+from harness.accounting import analyze_delivery
+from harness.receiver import ReceiverProcess
+from harness.replicas import REPO
+from harness.waiting import until_quiet
 
 NAME = "peers"
 PROCESSES = 3
@@ -252,18 +247,11 @@ def _burst_size(ctx: Context, peer: str, python: Any, count: int) -> dict[str, A
 def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) -> None:
     """Until every job arrived, nothing arrived for a while, or the grace ran out
     (Tickgate's burst waits the same way)."""
+    sleep_until(t0 + 2)
     deadline = t0 + BURST_GRACE_SECONDS + 15
-    last, since = -1, time.time()
-    while time.time() < deadline:
-        now = target.count()
-        if now >= count:
-            return
-        if now != last:
-            last, since = now, time.time()
-        elif time.time() > t0 + 2 and time.time() - since > BURST_QUIET_SECONDS:
-            ctx.say(f"peers: burst stalled at {now}/{count}")
-            return
-        time.sleep(0.1)
+    arrived = until_quiet(target.count, count, quiet_seconds=BURST_QUIET_SECONDS, deadline=deadline)
+    if arrived < count:
+        ctx.say(f"peers: burst stalled at {arrived}/{count}")
 
 
 def _rounded(value: float | None) -> float | None:

@@ -4,8 +4,9 @@
 
 For each peer: installs its venv (cached in bench/.peers), starts an embedded PostgreSQL,
 creates a fresh database per scenario, runs a small steady set and a small burst against
-a stdlib HTTP receiver on 127.0.0.1, and prints receipts per job and tick, duplicates,
-misses and lateness (and, for a tick delivered twice, which processes delivered it).
+the harness's loopback receiver (`harness.receiver.receiving`), and prints receipts per
+job and tick, duplicates, misses and lateness (and, for a tick delivered twice, which
+processes delivered it).
 Exits 1 if a peer delivered none of a scenario's expected ticks; duplicates and misses are
 findings about the peer, printed, not failures of the wiring.
 """
@@ -17,66 +18,17 @@ import asyncio
 import math
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import asyncpg
 
 from bench.peers import PEERS, JobSet, install, installed_versions, start, stop
+from harness.receiver import Receiver, receiving
 from service.embedded import start_embedded
 
 ROOT = Path(__file__).resolve().parents[2] / "bench" / ".peers"
-
-
-@dataclass
-class Receipts:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    rows: list[tuple[str, int, float]] = field(default_factory=list)  # job, tick, received
-    runners: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-
-    def add(self, job: str, tick: int, received: float, runner: str) -> None:
-        with self.lock:
-            self.rows.append((job, tick, received))
-            self.runners.setdefault((job, tick), []).append(runner)
-
-    def snapshot(self) -> list[tuple[str, int, float]]:
-        with self.lock:
-            return list(self.rows)
-
-
-@contextmanager
-def receiver() -> Iterator[tuple[str, Receipts]]:
-    receipts = Receipts()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received = time.time()
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            job = self.headers["X-Tickgate-Job"]
-            tick = datetime.fromisoformat(self.headers["X-Tickgate-Scheduled-For"])
-            runner = self.headers.get("X-Tickgate-Runner", "?")
-            receipts.add(job, int(tick.timestamp()), received, runner)
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hook", receipts
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def create_database(admin_dsn: str, name: str) -> None:
@@ -88,8 +40,14 @@ async def create_database(admin_dsn: str, name: str) -> None:
         await connection.close()
 
 
-def summarize(title: str, jobs: JobSet, receipts: Receipts, ticks: range) -> bool:
-    rows = receipts.snapshot()
+def summarize(title: str, jobs: JobSet, receiver: Receiver, ticks: range) -> bool:
+    rows: list[tuple[str, int, float]] = []
+    runners: dict[tuple[str, int], list[str]] = {}
+    for receipt in receiver.receipts():
+        if receipt.job is None or receipt.tick is None:
+            continue
+        rows.append((receipt.job, round(receipt.tick), receipt.received_at))
+        runners.setdefault((receipt.job, round(receipt.tick)), []).append(receipt.runner or "?")
     per_tick = Counter((job, tick) for job, tick, _ in rows)
     duplicates = sum(n - 1 for n in per_tick.values() if n > 1)
     expected = {(job, tick) for job in jobs.names() for tick in ticks}
@@ -115,8 +73,8 @@ def summarize(title: str, jobs: JobSet, receipts: Receipts, ticks: range) -> boo
         print(f"    {job}: {len(got)} tick(s) seen; window [{marks}]")
     for (job, tick), n in sorted(per_tick.items()):
         if n > 1:
-            runners = ", ".join(receipts.runners[(job, tick)])
-            print(f"    DUPLICATE {job} @ {tick}: {n} deliveries, by {runners}")
+            by = ", ".join(runners[(job, tick)])
+            print(f"    DUPLICATE {job} @ {tick}: {n} deliveries, by {by}")
     # a peer's duplicates are a finding about the peer, not a fault of the wiring
     return bool(seen_in_window)
 
@@ -132,7 +90,8 @@ def run_peer(peer: str, admin_dsn: str, dsn_for: dict[str, str], args: argparse.
     # steady
     asyncio.run(create_database(admin_dsn, f"peers_{peer}_steady"))
     steady = JobSet("steady", args.count)
-    with receiver() as (url, receipts):
+    with receiving() as receiver:
+        url = f"{receiver.url}/hook"
         procs = start(
             peer, python, dsn_for[f"peers_{peer}_steady"], url, steady, log_dir=logs / "steady"
         )
@@ -144,7 +103,7 @@ def run_peer(peer: str, admin_dsn: str, dsn_for: dict[str, str], args: argparse.
         f"steady {args.count} jobs x 1/s for {args.seconds}s (window: ticks after all "
         "workers ran, minus the last 2 s)",
         steady,
-        receipts,
+        receiver,
         range(begin + 1, end - 2),
     )
 
@@ -152,14 +111,15 @@ def run_peer(peer: str, admin_dsn: str, dsn_for: dict[str, str], args: argparse.
     asyncio.run(create_database(admin_dsn, f"peers_{peer}_burst"))
     at = math.ceil(time.time()) + args.burst_lead
     burst = JobSet("burst", args.burst_count, at=at)
-    with receiver() as (url, receipts):
+    with receiving() as receiver:
+        url = f"{receiver.url}/hook"
         procs = start(
             peer, python, dsn_for[f"peers_{peer}_burst"], url, burst, log_dir=logs / "burst"
         )
         time.sleep(max(0.0, at + args.burst_wait - time.time()))
         stop(procs)
     ok &= summarize(
-        f"burst {args.burst_count} jobs at one instant", burst, receipts, range(at, at + 1)
+        f"burst {args.burst_count} jobs at one instant", burst, receiver, range(at, at + 1)
     )
     return ok
 

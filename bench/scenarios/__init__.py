@@ -4,7 +4,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import Context
+from bench.context import Context
 from bench.scenarios import (
     api,
     bulk,

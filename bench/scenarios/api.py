@@ -27,25 +27,15 @@ from typing import Any
 import asyncpg
 
 from bench import baseline_app
-from bench.common import (
-    Context,
-    Replica,
-    analyze_delivery,
-    free_port,
-    latency_summary,
-    median_of,
-    put_jobs,
-    receiver,
-    replica_env,
-    spawn,
-    standard_meter,
-    stop_replicas,
-    tickgate_replicas,
-    wait_ready,
-)
+from bench.context import BENCH_ENV, READY_DEADLINE_SECONDS, Context, receiver, tickgate_replicas
+from bench.jobs import put_jobs
 from bench.loadgen import JOB_BODY, Load, generator, generator_version, run_load
-from bench.receiver import Receipt
+from bench.meters import standard_meter
 from bench.scenarios.steady import finish_window, one_second_jobs, sleep_until, window_start
+from bench.stats import latency_summary, median_of
+from harness.accounting import analyze_delivery
+from harness.receiver import Receipt
+from harness.replicas import Replica, free_port, replica_env, spawn, stop_all, wait_ready
 
 NAME = "api"
 MODES = {"create": "POST /v1/jobs", "list": "GET /v1/jobs?limit=100", "get": "GET /v1/jobs/{name}"}
@@ -175,14 +165,14 @@ def _baseline(ctx: Context) -> list[dict[str, Any]]:
         for index in range(3):
             port = free_port()
             runner = f"baseline-{index}-{port}"
-            env = replica_env(url, runner, workdir)
+            env = replica_env(workdir, runner, url, BENCH_ENV)
             command = [sys.executable, "-m", "bench.baseline_app"]
             servers.append(spawn(command, env, workdir / f"{runner}.log", runner, port))
-        wait_ready(servers)
+        wait_ready(servers, "/readyz", READY_DEADLINE_SECONDS)
         ctx.say("api: bare FastAPI + asyncpg baseline")
         return measure(ctx, [s.url for s in servers], "baseline")
     finally:
-        stop_replicas(servers)
+        stop_all(servers)
 
 
 def _ratios(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

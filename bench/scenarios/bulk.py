@@ -11,8 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import Context, apply_jobs, median_of, tickgate_replicas
+from bench.context import Context, tickgate_replicas
+from bench.jobs import apply_jobs
 from bench.scenarios.scale import idle_job
+from bench.stats import median_of
 
 NAME = "bulk"
 

@@ -10,7 +10,7 @@ arrived, duplicates and misses, CPU over the drain, and a drain curve (quantiles
 receipt minus T0) for the plot.
 
 `log` crowds, for each size in `burst_log_jobs`: the same with the built-in `log` task and
-no receiver, judged from the ledger (`bench.ledger.crowd_starts`): the drain time is the
+no receiver, judged from the ledger (`bench.crowd.crowd_starts`): the drain time is the
 last `started_at` minus T0, with the half and 99 % points and the curve; every job must
 have exactly one row (rows per job are counted), and a row that is a skip is no start.
 """
@@ -18,19 +18,23 @@ have exactly one row (rows per job are counted), and a row that is a skip is no 
 import time
 from typing import Any
 
-from bench.common import (
-    Context,
-    ReceiverProcess,
-    analyze_delivery,
-    percentile,
-    quantile_curve,
-    receiver,
-    standard_meter,
-    tickgate_replicas,
+from bench.context import Context, receiver, tickgate_replicas
+from bench.crowd import (
+    GRACE_SECONDS,
+    QUIET_SECONDS,
+    Margin,
+    crowd_starts,
+    log_once_job,
+    once_job,
+    seed_crowd,
+    wait_for_rows,
 )
-from bench.crowd import GRACE_SECONDS, QUIET_SECONDS, Margin, log_once_job, once_job, seed_crowd
-from bench.ledger import crowd_starts, wait_for_rows
+from bench.meters import standard_meter
 from bench.scenarios.steady import scrape_metrics, sleep_until
+from bench.stats import percentile, quantile_curve
+from harness.accounting import analyze_delivery
+from harness.receiver import ReceiverProcess
+from harness.waiting import until_quiet
 
 NAME = "burst"
 
@@ -38,7 +42,8 @@ NAME = "burst"
 def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) -> None:
     """Until every job arrived, or nothing arrived for a while, or the grace ran out."""
     sleep_until(t0 + 2)
-    arrived = target.wait_for(count, quiet_seconds=QUIET_SECONDS, deadline=t0 + GRACE_SECONDS + 15)
+    deadline = t0 + GRACE_SECONDS + 15
+    arrived = until_quiet(target.count, count, quiet_seconds=QUIET_SECONDS, deadline=deadline)
     if arrived < count:
         ctx.say(f"burst: stopped waiting at {arrived}/{count}")
 

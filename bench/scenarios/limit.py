@@ -20,7 +20,8 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import Context, median_of, skipped
+from bench.context import Context, skipped
+from bench.stats import median_of
 
 NAME = "limit"
 

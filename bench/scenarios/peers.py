@@ -24,7 +24,7 @@ peer's duplicates are reported but do not fail the run: only Tickgate's do.
 import importlib
 from typing import Any
 
-from bench.common import Context, skipped
+from bench.context import Context, skipped
 
 NAME = "peers"
 

@@ -15,15 +15,17 @@ import itertools
 import time
 from typing import Any
 
-from bench.common import (
-    OWNERSHIP_ON,
-    Context,
-    RssSampler,
-    replica_meter,
-    tickgate_replicas,
+from bench.context import OWNERSHIP_ON, Context, tickgate_replicas
+from bench.crowd import (
+    GRACE_SECONDS,
+    QUIET_SECONDS,
+    Margin,
+    crowd_starts,
+    log_once_job,
+    seed_crowd,
+    wait_for_rows,
 )
-from bench.crowd import GRACE_SECONDS, QUIET_SECONDS, Margin, log_once_job, seed_crowd
-from bench.ledger import crowd_starts, wait_for_rows
+from bench.meters import RssSampler, replica_meter
 from bench.scenarios.steady import sleep_until
 
 NAME = "replicas"

@@ -14,7 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import Context, api_only_replica, clone_jobs, put_jobs
+from bench.context import Context, api_only_replica
+from bench.jobs import clone_jobs, put_jobs
 from bench.scenarios.scale import idle_job
 from service.store import Store
 

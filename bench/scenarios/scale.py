@@ -17,18 +17,12 @@ from typing import Any
 
 import httpx
 
-from bench.common import (
-    Context,
-    Replica,
-    RssSampler,
-    api_only_replica,
-    clone_jobs,
-    latency_summary,
-    put_jobs,
-    start_tickgate,
-    stop_replicas,
-    wait_ready,
-)
+from bench.context import BENCH_ENV, READY_DEADLINE_SECONDS, Context, api_only_replica
+from bench.jobs import clone_jobs, put_jobs
+from bench.meters import RssSampler
+from bench.stats import latency_summary
+from harness.cluster import start_many
+from harness.replicas import Replica, stop_all, wait_ready
 
 NAME = "scale"
 SAMPLES = 20
@@ -47,13 +41,13 @@ def idle_job(name: str) -> dict[str, Any]:
 
 def _started(ctx: Context, url: str, count: int, label: str) -> tuple[list[Replica], list[float]]:
     """`count` replicas, ready; their peak RSS (MiB) from start until `settle_seconds` after."""
-    replicas = start_tickgate(url, ctx.logdir(label), count)
+    replicas = start_many(ctx.logdir(label), count, database_url=url, env=BENCH_ENV)
     try:
         with RssSampler([r.pid for r in replicas]) as rss:
-            wait_ready(replicas)
+            wait_ready(replicas, "/readyz", READY_DEADLINE_SECONDS)
             time.sleep(ctx.sizes.settle_seconds)
     except BaseException:
-        stop_replicas(replicas)
+        stop_all(replicas)
         raise
     return replicas, rss.peaks_mib()
 
@@ -118,12 +112,12 @@ def run(ctx: Context) -> dict[str, Any]:
         put_jobs([api.url], [idle_job(names[0])])
         clone_seconds = clone_jobs(url, names[0], names[1:])
     solo, solo_rss = _started(ctx, url, 1, f"{NAME}-solo")
-    stop_replicas(solo)
+    stop_all(solo)
     replicas, rss = _started(ctx, url, 3, NAME)
     try:
         paging = _paging([r.url for r in replicas], count)
     finally:
-        stop_replicas(replicas)
+        stop_all(replicas)
     ready = [round(r.ready_seconds or 0.0, 2) for r in replicas]
     solo_ready = round(solo[0].ready_seconds or 0.0, 2)
     ctx.say(

@@ -23,20 +23,12 @@ from typing import Any
 
 import psutil
 
-from bench.common import (
-    OWNERSHIP_ON,
-    Context,
-    Replica,
-    RssSampler,
-    api_only_replica,
-    clone_jobs,
-    process_tree,
-    put_jobs,
-    start_tickgate,
-    stop_replicas,
-    wait_ready,
-)
+from bench.context import BENCH_ENV, OWNERSHIP_ON, Context, api_only_replica
+from bench.jobs import clone_jobs, put_jobs
+from bench.meters import RssSampler
 from bench.scenarios.scale import idle_job
+from harness.cluster import start_many
+from harness.replicas import Replica, process_tree, stop_all, wait_ready
 
 NAME = "scale_out"
 READY_DEADLINE_SECONDS = 900.0
@@ -89,11 +81,14 @@ class MemoryGuard:
 
 @contextlib.contextmanager
 def _replicas(ctx: Context, url: str, label: str) -> Iterator[list[Replica]]:
-    replicas = start_tickgate(url, ctx.logdir(label), ctx.sizes.scale_out_replicas, OWNERSHIP_ON)
+    env = BENCH_ENV | OWNERSHIP_ON
+    replicas = start_many(
+        ctx.logdir(label), ctx.sizes.scale_out_replicas, database_url=url, env=env
+    )
     try:
         yield replicas
     finally:
-        stop_replicas(replicas)
+        stop_all(replicas)
 
 
 def measure(ctx: Context, count: int) -> dict[str, Any]:
@@ -111,9 +106,9 @@ def measure(ctx: Context, count: int) -> dict[str, Any]:
         RssSampler([r.pid for r in replicas]) as rss,
     ):
         try:
-            wait_ready(replicas, deadline=READY_DEADLINE_SECONDS)
+            wait_ready(replicas, "/readyz", READY_DEADLINE_SECONDS)
             time.sleep(settle)
-        except RuntimeError:
+        except AssertionError:
             if guard.tripped_at_mib is None:
                 raise
     if guard.tripped_at_mib is not None:

@@ -12,7 +12,6 @@ the receiver and of the whole box, and each replica's RSS. One run per rate (the
 long).
 """
 
-import asyncio
 import math
 import time
 from collections import defaultdict
@@ -21,22 +20,14 @@ from typing import Any
 
 import httpx
 
-from bench.common import (
-    Context,
-    CpuMeter,
-    ReceiverProcess,
-    Replica,
-    analyze_delivery,
-    api_only_replica,
-    fetch,
-    latency_summary,
-    put_jobs,
-    quantile_curve,
-    receiver,
-    standard_meter,
-    tickgate_replicas,
-)
-from bench.receiver import Receipt
+from bench.context import Context, Postgres, api_only_replica, receiver, tickgate_replicas
+from bench.jobs import put_jobs
+from bench.meters import CpuMeter, standard_meter
+from bench.stats import latency_summary, quantile_curve
+from harness.accounting import analyze_delivery
+from harness.receiver import Receipt, ReceiverProcess
+from harness.replicas import Replica
+from harness.waiting import until_quiet
 
 NAME = "steady"
 INTERVAL = {"kind": "interval", "every_seconds": 1, "anchor": "2026-01-01T00:00:00Z"}
@@ -144,9 +135,9 @@ def finish_window(
     """Wait for late deliveries, then count the window's ticks against the receipts."""
     ticks = range(int(began), int(ended))
     expected = {(name, float(tick)) for name in names for tick in ticks}
-    receipts_from.wait_for(
+    until_quiet(
+        lambda: receipts_from.count((began, ended)),
         len(expected),
-        window=(began, ended),
         quiet_seconds=QUIET_SECONDS,
         deadline=time.time() + DRAIN_DEADLINE_SECONDS,
     )
@@ -194,18 +185,15 @@ def lock_held_after_return(database_url: str, receipts: Sequence[Receipt]) -> di
     end (written, with the unlock, in one statement, on the database's clock) minus the
     moment the receiver answered its call (same box, same clock). Over every run since
     the replicas started, and over each replica's first second of runs (a cold start)."""
-    rows = asyncio.run(
-        fetch(
-            database_url,
-            """SELECT job, extract(epoch FROM scheduled_for)::float8 AS tick,
+    rows = Postgres(database_url).fetch(
+        """SELECT job, extract(epoch FROM scheduled_for)::float8 AS tick,
                       extract(epoch FROM finished_at)::float8 AS ended, runner,
                       extract(epoch FROM min(started_at) OVER (PARTITION BY runner))::float8
                           AS first_start,
                       extract(epoch FROM started_at)::float8 AS started
-               FROM tickgate_runs WHERE status = 'succeeded'""",
-        )
+               FROM tickgate_runs WHERE status = 'succeeded'"""
     )
-    answered = {(r.job, r.scheduled_for): r.received_at for r in receipts}
+    answered = {(r.job, r.tick): r.received_at for r in receipts}
     held, first = [], []
     for row in rows:
         at = answered.get((row["job"], row["tick"]))

@@ -2,7 +2,7 @@
 
 As scenario 2 (steady), but each job runs the `log` task (nothing leaves the replica, so
 this is the fire path alone) and the window is judged from Tickgate's ledger
-(`bench.ledger.window_outcomes`), at each of `steady_log_rates` for `steady_log_seconds`
+(`window_outcomes`), at each of `steady_log_rates` for `steady_log_seconds`
 after `steady_warmup_seconds`. The jobs (half 6-field cron `* * * * * *`, half 1 s
 intervals) are created in one bulk `PUT /v1/jobs` through an API-only replica; then three
 scheduler replicas start.
@@ -13,16 +13,14 @@ and the p99 of `started_at - scheduled_for` is under 1 s. The highest clean rate
 largest such rate.
 """
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from bench.common import (
-    Context,
-    api_only_replica,
-    apply_jobs,
-    standard_meter,
-    tickgate_replicas,
-)
-from bench.ledger import CLEAN_P99_S, wait_for_rows, window_outcomes
+from bench.context import Context, api_only_replica, tickgate_replicas
+from bench.crowd import wait_for_rows
+from bench.jobs import apply_jobs
+from bench.meters import standard_meter
 from bench.scenarios.steady import (
     DRAIN_DEADLINE_SECONDS,
     QUIET_SECONDS,
@@ -31,6 +29,9 @@ from bench.scenarios.steady import (
     scrape_metrics,
     window_start,
 )
+from bench.stats import latency_summary, quantile_curve
+from harness.accounting import account
+from harness.postgres import Sql
 
 NAME = "steady_log"
 
@@ -87,4 +88,44 @@ def run(ctx: Context) -> dict[str, Any]:
         "levels": levels,
         "highest_clean_rate": max(clean, default=None),
         "max_achieved_fires_per_s": max(level["achieved_fires_per_s"] for level in levels),
+    }
+
+
+# A steady window is clean at a rate when every tick has its one succeeded run, none was
+# skipped, and 99 % started within this long of their tick.
+CLEAN_P99_S = 1.0
+
+
+def window_outcomes(url: str, names: Sequence[str], began: float, ended: float) -> dict[str, Any]:
+    """Tick by tick over the whole seconds [began, ended): each (job, tick) should have
+    exactly one row, `succeeded`. Lateness is `started_at - scheduled_for` of those runs."""
+    sql = Sql(url)
+    try:
+        accounting = account(None, sql, dict.fromkeys(names, 1), int(began), int(ended) - 1)
+    finally:
+        sql.close()
+    rows = [accounting.rows[tick] for tick in accounting.expected if tick in accounting.rows]
+    succeeded = [row["late"] for row in rows if row["status"] == "succeeded"]
+    skipped = Counter(row["skip_reason"] for row in rows if row["status"] == "skipped")
+    other = Counter(row["status"] for row in rows if row["status"] not in {"succeeded", "skipped"})
+    missing = len(accounting.without_rows())
+    window = int(ended) - int(began)
+    lateness = latency_summary(succeeded)
+    p99 = lateness["p99_ms"]
+    return {
+        "window_s": window,
+        "expected": len(accounting.expected),
+        "succeeded": len(succeeded),
+        "achieved_fires_per_s": round(len(succeeded) / max(window, 1), 1),
+        "missing": missing,
+        "skipped": sum(skipped.values()),
+        "skipped_by_reason": dict(skipped),
+        "other_by_status": dict(other),
+        "lateness": lateness,
+        "lateness_cdf_s": quantile_curve(succeeded),
+        "clean": missing == 0
+        and not skipped
+        and not other
+        and p99 is not None
+        and p99 < CLEAN_P99_S * 1000,
     }

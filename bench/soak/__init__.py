@@ -7,12 +7,13 @@ churn and a schedule of faults, and the harness checks that nothing drifts:
   `log`, half `http` to the loopback receiver), whose ticks all fall on whole multiples
   of the job's period, so the harness knows every nominal tick without a cron parser;
   the fleet's history (every change the harness made, and when); the churn thread.
-- `cluster`: the embedded PostgreSQL (restartable on its data directory), the replica
-  slots (kill -9, restart), and the TCP proxy in front of one replica.
+- the cluster comes from `harness`: the embedded PostgreSQL (`harness.postgres`,
+  restartable on its data directory), the replica slots (`harness.cluster.Slot`: kill -9,
+  restart), and the TCP proxy in front of one replica (`harness.tcpproxy`).
 - `faults`: the fault timeline, compressed with `--minutes`.
 - `sampler`: every ~10 s, RSS per replica, ledger rows, fire lateness, runs/s and each
   replica's `/metrics` scrape time.
-- `accounting`: window by window, every nominal tick of every job that lived through the
+- `windows`: window by window, every nominal tick of every job that lived through the
   window unchanged has exactly one ledger row, and the receiver agrees with the ledger.
 - `verdicts`, `reliability`, `plot`: the judgement, the RELIABILITY.md section and the
   PNG plot, each from the results JSON alone (`python -m bench.soak --report FILE`).

@@ -15,31 +15,36 @@ when a check failed or the harness broke.
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import shutil
 import statistics
 import sys
 import time
-from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 
-from bench.common import REPO, ReceiverProcess, apply_jobs, machine_info, temp_workdir
+from bench.context import EMBEDDED_SETTINGS
+from bench.jobs import apply_jobs
+from bench.machine import machine_info, temp_workdir
 from bench.soak import plot, reliability, verdicts
-from bench.soak.accounting import MARGIN_SECONDS, SETTLE_SECONDS, Accountant
-from bench.soak.cluster import Database, Slot, start_slots
 from bench.soak.faults import EventLog, Faults, timeline
 from bench.soak.plan import GRACE_SECONDS, Churn, Fleet, fires_per_second, initial_jobs
 from bench.soak.sampler import Sampler
-from tests.support.tcpproxy import TcpProxy, Upstream
+from bench.soak.windows import MARGIN_SECONDS, SETTLE_SECONDS, Accountant
+from harness.accounting import first_arrivals
+from harness.cluster import Slot, start_slots
+from harness.postgres import EmbeddedServer, execute, with_database
+from harness.receiver import ReceiverProcess
+from harness.replicas import REPO, stop_all, wait_ready
+from harness.tcpproxy import TcpProxy, Upstream
 
 RUN_HISTORY = 50
 RECONCILE_SECONDS = 10
+DATABASE = "soak"
 REPLICA_ENV = {
     "TICKGATE_RUN_HISTORY": str(RUN_HISTORY),
     "TICKGATE_RECONCILE_SECONDS": str(RECONCILE_SECONDS),
@@ -98,7 +103,9 @@ _ATTEMPTS = """SELECT t.job, t.at, r.attempts
     LEFT JOIN tickgate_runs r ON r.job = t.job AND r.scheduled_for = to_timestamp(t.at)"""
 
 
-async def _final_ledger(url: str, repeated: dict[tuple[str, float], int]) -> tuple[int, dict]:
+async def _final_ledger(
+    url: str, repeated: dict[tuple[str, float], int]
+) -> tuple[int, dict[tuple[str, float], int]]:
     connection = await asyncpg.connect(url, timeout=10)
     try:
         duplicates = await connection.fetchval(_LEDGER_DUPLICATES, timeout=120)
@@ -115,7 +122,7 @@ def final_checks(url: str, receiver: ReceiverProcess) -> tuple[dict[str, Any], d
     """The whole ledger's duplicate (job, tick) rows, and the whole run's deliveries of a
     (job, tick) beyond the first, each explained or not by its ledger row's attempts."""
     receipts = receiver.receipts()
-    counts = Counter((r.job, r.scheduled_for) for r in receipts if r.scheduled_for is not None)
+    counts = first_arrivals(receipts)[1]
     repeated = {key: count for key, count in counts.items() if count > 1}
     duplicates, attempts = asyncio.run(_final_ledger(url, repeated))
     unexplained = {
@@ -137,18 +144,16 @@ def final_checks(url: str, receiver: ReceiverProcess) -> tuple[dict[str, Any], d
 # ---------------------------------------------------------------------------- the run
 
 
-def cluster_ready(slots: list[Slot]) -> Any:
+def cluster_ready(slots: list[Slot]) -> Callable[[float], bool]:
+    """Whether every live slot answers /readyz within the deadline (seconds)."""
+
     def ready(deadline: float) -> bool:
-        end = time.monotonic() + deadline
-        with httpx.Client(timeout=2) as client:
-            while time.monotonic() < end:
-                with contextlib.suppress(httpx.HTTPError):
-                    if all(
-                        client.get(f"{s.url}/readyz").status_code == 200 for s in slots if s.alive
-                    ):
-                        return True
-                time.sleep(0.5)
-        return False
+        live = [slot.replica for slot in slots if slot.alive and slot.replica is not None]
+        try:
+            wait_ready(live, "/readyz", deadline)
+        except AssertionError:
+            return False
+        return True
 
     return ready
 
@@ -175,11 +180,13 @@ def run(args: argparse.Namespace) -> int:
     stem = _stem(args.minutes)
     args.out.mkdir(parents=True, exist_ok=True)
     _say(f"work dir {workdir}; results {args.out / stem}.json")
-    database = Database(workdir)
+    database = EmbeddedServer(workdir / "pg", EMBEDDED_SETTINGS, delete=False)
+    asyncio.run(execute(database.url, f"CREATE DATABASE {DATABASE}"))
+    url = with_database(database.url, DATABASE)
     receiver = ReceiverProcess.start(workdir / "receiver.log")
-    proxy = TcpProxy(Upstream.of_dsn(database.url)).start()
-    slots = [Slot(i, database.url, workdir, REPLICA_ENV) for i in range(2)]
-    slots.append(Slot(2, proxy.dsn_for(database.url), workdir, REPLICA_ENV, proxied=True))
+    proxy = TcpProxy(Upstream.of_dsn(url)).start()
+    slots = [Slot("soak", i, url, workdir, REPLICA_ENV) for i in range(2)]
+    slots.append(Slot("soak", 2, proxy.dsn_for(url), workdir, REPLICA_ENV, proxied=True))
     document: dict[str, Any] = {}
     harness_errors: list[str] = []
     return_code = 1
@@ -198,12 +205,10 @@ def run(args: argparse.Namespace) -> int:
         _say(f"harness failed: {error!r}")
         raise
     finally:
-        for slot in slots:
-            with contextlib.suppress(Exception):
-                slot.stop()
+        stop_all([slot.replica for slot in slots if slot.replica is not None])
         proxy.close()
         receiver.stop()
-        database.stop()
+        database.close()
         if document:
             document["slots"] = [slot.as_dict() for slot in slots]
             return_code = finish(document, args, stem)
@@ -219,11 +224,12 @@ def soak(
     args: argparse.Namespace,
     *,
     slots: list[Slot],
-    database: Database,
+    database: EmbeddedServer,
     receiver: ReceiverProcess,
     proxy: TcpProxy,
     harness_errors: list[str],
 ) -> dict[str, Any]:
+    url = with_database(database.url, DATABASE)
     fleet = Fleet()
     jobs = initial_jobs(args.jobs, receiver.url)
     asked = time.time()
@@ -237,9 +243,9 @@ def soak(
     log = EventLog(began)
     window = window_seconds(args.minutes)
     planned = timeline(args.minutes, killable=[0, 1])
-    accountant = Accountant(fleet, database.url, receiver, began, window)
+    accountant = Accountant(fleet, url, receiver, began, window)
     accountant.end = int(end)
-    sampler = Sampler(slots, database.url, began)
+    sampler = Sampler(slots, url, began)
     churn = Churn(
         fleet,
         lambda: [s.url for s in slots],
@@ -276,7 +282,7 @@ def soak(
     sampler.stop()
     sampler.join(30)
     log.note("judged", windows=len(accountant.windows))
-    final, receiver_figures = final_checks(database.url, receiver)
+    final, receiver_figures = final_checks(url, receiver)
     samples = sampler.snapshot()
     return {
         "meta": _meta(args, began=began, end=end, window=window, planned=planned, samples=samples),

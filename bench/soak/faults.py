@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.soak.cluster import Database, Slot
-from tests.support.tcpproxy import TcpProxy
+from harness.cluster import Slot
+from harness.postgres import EmbeddedServer
+from harness.tcpproxy import TcpProxy
 
 FULL_MINUTES = 30.0
 KILL_DOWN_SECONDS = 10.0
@@ -92,7 +93,7 @@ class Faults(threading.Thread):
         *,
         began: float,
         slots: Sequence[Slot],
-        database: Database,
+        database: EmbeddedServer,
         proxy: TcpProxy,
         log: EventLog,
         cluster_ready: Callable[[float], bool],

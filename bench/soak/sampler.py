@@ -19,8 +19,8 @@ import asyncpg
 import httpx
 import psutil
 
-from bench.common import tree_rss_bytes
-from bench.soak.cluster import Slot
+from harness.cluster import Slot
+from harness.replicas import tree_rss_bytes
 
 INTERVAL_SECONDS = 10.0
 LAG_SECONDS = 10.0  # the sampled ticks are this old at least...
@@ -55,6 +55,7 @@ async def _ledger(url: str, now: float) -> dict[str, Any]:
         found = await connection.fetchrow(_WINDOW, *window, timeout=QUERY_TIMEOUT_SECONDS)
     finally:
         await connection.close()
+    assert found is not None  # an aggregate always has its row
     lateness = found["lateness"] or [None, None]
     return {
         "ledger_rows": rows,

@@ -246,6 +246,5 @@ def judge(document: dict[str, Any]) -> dict[str, Any]:
     }
     harness = document.get("harness_errors") or []
     failed = [name for name, verdict in verdicts.items() if verdict.get("ok") is False]
-    verdicts["failed"] = failed + (["harness"] if harness else [])
-    verdicts["ok"] = not verdicts["failed"]
-    return verdicts
+    failed += ["harness"] if harness else []
+    return {**verdicts, "failed": failed, "ok": not failed}

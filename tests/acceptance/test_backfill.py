@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.processes import serve_many
-from tests.support.receiver import receiving
+from harness.cluster import serve_many
+from harness.receiver import receiving
 
 ANCHOR = "2026-01-01T00:00:00Z"
 RANGE = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:39:00Z"}  # 40 ticks

@@ -12,6 +12,8 @@ import httpx
 import pytest
 import yaml
 
+from harness.cluster import serve
+from harness.replicas import TICKGATE, free_port
 from service.client.commands import (
     describe_api_error,
     describe_problem,
@@ -21,7 +23,6 @@ from service.client.commands import (
 )
 from service.client.http import ApiError, JobFilter, Page, TickgateClient, collect
 from tests.support.db import TemplateDatabases
-from tests.support.processes import TICKGATE, free_port, serve
 
 pytestmark = pytest.mark.acceptance
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.cluster import serve
+from harness.receiver import Receiver, receiving
+from harness.waiting import eventually
 from service.jobfile import parse_document
 from tests.support.db import TemplateDatabases
-from tests.support.processes import serve, wait_for
-from tests.support.receiver import Receiver, receiving
 
 pytestmark = pytest.mark.acceptance
 
@@ -132,7 +133,7 @@ def test_export_then_apply_reports_every_job_unchanged(
     source.write_text(yaml.safe_dump({"jobs": every_kind(hooks.url_for("/rt"))}))
     assert set(outcomes(ok(url, "apply", "-f", str(source)).stdout).values()) == {"created"}
     ok(url, "pause", "rt-daily")
-    wait_for(lambda: state_of(url, "rt-done") == "completed", 60, "rt-done to complete")
+    eventually(lambda: state_of(url, "rt-done") == "completed", 60, "rt-done to complete")
     versions = {job["name"]: job["version"] for job in listed(url)}
 
     exported = tmp_path / "exported.yaml"
@@ -201,7 +202,7 @@ def test_secret_headers_are_exported_masked_said_so_and_kept_by_apply(
 
     # Applied back, the mask kept the stored secret: the request still carries it.
     ok(url, "trigger", "sec-hook")
-    wait_for(lambda: bool(hooks.receipts("sec-hook")), 30, "the triggered request")
+    eventually(lambda: bool(hooks.receipts("sec-hook")), 30, "the triggered request")
     assert hooks.receipts("sec-hook")[0].headers["authorization"] == SECRET
 
     # Where nothing is stored, the mask is refused, naming the job: no job without its secret.

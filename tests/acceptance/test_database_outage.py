@@ -6,8 +6,10 @@ from pathlib import Path
 
 import httpx
 
+from harness.cluster import serve
+from harness.replicas import Replica
+from harness.waiting import eventually
 from service.embedded import start_embedded
-from tests.support.processes import Replica, serve, wait_for
 
 EVERY_SECOND = {
     "name": "heartbeat",
@@ -38,11 +40,11 @@ def test_readiness_follows_the_database_and_scheduling_resumes(tmp_path: Path) -
     try:
         with serve(tmp_path, database_url=database.url, TICKGATE_RECONCILE_SECONDS="2") as replica:
             assert httpx.post(f"{replica.url}/v1/jobs", json=EVERY_SECOND).status_code == 201
-            wait_for(lambda: status(replica, "/readyz") == 200, 30, "readiness before the outage")
-            wait_for(lambda: runs_after(replica, datetime.now(UTC)), 30, "runs before the outage")
+            eventually(lambda: status(replica, "/readyz") == 200, 30, "readiness before the outage")
+            eventually(lambda: runs_after(replica, datetime.now(UTC)), 30, "runs before the outage")
 
             database.stop()
-            wait_for(lambda: status(replica, "/readyz") == 503, 10, "readiness to fail")
+            eventually(lambda: status(replica, "/readyz") == 503, 10, "readiness to fail")
             body = httpx.get(f"{replica.url}/readyz", timeout=5).json()
             assert body["checks"]["database"].startswith("unavailable"), body
             assert status(replica, "/healthz") == 200
@@ -56,8 +58,8 @@ def test_readiness_follows_the_database_and_scheduling_resumes(tmp_path: Path) -
 
             database = start_embedded(data)
             back = datetime.now(UTC)
-            wait_for(lambda: status(replica, "/readyz") == 200, 60, "readiness after the outage")
-            wait_for(lambda: runs_after(replica, back), 60, "scheduling to resume")
+            eventually(lambda: status(replica, "/readyz") == 200, 60, "readiness after the outage")
+            eventually(lambda: runs_after(replica, back), 60, "scheduling to resume")
             assert replica.alive
     finally:
         database.stop()

@@ -20,6 +20,12 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.accounting import rfc3339
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica, stop_all
+from harness.waiting import eventually
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_FIVE_SECONDS_CRON,
@@ -29,20 +35,15 @@ from tests.support.cluster import (
     YEARLY_CRON,
     create,
     create_every_second_jobs,
-    eventually,
     http_job,
     job_lock_keys,
     logs,
     report,
-    rfc3339,
     run_by_id,
     sleep_until,
     utc,
     wait_until,
 )
-from tests.support.processes import Replica, serve_many, stop_all, wait_for
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -113,9 +114,13 @@ def assert_each_tick_once(
     may_miss: Callable[[int], bool] = lambda tick: False,
 ) -> None:
     """Wait (generously) for every expected tick, then require exactly one delivery each."""
-    eventually(lambda: not tick_problems(receiver, periods, first, last, may_miss), 15)
-    problems = tick_problems(receiver, periods, first, last, may_miss)
-    assert not problems, report(problems, replicas)
+
+    def each_once() -> bool:
+        problems = tick_problems(receiver, periods, first, last, may_miss)
+        assert not problems, report(problems, replicas)
+        return True
+
+    eventually(each_once, 15, "every expected tick, once each")
 
 
 # --- tests --------------------------------------------------------------------------------
@@ -149,7 +154,7 @@ def test_three_replicas_run_each_tick_once_and_survive_a_kill_9(
             )
             return bool(in_flight)
 
-        wait_for(slow_run_in_flight, 30, "a slow run in flight holding its advisory lock")
+        eventually(slow_run_in_flight, 30, "a slow run in flight holding its advisory lock")
         caught = in_flight[0]
         victim = next(r for r in replicas if r.runner_id == caught["runner"])
         survivors = [r for r in replicas if r is not victim]
@@ -187,7 +192,7 @@ def test_three_replicas_run_each_tick_once_and_survive_a_kill_9(
             replicas,
         )
         # The dead replica's session, and the advisory lock it held, are gone.
-        wait_for(
+        eventually(
             lambda: not sql.value("SELECT count(*) FROM pg_locks WHERE pid = $1", caught["pid"]),
             30,
             f"the killed replica's backend {caught['pid']} to release its advisory lock",
@@ -224,7 +229,7 @@ def test_a_lock_held_elsewhere_stops_the_job_on_every_replica(
     with serve_many(tmp_path, 3, database_url=database_url, env=FAST_ORPHAN_SWEEPS) as replicas:
         key = int(create(replicas[0], http_job("locked", receiver, EVERY_SECOND_CRON))["lock_key"])
         create(replicas[1], http_job("control", receiver, EVERY_SECOND_CRON))
-        wait_for(lambda: bool(receiver.receipts("locked")), 15, "the job to fire")
+        eventually(lambda: bool(receiver.receipts("locked")), 15, "the job to fire")
 
         # Held as a Go replica would hold it: a session-level lock on the job's key.
         holder = Sql(database_url)
@@ -272,7 +277,7 @@ def test_changes_reach_every_replica_and_a_job_outlives_its_creator(
         create(b, http_job("to-delete", receiver, EVERY_SECOND_CRON))
         create(b, http_job("to-pause", receiver, EVERY_SECOND_INTERVAL))
         for name in ("to-delete", "to-pause"):
-            wait_for(delivered(receiver, name), 15, f"{name} to fire")
+            eventually(delivered(receiver, name), 15, f"{name} to fire")
 
         deleted = httpx.delete(f"{a.url}/v1/jobs/to-delete", timeout=10)
         deleted_at = time.time()
@@ -355,7 +360,7 @@ def test_a_tick_missed_while_every_replica_was_down_is_caught_up_once(
         )
         # Both replicas have done their startup catch-up and a couple of resyncs.
         time.sleep(5)
-        wait_for(
+        eventually(
             lambda: sql.value("SELECT count(*) FROM tickgate_runs WHERE status = 'running'") == 0,
             20,
             "the catch-up run to finish",
@@ -390,7 +395,7 @@ def test_sigterm_lets_the_run_in_flight_finish(
             )["lock_key"],
             create(replica, http_job("ticker", receiver, EVERY_SECOND_CRON))["lock_key"],
         ]
-        wait_for(lambda: bool(receiver.receipts("slow-once")), 20, "the one-time run to start")
+        eventually(lambda: bool(receiver.receipts("slow-once")), 20, "the one-time run to start")
         signalled_at = time.time()
         exit_code = replica.stop(signal.SIGTERM, deadline_seconds=40)
         assert exit_code == 0, replica.log_tail()
@@ -448,7 +453,7 @@ def test_runs_api_manual_trigger(database_url: str, tmp_path: Path, receiver: Re
 
         # A second run: listed newest first, one page at a time.
         second = httpx.post(f"{b.url}/v1/jobs/manual/trigger", timeout=10).json()
-        wait_for(
+        eventually(
             lambda: run_by_id(a, second["id"])["status"] == "succeeded", 15, "second manual run"
         )
         assert [r["id"] for r in runs_of(a, "manual")] == [second["id"], run["id"]]
@@ -463,11 +468,11 @@ def test_runs_api_manual_trigger(database_url: str, tmp_path: Path, receiver: Re
         # A "skip" job running anywhere cannot be triggered again.
         slow = httpx.post(f"{a.url}/v1/jobs/manual-slow/trigger", timeout=10)
         assert slow.status_code == 202, slow.text
-        wait_for(lambda: bool(receiver.receipts("manual-slow")), 15, "the slow call")
+        eventually(lambda: bool(receiver.receipts("manual-slow")), 15, "the slow call")
         for replica in (b, a):
             again = httpx.post(f"{replica.url}/v1/jobs/manual-slow/trigger", timeout=10)
             assert again.status_code == 409, again.text
-        wait_for(
+        eventually(
             lambda: run_by_id(a, slow.json()["id"])["status"] == "succeeded",
             15,
             "the slow manual run to succeed",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.processes import serve
+from harness.cluster import serve
 
 DOCUMENT = Path(__file__).parents[2] / "openapi" / "openapi.json"
 GENERATOR = str(Path(sys.executable).with_name("openapi-python-client"))

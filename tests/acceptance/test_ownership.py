@@ -15,22 +15,22 @@ from typing import Any
 
 import pytest
 
+from harness.accounting import Accounting, await_accounting, rfc3339
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica, start_replica
+from harness.waiting import eventually
 from service.scheduler.roles import HANDOVER_SECONDS
 from tests.support.cluster import (
     FAST_ORPHAN_SWEEPS,
-    Accounting,
-    await_accounting,
     create_all,
     every_second_specs,
     http_job,
     next_whole_second,
     report,
-    rfc3339,
     sleep_until,
 )
-from tests.support.processes import Replica, serve_many, start_replica, wait_for
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -148,7 +148,7 @@ def test_members_joining_and_leaving_mid_crowd_run_no_tick_twice(
         sleep_until(first + 4)
         joining = start_replica(tmp_path, database_url=database_url, **OWNERSHIP)
         try:
-            wait_for(joining.answers, 60, "the joining replica")
+            eventually(joining.answers, 60, "the joining replica")
             sleep_until(first + 14)
             replicas[0].stop()
             sleep_until(last + 1)

@@ -17,13 +17,18 @@ from typing import Any
 import asyncpg
 import pytest
 
+from harness.accounting import await_accounting
+from harness.cluster import serve, serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import START_DEADLINE_SECONDS, start_replica
+from harness.waiting import eventually
 from service.store.errors import SharedSessionError
 from service.store.members_sql import MEMBER_LOCK_CLASS
 from service.store.pooling import PROBE_LOCK_KEY, refuse_shared_sessions
 from tests.support.cluster import (
     EVERY_FIVE_SECONDS_CRON,
     FAST_ORPHAN_SWEEPS,
-    await_accounting,
     create,
     create_all,
     every_second_specs,
@@ -36,15 +41,6 @@ from tests.support.cluster import (
 )
 from tests.support.db import advisory_lock_holders
 from tests.support.pgbouncer import PgBouncer, StartPgBouncer
-from tests.support.processes import (
-    START_DEADLINE_SECONDS,
-    serve,
-    serve_many,
-    start_replica,
-    wait_for,
-)
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -167,7 +163,7 @@ def test_serve_behind_session_pooling_runs_each_tick_once(
     through = bouncer.dsn_for(database_url)
     with serve_many(tmp_path, 2, database_url=through) as replicas:
         for replica in replicas:
-            wait_for(lambda: status_of(replica, "/readyz") == 200, 30, f"{replica.url} ready")  # noqa: B023 - called at once
+            eventually(lambda: status_of(replica, "/readyz") == 200, 30, f"{replica.url} ready")  # noqa: B023 - called at once
         specs, periods = every_second_specs(receiver, {"cron": 3, "interval": 3})
         create_all(replicas, specs)
         first = next_whole_second(time.time(), 2)
@@ -243,7 +239,7 @@ def killed_mid_run(
             tmp_path, database_url=bouncer.dsn_for(database_url), **EVERY_JOB_EVERYWHERE
         )
         try:
-            wait_for(victim.answers, START_DEADLINE_SECONDS, "the victim")
+            eventually(victim.answers, START_DEADLINE_SECONDS, "the victim")
             create(survivor, http_job("slow", receiver, EVERY_FIVE_SECONDS_CRON, seconds=3))
             runs: list[Any] = []
 
@@ -251,7 +247,7 @@ def killed_mid_run(
                 runs[:] = sql.fetch(SLOW_RUN_IN_FLIGHT, victim.runner_id)
                 return bool(runs)
 
-            wait_for(run_in_flight, 90, "a run in flight on the victim")
+            eventually(run_in_flight, 90, "a run in flight on the victim")
             member = sql.value(MEMBER_BACKEND, victim.runner_id)
             killed_at = time.time()
             victim.kill()
@@ -273,7 +269,7 @@ def test_kill_9_behind_session_pooling_frees_the_locks_but_not_the_backends(
     only after the client that took it over leaves when one did."""
     bouncer = pgbouncer("session", server_idle_timeout="20")
     with killed_mid_run(bouncer, database_url, tmp_path, receiver, sql) as killed:
-        wait_for(
+        eventually(
             lambda: sql.value(ADVISORY_LOCKS_OF, killed.backends) == 0,
             10,
             "the killed replica's sessions to hold no advisory lock",
@@ -287,7 +283,7 @@ def test_kill_9_behind_session_pooling_frees_the_locks_but_not_the_backends(
         sleep_until(killed.at + 8)
         assert sql.value(RUN_STATUS, killed.run_id) == "running"
         assert sql.value(BACKENDS_ALIVE, killed.backends) == 2
-        wait_for(
+        eventually(
             lambda: bool(sql.value(RUN_STARTED_SINCE, utc(killed.at))),
             10,
             "the job's next tick to run on the survivor",
@@ -300,7 +296,7 @@ def test_kill_9_behind_session_pooling_frees_the_locks_but_not_the_backends(
             sleep_until(killed.at + 30)
             assert sql.value(RUN_STATUS, killed.run_id) == "running"
         # They leave; the sessions idle out (server_idle_timeout, 20 s here) and close.
-        wait_for(
+        eventually(
             lambda: sql.value(RUN_STATUS, killed.run_id) == "abandoned",
             90,
             "the killed run to be marked abandoned",
@@ -318,12 +314,12 @@ def test_kill_9_behind_session_pooling_with_server_lifetime_0(
     and its run is marked `abandoned` by the next sweeps."""
     bouncer = pgbouncer("session", server_lifetime="0")
     with killed_mid_run(bouncer, database_url, tmp_path, receiver, sql) as killed:
-        wait_for(
+        eventually(
             lambda: sql.value(BACKENDS_ALIVE, killed.backends) == 0,
             10,
             "the killed replica's backends to end",
         )
-        wait_for(
+        eventually(
             lambda: sql.value(RUN_STATUS, killed.run_id) == "abandoned",
             30,
             "the killed run to be marked abandoned",

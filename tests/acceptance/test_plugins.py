@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.processes import Replica, serve_many, start_replica, wait_for
+from harness.cluster import serve_many
+from harness.replicas import Replica, start_replica
+from harness.waiting import eventually
 
 pytestmark = pytest.mark.acceptance
 
@@ -139,7 +141,7 @@ def test_a_plugin_task_runs_end_to_end_across_two_replicas(
         def succeeded_runs() -> int:
             return sum(run["status"] == "succeeded" for run in runs_of(b, "hello"))
 
-        wait_for(lambda: succeeded_runs() >= 4, 30, "4 successful runs of the plugin task")
+        eventually(lambda: succeeded_runs() >= 4, 30, "4 successful runs of the plugin task")
         paused = httpx.post(f"{b.url}/v1/jobs/hello/pause", timeout=10)
         assert paused.status_code == 200, paused.text
         runs: list[dict[str, Any]] = []
@@ -148,7 +150,7 @@ def test_a_plugin_task_runs_end_to_end_across_two_replicas(
             runs[:] = runs_of(a, "hello")
             return all(run["status"] != "running" for run in runs)
 
-        wait_for(all_finished, 30, "the last run to finish")
+        eventually(all_finished, 30, "the last run to finish")
         analyzed = run_analyze_once(b, "public.tickgate_jobs")
         logs = "\n".join(replica.log() for replica in replicas)
 
@@ -177,7 +179,7 @@ def run_analyze_once(replica: Replica, table: str) -> dict[str, Any]:
     triggered = httpx.post(f"{replica.url}/v1/jobs/stats/trigger", timeout=10)
     assert triggered.status_code == 202, triggered.text
     url = f"{replica.url}/v1/runs/{triggered.json()['id']}"
-    wait_for(
+    eventually(
         lambda: httpx.get(url, timeout=10).json()["status"] != "running", 30, "the analyze run"
     )
     run: dict[str, Any] = httpx.get(url, timeout=10).json()

@@ -15,25 +15,26 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.accounting import await_accounting, rfc3339
+from harness.cluster import serve
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import START_DEADLINE_SECONDS, Replica, start_replica
+from harness.waiting import eventually
 from tests.support.cluster import (
     EVERY_SECOND_CRON,
     YEARLY_CRON,
-    await_accounting,
     create,
     create_all,
     every_second_specs,
     http_job,
     next_whole_second,
     report,
-    rfc3339,
     send_all,
     sleep_until,
     status_of,
     utc,
 )
-from tests.support.processes import START_DEADLINE_SECONDS, Replica, serve, start_replica, wait_for
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -64,7 +65,7 @@ def ready(replica: Replica) -> bool:
 
 
 def wait_ready(replica: Replica) -> None:
-    wait_for(lambda: ready(replica), START_DEADLINE_SECONDS, f"{replica.url} to be ready")
+    eventually(lambda: ready(replica), START_DEADLINE_SECONDS, f"{replica.url} to be ready")
 
 
 def samples(replica: Replica, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -126,7 +127,7 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
         scheduler = children["scheduler"]
         scheduler.send_signal(signal.SIGSTOP)
         try:
-            wait_for(lambda: status_of(replica, "/readyz") == 503, 30, "readiness to fail")
+            eventually(lambda: status_of(replica, "/readyz") == 503, 30, "readiness to fail")
             body = httpx.get(f"{replica.url}/readyz", timeout=10).json()
             assert body["checks"]["scheduler"].startswith("scheduler process not answering")
             assert body["checks"]["database"] == "ok", body
@@ -135,7 +136,7 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
             assert health.json()["scheduler"].startswith("scheduler process not answering")
         finally:
             scheduler.send_signal(signal.SIGCONT)
-        wait_for(lambda: ready(replica), 30, "readiness to come back")
+        eventually(lambda: ready(replica), 30, "readiness to come back")
         assert status_of(replica, "/healthz") == 200
 
 
@@ -153,7 +154,7 @@ def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
         return answers[-1][1] == 200
 
     try:
-        wait_for(probed_ready, START_DEADLINE_SECONDS, f"{replica.url} to be ready")
+        eventually(probed_ready, START_DEADLINE_SECONDS, f"{replica.url} to be ready")
     finally:
         replica.stop()
     answered = [(health, readiness) for health, readiness in answers if health]
@@ -171,7 +172,7 @@ def test_metrics_count_the_runs_of_both_processes(
     succeeded = "SELECT count(*) FROM tickgate_runs WHERE job = 'beat' AND status = 'succeeded'"
     with serve(tmp_path, database_url=database_url) as replica:
         create(replica, job)
-        wait_for(lambda: sql.value(succeeded) >= 2, 30, "two scheduled runs")
+        eventually(lambda: sql.value(succeeded) >= 2, 30, "two scheduled runs")
         paused = httpx.post(f"{replica.url}/v1/jobs/beat/pause", timeout=10)
         assert paused.status_code == 200, paused.text
         triggered = httpx.post(f"{replica.url}/v1/jobs/beat/trigger", timeout=10)
@@ -184,7 +185,7 @@ def test_metrics_count_the_runs_of_both_processes(
                 sql.value(succeeded)
             )
 
-        wait_for(counted_alike, 30, "/metrics to count every run in the ledger")
+        eventually(counted_alike, 30, "/metrics to count every run in the ledger")
         manual = sql.value("SELECT count(*) FROM tickgate_runs WHERE trigger = 'manual'")
         assert manual == 1
         # Fire lag is observed by the scheduler process alone; job gauges by the API's.
@@ -233,7 +234,7 @@ def test_sigterm_gives_a_scheduled_run_its_grace(
         once = {"kind": "once", "at": rfc3339(at)}
         create(replica, http_job("long", receiver, once, seconds=4))
         sleep_until(at)
-        wait_for(lambda: bool(receiver.receipts("long")), 30, "the scheduled call to start")
+        eventually(lambda: bool(receiver.receipts("long")), 30, "the scheduled call to start")
         signalled_at = time.time()
         replica.process.send_signal(signal.SIGTERM)
         code = replica.wait_exit(40)
@@ -265,7 +266,7 @@ def test_api_only_and_scheduler_only_replicas_share_the_work(
             job: dict[str, Any] = {"name": "split", "schedule": EVERY_SECOND_CRON, "task": "log"}
             create(api, job | {"args": {"message": "s"}})
             runs_by = "SELECT count(*) FROM tickgate_runs WHERE job = 'split' AND runner = $1"
-            wait_for(lambda: sql.value(runs_by, scheduler.runner_id) >= 2, 30, "scheduled runs")
+            eventually(lambda: sql.value(runs_by, scheduler.runner_id) >= 2, 30, "scheduled runs")
             assert samples(scheduler, "tickgate_runs_total")
             assert not samples(scheduler, "tickgate_jobs_overdue"), "job gauges are the API's"
             assert samples(api, "tickgate_jobs_overdue")
@@ -292,7 +293,7 @@ def test_the_pods_runs_name_one_runner(database_url: str, tmp_path: Path, sql: S
         create(replica, job)
         triggered = httpx.post(f"{replica.url}/v1/jobs/named/trigger", timeout=10)
         assert triggered.status_code == 202, triggered.text
-        wait_for(
+        eventually(
             lambda: sql.value("SELECT count(DISTINCT trigger) FROM tickgate_runs") == 2,
             30,
             "scheduled and manual runs",

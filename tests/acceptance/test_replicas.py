@@ -4,7 +4,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import serve, wait_for
+from harness.cluster import serve
+from harness.waiting import eventually
 
 JOB = {
     "schedule": {"kind": "cron", "expression": "*/5 * * * *"},
@@ -43,4 +44,4 @@ def test_embedded_postgres_is_shared_by_replicas_in_one_directory(tmp_path: Path
         assert httpx.get(f"{c.url}/v1/jobs/shared", timeout=10).status_code == 200
     assert c.process.returncode == 0, c.log()
     postmaster = tmp_path / "data" / "pgdata" / "postmaster.pid"
-    wait_for(lambda: not postmaster.exists(), 30, "the last replica to stop the embedded server")
+    eventually(lambda: not postmaster.exists(), 30, "the last replica to stop the embedded server")

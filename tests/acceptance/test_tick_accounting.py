@@ -21,29 +21,27 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.accounting import await_accounting, ledger_rows, rfc3339, row_text
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica
 from tests.support.cluster import (
     EVERY_SECOND_CRON,
     SCHEDULE_KINDS,
-    await_accounting,
     create,
     create_all,
     delete_all_jobs,
     every_second_specs,
     http_job,
-    ledger_rows,
     next_whole_second,
     overlapping_runs,
     report,
-    rfc3339,
-    row_text,
     send_all,
     sleep_until,
     wait_until,
 )
 from tests.support.db import TemplateDatabases
-from tests.support.processes import Replica, serve_many
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
 
 pytestmark = pytest.mark.acceptance
 
@@ -134,7 +132,7 @@ def test_a_replica_slow_to_record_ends_loses_no_tick(
         )
         problems = accounting.problems(skip_reasons={"overlap"})
         for job in periods:
-            problems += overlapping_runs(list(ledger_rows(sql, [job], 0, last).values()))
+            problems += overlapping_runs(ledger_rows(sql, [job], 0, last))
         assert not problems, report(problems, replicas)
         # Twenty jobs, fifteen ticks each: the slow replica surely ran some of them.
         by_slow = [
@@ -187,7 +185,7 @@ def test_overlapped_ticks_are_listed_as_skipped(
         receiver, cluster_sql, {job: 1}, first, last, skip_reasons={"overlap"}
     )
     problems = accounting.problems(skip_reasons={"overlap"})
-    problems += overlapping_runs(list(ledger_rows(cluster_sql, [job], 0, last).values()))
+    problems += overlapping_runs(ledger_rows(cluster_sql, [job], 0, last))
     assert not problems, report(problems, cluster)
 
     skipped = {row["at"] for row in accounting.rows_with("skipped", "overlap")}
@@ -439,7 +437,7 @@ def test_queue_one_runs_one_at_a_time_in_order(
     )
     problems = accounting.problems(skip_reasons={"overlap"})
 
-    rows = sorted(ledger_rows(cluster_sql, [job], 0, last).values(), key=lambda row: row["at"])
+    rows = sorted(ledger_rows(cluster_sql, [job], 0, last), key=lambda row: row["at"])
     problems += overlapping_runs(rows)
     runs = sorted(
         (row for row in rows if row["status"] != "skipped"), key=lambda r: r["started_at"]

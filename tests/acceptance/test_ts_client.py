@@ -8,9 +8,10 @@ from pathlib import Path
 
 import httpx
 
+from harness.cluster import serve
+from harness.waiting import eventually
 from service.domain.names import lock_key
 from tests.support.npm import TS_CLIENT, run_tool
-from tests.support.processes import serve, wait_for
 
 DOCUMENT = TS_CLIENT.parents[1] / "openapi" / "openapi.json"
 JOB = "from-typescript"
@@ -46,7 +47,7 @@ def test_a_generated_typescript_client_drives_a_live_server(
     workdir.mkdir()
     program = compiled(workdir)
     with serve(tmp_path, database_url=database_url) as replica:
-        wait_for(lambda: ready(replica.url), 60, "readiness")
+        eventually(lambda: ready(replica.url), 60, "readiness")
         ran = subprocess.run(
             ["node", str(program), replica.url, JOB],
             capture_output=True,

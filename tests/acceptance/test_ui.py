@@ -17,8 +17,9 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
+from harness.replicas import START_DEADLINE_SECONDS, Replica, start_replica
+from harness.waiting import eventually
 from tests.support.db import TemplateDatabases
-from tests.support.processes import START_DEADLINE_SECONDS, Replica, start_replica, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -52,7 +53,7 @@ def started(workdir: Path, database_url: str) -> Iterator[Replica]:
         workdir, database_url=database_url, TICKGATE_API_TOKENS=json.dumps(TOKENS)
     )
     try:
-        wait_for(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
+        eventually(lambda: answers(replica), START_DEADLINE_SECONDS, "the replica")
         yield replica
     finally:
         replica.stop()
@@ -302,7 +303,7 @@ def test_the_job_page_charts_lateness_and_duration_of_each_run(
         runs[:] = api.get("/v1/jobs/chart-every-second/runs?limit=100").json()["items"]
         return all(run["status"] != "running" for run in runs)
 
-    wait_for(all_finished, WAIT_MS / 1000, "the last run to finish")
+    eventually(all_finished, WAIT_MS / 1000, "the last run to finish")
     ran = [run for run in runs if run["status"] != "skipped"]
     # One point per run shown, in each series (every run here is scheduled and finished).
     expect(chart).to_have_attribute("data-runs", str(len(ran)))

@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.postgres import with_database
+from harness.replicas import Replica, start_replica
+from harness.waiting import eventually
 from tests.deploy.chart import DSN, RELEASE, Manifests, env_of
-from tests.support.db import TemplateDatabases, with_database
-from tests.support.processes import Replica, start_replica, wait_for
+from tests.support.db import TemplateDatabases
 
 pytestmark = pytest.mark.acceptance
 
@@ -63,7 +65,7 @@ def server(
         TICKGATE_API_TOKENS_FILE=str(tokens_file),
     )
     try:
-        wait_for(lambda: ready(replica), 60, "the replica to be ready")
+        eventually(lambda: ready(replica), 60, "the replica to be ready")
         yield replica
     finally:
         replica.stop()

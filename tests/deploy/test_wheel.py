@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.replicas import START_DEADLINE_SECONDS, free_port
+from harness.waiting import eventually
 from tests.deploy import DOCKERFILE, ROOT, Stage, final_stage, stages
 from tests.deploy.test_dockerfile import healthcheck_command
-from tests.support.processes import START_DEADLINE_SECONDS, free_port, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -175,7 +176,7 @@ def test_the_installed_image_serves_its_pages_and_passes_its_healthcheck(
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: _answers(f"{url}/readyz", process, log), START_DEADLINE_SECONDS, url)
+        eventually(lambda: _answers(f"{url}/readyz", process, log), START_DEADLINE_SECONDS, url)
         for page in ("/healthz", "/ui/", "/docs", "/v1/jobs", "/metrics"):
             assert httpx.get(url + page, timeout=10).status_code == 200, page
         assets = re.findall(r'(?:src|href)="(/[^"]+\.(?:js|css))"', httpx.get(f"{url}/docs").text)

@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica, stop_all
 from service.embedded import start_embedded
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
-    Sql,
     create,
     create_every_second_jobs,
     extra_deliveries,
@@ -29,8 +32,6 @@ from tests.support.cluster import (
     tally,
     wait_until,
 )
-from tests.support.processes import Replica, serve_many, stop_all
-from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 

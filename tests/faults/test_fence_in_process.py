@@ -18,6 +18,7 @@ import httpx
 import pytest
 from pydantic import BaseModel, JsonValue
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobSpec, create_job
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import CronSchedule
@@ -32,7 +33,6 @@ from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.faults.figures import FaultFigures, record
 from tests.support.db import advisory_locks_on
-from tests.support.waiting import eventually
 
 YEARLY = CronSchedule(kind="cron", expression="0 0 1 1 *")
 EVERY_SECOND = CronSchedule(kind="cron", expression="* * * * * *")
@@ -151,7 +151,7 @@ async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
     assert await advisory_locks_on(database_url, job.lock_key) == 1
 
     dead_pid = await kill_session_of(database_url, run.id)
-    await eventually(_is(store, run.id, RunStatus.CANCELLED), 10, "the run to be cancelled")
+    await eventually_async(_is(store, run.id, RunStatus.CANCELLED), 10, "the run to be cancelled")
     fenced = await store.get_run(run.id)
     assert fenced is not None
     assert (fenced.status, fenced.error) == (RunStatus.CANCELLED, LOCK_LOST)
@@ -163,7 +163,7 @@ async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
     blocker.release.set()
     for _ in range(3):
         again = await runner.trigger_now(job)
-        await eventually(_is(store, again.id, RunStatus.SUCCEEDED), 10, "next run")
+        await eventually_async(_is(store, again.id, RunStatus.SUCCEEDED), 10, "next run")
         reran = await store.get_run(again.id)
         assert reran is not None
         assert reran.error is None
@@ -189,7 +189,7 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     run = await runner.trigger_now(job)
     await asyncio.wait_for(blocker.started.wait(), 10)
     await kill_session_of(database_url, run.id)
-    await eventually(lambda: runner.runs_in_flight == 0, 10, "the run to stop")
+    await eventually_async(lambda: runner.runs_in_flight == 0, 10, "the run to stop")
     await asyncio.sleep(1.0)  # the bounded retry gives up
     assert await status_of(store, run.id) is RunStatus.RUNNING
     assert blocker.cancelled == 1
@@ -197,7 +197,7 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     async def swept() -> bool:
         return run.id in {orphan.id for orphan in await store.abandon_orphans()}
 
-    await eventually(swept, 10, "the orphan sweep to take the run")
+    await eventually_async(swept, 10, "the orphan sweep to take the run")
     assert await status_of(store, run.id) is RunStatus.ABANDONED
     await runner.shutdown(grace_seconds=0)
     await unreachable.close()

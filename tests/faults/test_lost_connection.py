@@ -13,10 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica
+from harness.tcpproxy import proxying
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     YEARLY_CRON,
-    Sql,
     await_ticks,
     create,
     create_every_second_jobs,
@@ -30,9 +34,6 @@ from tests.support.cluster import (
     utc,
     wait_until,
 )
-from tests.support.processes import Replica, serve_many
-from tests.support.receiver import Receiver
-from tests.support.tcpproxy import proxying
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,12 +12,15 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.waiting import eventually
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_FIVE_SECONDS_CRON,
     FAST_ORPHAN_SWEEPS,
-    Sql,
     await_ticks,
     create,
     create_every_second_jobs,
@@ -30,8 +33,6 @@ from tests.support.cluster import (
     utc,
     wait_until,
 )
-from tests.support.processes import serve_many, wait_for
-from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 
@@ -71,7 +72,7 @@ def test_kill_9_of_one_replica_loses_at_most_its_in_flight_ticks(
             in_flight[:] = sql.fetch(SLOW_RUN_IN_FLIGHT)
             return bool(in_flight)
 
-        wait_for(slow_run_in_flight, 30, "a slow run in flight")
+        eventually(slow_run_in_flight, 30, "a slow run in flight")
         caught = in_flight[0]
         victim = next(r for r in replicas if r.runner_id == caught["runner"])
         survivors = [r for r in replicas if r is not victim]
@@ -112,7 +113,7 @@ def test_kill_9_of_one_replica_loses_at_most_its_in_flight_ticks(
                 victim.runner_id,
             )
         ]
-        wait_for(
+        eventually(
             lambda: (
                 not sql.value(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = ANY($1)",

@@ -13,12 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.waiting import eventually
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_SECOND_CRON,
     YEARLY_CRON,
-    Sql,
     await_ticks,
     create,
     extra_deliveries,
@@ -26,8 +29,6 @@ from tests.support.cluster import (
     sleep_until,
     utc,
 )
-from tests.support.processes import serve_many, wait_for
-from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 
@@ -66,7 +67,7 @@ def test_sigterm_during_a_long_run(
         started = httpx.post(f"{replica.url}/v1/jobs/long/trigger", timeout=10)
         assert started.status_code == 202, started.text
         run_id = started.json()["id"]
-        wait_for(lambda: bool(receiver.receipts("long")), 10, "the long call to start")
+        eventually(lambda: bool(receiver.receipts("long")), 10, "the long call to start")
         signalled_at = time.time()
         replica.process.send_signal(signal.SIGTERM)
         exit_code = replica.wait_exit(grace_seconds + 20)

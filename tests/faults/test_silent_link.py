@@ -19,11 +19,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica
+from harness.tcpproxy import proxying
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     YEARLY_CRON,
-    Sql,
     await_ticks,
     create,
     create_every_second_jobs,
@@ -36,9 +40,6 @@ from tests.support.cluster import (
     unfinished_ticks,
     wait_until,
 )
-from tests.support.processes import Replica, serve_many
-from tests.support.receiver import Receiver
-from tests.support.tcpproxy import proxying
 
 pytestmark = pytest.mark.acceptance
 

@@ -15,6 +15,8 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from harness.tcpproxy import proxying
+from harness.waiting import eventually_async
 from service.domain.jobs import Job
 from service.domain.runs import RunTrigger
 from service.store import Store
@@ -24,8 +26,6 @@ from service.store.ports import ClaimOutcome, TickClaim
 from tests.faults.figures import FaultFigures, record
 from tests.support.db import advisory_lock_holders, advisory_locks_on
 from tests.support.fire import add_job, lock_pool, tick_now
-from tests.support.tcpproxy import proxying
-from tests.support.waiting import eventually
 
 # The shortest link timeout there is: heartbeats every 1.7 s with a 1.7 s deadline
 # (fence within 5 s), client deadlines 3.3 s, idle_session_timeout 10 s.
@@ -80,13 +80,13 @@ async def test_lock_sessions_bound_a_silent_link_on_both_ends(
                 async def freed() -> bool:
                     return not await advisory_locks_on(database_url, job.lock_key)
 
-                await eventually(freed, LINK.seconds + SLACK_SECONDS, "the lock to be freed")
+                await eventually_async(freed, LINK.seconds + SLACK_SECONDS, "the lock to be freed")
                 freed_after = time.monotonic() - silent_at
 
                 async def ended() -> bool:
                     return not await backend_alive(database_url, session.pid)
 
-                await eventually(ended, SLACK_SECONDS, "the session's backend to exit")
+                await eventually_async(ended, SLACK_SECONDS, "the session's backend to exit")
     figures.notes = {
         "fenced_after_s": round(fenced_after, 1),
         "fence_bound_s": LINK.fence_seconds,

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     EVERY_FIVE_SECONDS_CRON,
     FAST_ORPHAN_SWEEPS,
-    Sql,
     await_ticks,
     create,
     create_every_second_jobs,
@@ -22,8 +24,6 @@ from tests.support.cluster import (
     report,
     sleep_until,
 )
-from tests.support.processes import serve_many
-from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 

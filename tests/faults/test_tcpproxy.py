@@ -6,8 +6,8 @@ import asyncio
 import asyncpg
 import pytest
 
-from tests.support.tcpproxy import Upstream, proxying
-from tests.support.waiting import eventually
+from harness.tcpproxy import Upstream, proxying
+from harness.waiting import eventually_async
 
 
 def test_the_upstream_comes_from_the_dsn() -> None:
@@ -42,7 +42,7 @@ async def test_sever_cuts_connections_and_restore_lets_them_through(database_url
                     "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend
                 )
 
-            await eventually(backend_gone, 5, "the proxied backend to exit")
+            await eventually_async(backend_gone, 5, "the proxied backend to exit")
         finally:
             await direct.close()
 

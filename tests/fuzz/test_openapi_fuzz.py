@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.processes import serve
+from harness.cluster import serve
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("st"))
 SEED = os.environ.get("TICKGATE_FUZZ_SEED", "20261129")

@@ -9,12 +9,12 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.domain.jobs import complete_job
 from service.domain.names import lock_key
 from service.store import Store
-from tests.support.waiting import eventually
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
@@ -237,7 +237,7 @@ async def test_a_job_created_by_a_set_fires(scheduling: httpx.AsyncClient) -> No
         runs = (await scheduling.get("/v1/jobs/bulk-fires/runs")).json()["items"]
         return any(run["status"] == "succeeded" for run in runs)
 
-    await eventually(ran, 30, "a run of the job the set created")
+    await eventually_async(ran, 30, "a run of the job the set created")
 
 
 async def test_the_bulk_body_limit_is_its_own(settings: Settings) -> None:

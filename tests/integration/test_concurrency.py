@@ -8,10 +8,10 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.store import Store
-from tests.support.waiting import eventually
 
 
 def body(i: int) -> dict[str, Any]:
@@ -60,7 +60,7 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
             revisions = await app.state.services.store.active_versions()
             return bool(mirror.mirrored() == revisions)
 
-        await eventually(matches, 30, "the mirror to match the rows exactly")
+        await eventually_async(matches, 30, "the mirror to match the rows exactly")
 
 
 async def _blocks_someone(connection: asyncpg.Connection) -> bool:
@@ -91,7 +91,9 @@ async def test_a_put_filing_its_next_tick_while_a_delete_commits_neither_fails_n
         await deleter.execute("DELETE FROM tickgate_jobs WHERE name = 'raced'")
         tick = job.next_run_at(datetime.now(UTC))
         filing = asyncio.create_task(store.file_next_ticks([(job, tick)]))
-        await eventually(lambda: _blocks_someone(deleter), 30, "the filing to wait on the row")
+        await eventually_async(
+            lambda: _blocks_someone(deleter), 30, "the filing to wait on the row"
+        )
         await (delete.commit() if delete_commits else delete.rollback())
         await filing
         booked = await deleter.fetchval(

@@ -14,6 +14,7 @@ from uuid import uuid4
 
 import pytest
 
+from harness.waiting import eventually_async
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
@@ -25,7 +26,6 @@ from service.store.errors import UNAVAILABLE
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
-from tests.support.waiting import eventually
 
 SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
 
@@ -380,7 +380,7 @@ async def test_terminate_drops_the_sessions_locks_and_trips_its_fence(backend: B
             await asyncio.wait_for(lost.wait(), 5)
         assert doomed.closed
         doomed.terminate()  # again: harmless
-        await eventually(
+        await eventually_async(
             lambda: _none_hold(backend, job.lock_key), 30, "the lock to go with its session"
         )
         # The running row of the dead session stays; only the lock said "busy".
@@ -470,7 +470,7 @@ async def test_with_every_session_closed_a_pool_waits_for_a_new_one_within_its_d
         [claim] = await first.claim([tick(job, tick_now())])
         assert claim.holds_lock
         await backend.kill_lock_holder(job.lock_key)
-        await eventually(lambda: first.closed, 30, "the killed session to close")
+        await eventually_async(lambda: first.closed, 30, "the killed session to close")
         async with backend.refusing_connections():
             async with pool.session(5) as left:
                 assert left is second  # the open one, though another block holds it
@@ -503,7 +503,7 @@ async def test_a_claim_held_after_taking_the_lock_makes_the_other_replica_ask_ag
             await held.reached(2)  # B's claim began before A's row was written
             assert await backend.runs_of("contested") == []
             await held.resume()
-        await eventually(
+        await eventually_async(
             lambda: b.outcomes("contested", at)[-1:] == [ClaimOutcome.ALREADY_RAN],
             30,
             "B to find A's row",
@@ -529,17 +529,17 @@ async def test_a_run_whose_end_is_recorded_late_leaves_the_next_tick_an_outcome(
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     async with replicas(backend, gates) as (a, b):
         a.fire(job, first)
-        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        await eventually_async(lambda: gates.started == ["default"], 30, "A's run")
         [started] = await backend.runs_of("late-end")
         async with backend.hold_finish(started.id) as held:
             gates["default"].set()
             await held.reached(1)
             b.fire(job, second)
-            await eventually(
+            await eventually_async(
                 lambda: ClaimOutcome.BUSY in b.outcomes("late-end", second), 30, "B to see BUSY"
             )
             if not patient:
-                await eventually(lambda: _has_run(backend, "late-end", second), 30, "a skip")
+                await eventually_async(lambda: _has_run(backend, "late-end", second), 30, "a skip")
             await held.resume()
         runs = await _finished_runs(backend, "late-end", 2)
     late = (RunStatus.SUCCEEDED, None) if patient else (RunStatus.SKIPPED, SkipReason.OVERLAP)
@@ -562,14 +562,14 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
     async with replicas(backend, gates) as both:
         for replica in both:
             replica.fire(job, first)
-        await eventually(lambda: gates.started == ["default"], 30, "the first run")
+        await eventually_async(lambda: gates.started == ["default"], 30, "the first run")
         for replica in both:
             replica.fire(job, second)
-        await eventually(lambda: _slot_is(backend, "queued", second), 30, "the slot")
+        await eventually_async(lambda: _slot_is(backend, "queued", second), 30, "the slot")
         for replica in both:
             replica.fire(job, third)
-        await eventually(lambda: _has_run(backend, "queued", third), 30, "the third's skip")
-        await eventually(
+        await eventually_async(lambda: _has_run(backend, "queued", third), 30, "the third's skip")
+        await eventually_async(
             lambda: all(ClaimOutcome.BUSY in r.outcomes("queued", second) for r in both),
             30,
             "both replicas to wait with the second tick",
@@ -577,7 +577,7 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
         assert gates.started == ["default"], "the second tick must wait, not overlap"
         gates["default"].set()
         runs = await _finished_runs(backend, "queued", 3)
-        await eventually(lambda: _slot_is(backend, "queued", None), 30, "the slot's release")
+        await eventually_async(lambda: _slot_is(backend, "queued", None), 30, "the slot's release")
     assert [(r.scheduled_for, r.status, r.skip_reason) for r in runs] == [
         (first, RunStatus.SUCCEEDED, None),
         (second, RunStatus.SUCCEEDED, None),
@@ -621,9 +621,9 @@ async def test_a_standby_waits_out_a_live_owners_run_before_judging_overlap(
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     async with replicas(backend, gates, takeover_seconds=4) as (a, b):
         a.fire(job, first)
-        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        await eventually_async(lambda: gates.started == ["default"], 30, "A's run")
         b.fire(job, second, standby=True)
-        await eventually(
+        await eventually_async(
             lambda: ClaimOutcome.BUSY in b.outcomes("late-owner", second), 30, "B's busy claim"
         )
         await asyncio.sleep(1.0)  # past the usual patience of half a second
@@ -645,7 +645,7 @@ async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     async with replicas(backend, gates) as (a, b):
         a.fire(job, first)
-        await eventually(lambda: gates.started == ["default"], 30, "A's run")
+        await eventually_async(lambda: gates.started == ["default"], 30, "A's run")
         await backend.kill_lock_holder(job.lock_key)
         [cancelled] = await _finished_runs(backend, "fenced", 1)
         assert cancelled.error == LOCK_LOST
@@ -674,11 +674,13 @@ async def test_five_hundred_runs_in_flight_on_two_sessions_all_end_and_unlock(
     ):
         for job in jobs:
             runner.fire(job, at, RunTrigger.SCHEDULE)
-        await eventually(lambda: len(gates.started) == 500, 60, "500 runs in flight")
+        await eventually_async(lambda: len(gates.started) == 500, 60, "500 runs in flight")
         assert runner.runs_in_flight == 500
         assert await backend.advisory_locks() == (500, 2)  # every run's lock, on 2 sessions
         gates["default"].set()
-        await eventually(lambda: _no_locks(backend), 60, "every end recorded, every lock released")
+        await eventually_async(
+            lambda: _no_locks(backend), 60, "every end recorded, every lock released"
+        )
         for job in jobs:
             [run] = await backend.runs_of(job.name)
             assert (run.scheduled_for, run.status) == (at, RunStatus.SUCCEEDED)
@@ -704,7 +706,7 @@ async def test_a_session_that_dies_fences_exactly_its_runs_and_a_new_one_takes_i
         for wave in ("doomed", "spared"):
             for job in waves[wave]:
                 runner.fire(job, at, RunTrigger.SCHEDULE)
-            await eventually(lambda w=wave: gates.started.count(w) == 10, 30, f"{wave} runs")
+            await eventually_async(lambda w=wave: gates.started.count(w) == 10, 30, f"{wave} runs")
             owners[wave] = await _owners(backend, waves[wave])
         assert len(owners["doomed"]) == len(owners["spared"]) == 1
         assert owners["doomed"] != owners["spared"]
@@ -716,7 +718,7 @@ async def test_a_session_that_dies_fences_exactly_its_runs_and_a_new_one_takes_i
         await pool.fill()  # the dead session's replacement, open before the next claims
         for job in waves["next"]:
             runner.fire(job, at, RunTrigger.SCHEDULE)
-        await eventually(lambda: gates.started.count("next") == 10, 30, "the next runs")
+        await eventually_async(lambda: gates.started.count("next") == 10, 30, "the next runs")
         owners["next"] = await _owners(backend, waves["next"])
         assert len(owners["next"]) == 1
         assert owners["next"].isdisjoint(owners["doomed"] | owners["spared"])
@@ -751,7 +753,7 @@ async def test_a_manual_trigger_gets_through_while_the_schedule_holds_every_sess
             async with asyncio.timeout(runner_module.SIDE_WAIT_SECONDS):
                 run = await runner.trigger_now(manual)
             assert (run.job, run.status) == ("manual", RunStatus.RUNNING)
-            await eventually(lambda: gates.started == ["manual"], 30, "the manual run")
+            await eventually_async(lambda: gates.started == ["manual"], 30, "the manual run")
             assert await backend.runs_of("crowd") == []  # the schedule's claims still wait
         gates["manual"].set()
         gates["default"].set()
@@ -774,9 +776,11 @@ async def test_a_job_never_runs_twice_at_once_on_a_replica_with_one_session(
         running(backend.ledger, pool, gates, Metrics()) as runner,
     ):
         runner.fire(job, first, RunTrigger.SCHEDULE)
-        await eventually(lambda: gates.started == ["default"], 30, "the first run")
+        await eventually_async(lambda: gates.started == ["default"], 30, "the first run")
         runner.fire(job, second, RunTrigger.SCHEDULE)
-        await eventually(lambda: _has_run(backend, "one-at-a-time", second), 30, "the next tick")
+        await eventually_async(
+            lambda: _has_run(backend, "one-at-a-time", second), 30, "the next tick"
+        )
         with pytest.raises(Conflict):
             await runner.trigger_now(job)
         gates["default"].set()
@@ -811,5 +815,5 @@ async def _finished_runs(backend: Backend, job: str, count: int) -> list[Run]:
         runs = await backend.runs_of(job)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
-    await eventually(done, 30, f"{count} finished runs of {job}")
+    await eventually_async(done, 30, f"{count} finished runs of {job}")
     return sorted(await backend.runs_of(job), key=lambda run: run.scheduled_for)

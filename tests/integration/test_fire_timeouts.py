@@ -16,6 +16,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger
 from service.metrics import Metrics
@@ -33,7 +34,6 @@ from tests.support.fire import (
     runs_of,
     tick_now,
 )
-from tests.support.waiting import eventually
 
 # The shortest link timeout there is: lock_timeout 1 s, statement_timeout 1.7 s, the
 # client's deadline 3.3 s.
@@ -101,7 +101,7 @@ async def test_a_blocked_claim_holds_up_neither_the_session_nor_its_tick(
         running(store, sessions, gates, Metrics()) as runner,
     ):
         runner.fire(ongoing, tick_now(), RunTrigger.SCHEDULE)
-        await eventually(lambda: "ongoing" in gates.started, 10, "the ongoing run")
+        await eventually_async(lambda: "ongoing" in gates.started, 10, "the ongoing run")
         at = tick_now()
         async with row_locked(database_url, blocked.name):
             runner.fire(blocked, at, RunTrigger.SCHEDULE)

@@ -22,14 +22,14 @@ import pytest
 import trustme
 from aiohappyeyeballs import AddrInfoType
 
+from harness.receiver import Receiver, receiving
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskRegistry
 from service.tasks.http import MAX_RESPONSE_BYTES, http_task
 from service.tasks.netguard import Allowlist, IPAddress
-from tests.support.receiver import Receiver, receiving
-from tests.support.waiting import eventually
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
@@ -109,7 +109,7 @@ async def trigger(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
     async def done() -> bool:
         return bool((await client.get(run_url)).json()["status"] != "running")
 
-    await eventually(done, 30, f"run of {name} to finish")
+    await eventually_async(done, 30, f"run of {name} to finish")
     run: dict[str, Any] = (await client.get(run_url)).json()
     return run
 

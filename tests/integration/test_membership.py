@@ -11,6 +11,8 @@ from uuid import UUID
 import asyncpg
 import pytest
 
+from harness.postgres import with_database
+from harness.waiting import eventually_async
 from service.domain.jobs import JobSpec, create_job, pause_job
 from service.domain.ownership import Heartbeat, Members, Role
 from service.domain.schedules import CronSchedule
@@ -18,8 +20,6 @@ from service.scheduler.membership import Membership
 from service.store import Store
 from service.store.members import MemberSession, SeedTakenError
 from service.store.members_sql import MEMBER_LOCK_CLASS
-from tests.support.db import with_database
-from tests.support.waiting import eventually
 
 POLL_SECONDS = 0.2
 PATIENCE_SECONDS = 30
@@ -55,7 +55,7 @@ def views_agree(members: Sequence[Membership], size: int) -> bool:
 
 
 async def settled(members: Sequence[Membership], size: int) -> list[Members]:
-    await eventually(
+    await eventually_async(
         lambda: views_agree(members, size), PATIENCE_SECONDS, f"{size} members in every view"
     )
     return [member.members for member in members]
@@ -139,7 +139,7 @@ async def test_members_on_different_time_zone_databases_are_warned_about(
             await member.start()
         await settled(members, 2)
         assert {peer.tzdata for peer in members[0].peers} == set(releases.values())
-        await eventually(
+        await eventually_async(
             lambda: "different time-zone databases: 2024a" in caplog.text,
             PATIENCE_SECONDS,
             "a warning naming both releases",
@@ -189,7 +189,9 @@ async def test_a_killed_member_leaves_every_view_and_rejoins(database_url: str) 
         def dropped() -> bool:
             return all(old_seed not in member.members.seeds for member in members[1:])
 
-        await eventually(dropped, PATIENCE_SECONDS, "the killed member out of the others' views")
+        await eventually_async(
+            dropped, PATIENCE_SECONDS, "the killed member out of the others' views"
+        )
         await settled(members, 3)
         assert victim.members.own not in (None, old_seed)
         assert await lock_holder(database_url, old_seed) is None

@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
 from service.domain.ownership import Members, Role
 from service.domain.schedules import IntervalSchedule
@@ -31,7 +32,6 @@ from service.store.link import Link
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import builtin_registry
-from tests.support.waiting import eventually
 
 T = TypeVar("T")
 
@@ -174,14 +174,14 @@ async def delete(store: Store, name: str) -> None:
 async def holds(mirror: Mirror, *jobs: Job) -> None:
     """The mirror comes to hold exactly these definitions."""
     expected = {job.name: job.revision for job in jobs}
-    await eventually(lambda: mirror.mirrored() == expected, CONVERGE_SECONDS, f"{expected}")
+    await eventually_async(lambda: mirror.mirrored() == expected, CONVERGE_SECONDS, f"{expected}")
 
 
 async def run_ahead(until: Callable[[], bool]) -> None:
     """Give a second loader the chance to get ahead of a parked one: wait until
     `until()` holds, or RUN_AHEAD_SECONDS if the mirror makes the loader wait."""
     with contextlib.suppress(AssertionError):
-        await eventually(until, RUN_AHEAD_SECONDS, "a second loader to run ahead")
+        await eventually_async(until, RUN_AHEAD_SECONDS, "a second loader to run ahead")
 
 
 async def test_a_job_deleted_and_created_again_is_mirrored_as_the_new_job(

@@ -9,6 +9,7 @@ import httpx
 import pytest
 import yaml
 
+from harness.waiting import eventually_async
 from service.api.declarative import JobFileError
 from service.app import create_app
 from service.config import Settings
@@ -17,7 +18,6 @@ from service.domain.schedules import IntervalSchedule
 from service.scheduler.overdue import CHECK_PAGE, check_overdue, overdue_jobs
 from service.store import Store
 from service.tzdb import tz_database
-from tests.support.waiting import eventually
 
 
 def metric(text: str, name: str) -> float | None:
@@ -163,7 +163,7 @@ async def test_run_metrics_count_this_replicas_runs(client: httpx.AsyncClient) -
     async def finished() -> bool:
         return bool((await client.get(f"/v1/runs/{run_id}")).json()["status"] == "succeeded")
 
-    await eventually(finished, 30, "the manual run to succeed")
+    await eventually_async(finished, 30, "the manual run to succeed")
     text = (await client.get("/metrics")).text
     assert metric(text, 'tickgate_runs_total{job="counted",status="succeeded"}') == 1
     last = metric(text, 'tickgate_job_last_success_timestamp_seconds{job="counted"}')

@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.receiver import Receiver
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.domain.jobs import JobSpec, create_job
 from service.domain.schedules import IntervalSchedule, OnceSchedule
 from service.store import Store
-from tests.support.receiver import Receiver
-from tests.support.waiting import eventually
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 EVERY_SECOND = {"kind": "cron", "expression": "* * * * * *"}
@@ -46,7 +46,7 @@ async def finished_run(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]
     async def done() -> bool:
         return bool((await client.get(f"/v1/runs/{run_id}")).json()["status"] != "running")
 
-    await eventually(done, 60, f"run {run_id} to finish")
+    await eventually_async(done, 60, f"run {run_id} to finish")
     run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
     return run
 
@@ -108,7 +108,7 @@ async def test_max_runs_completes_the_job(settings: Settings) -> None:
             state = (await client.get("/v1/jobs/thrice")).json()["state"]
             return bool(state == "completed")
 
-        await eventually(completed, 60, "the job to complete after 3 runs")
+        await eventually_async(completed, 60, "the job to complete after 3 runs")
         done = await runs(client, "thrice")
         assert len(done) == 3
         assert (await client.get("/v1/jobs/thrice")).json()["runs_started"] == 3
@@ -123,7 +123,7 @@ async def test_window_end_completes_the_job(settings: Settings) -> None:
         async def completed() -> bool:
             return bool((await client.get("/v1/jobs/windowed")).json()["state"] == "completed")
 
-        await eventually(completed, 60, "the job to complete after its window")
+        await eventually_async(completed, 60, "the job to complete after its window")
         made = await runs(client, "windowed")
         assert made
         assert all(datetime.fromisoformat(r["scheduled_for"]) <= end for r in made)
@@ -146,7 +146,7 @@ async def test_jitter_delays_the_start_not_the_tick(settings: Settings) -> None:
             "jittery", schedule={"kind": "cron", "expression": "*/2 * * * * *"}, jitter_seconds=1
         )
         assert (await client.post("/v1/jobs", json=job)).status_code == 201
-        await eventually(lambda: _has_runs(client, "jittery", 2), 60, "two jittered runs")
+        await eventually_async(lambda: _has_runs(client, "jittery", 2), 60, "two jittered runs")
         for run in (await runs(client, "jittery"))[:2]:
             tick = datetime.fromisoformat(run["scheduled_for"])
             assert tick.microsecond == 0
@@ -184,7 +184,7 @@ async def test_catchup_none_skips_the_missed_tick(settings: Settings, store: Sto
     await plant(store, "caught", "latest")
     await plant(store, "skipped", "none")
     async with scheduling(settings) as client:
-        await eventually(lambda: _has_runs(client, "caught", 1), 60, "the catch-up run")
+        await eventually_async(lambda: _has_runs(client, "caught", 1), 60, "the catch-up run")
         assert _ran(await runs(client, "caught"))[0]["trigger"] == "catchup"
         assert _ran(await runs(client, "skipped")) == []
 
@@ -197,7 +197,7 @@ async def test_ticks_missed_while_no_replica_was_up_are_summed_up(
     ago, still in its grace, is caught up."""
     tick = await plant(store, "gap", "latest")
     async with scheduling(settings) as client:
-        await eventually(lambda: _has_rows(client, "gap", 2), 60, "the catch-up and the gap")
+        await eventually_async(lambda: _has_rows(client, "gap", 2), 60, "the catch-up and the gap")
         rows = await runs(client, "gap")
     skipped = [row for row in rows if row["status"] == "skipped"]
     assert [(row["skip_reason"], row["missed_ticks"]) for row in skipped] == [("misfire", 1)]
@@ -322,7 +322,7 @@ async def test_queue_one_runs_one_waiting_tick_after_the_run(
             "args": {"url": f"{receiver.url}/slow"},
         }
         assert (await client.post("/v1/jobs", json=job)).status_code == 201
-        await eventually(lambda: _has_runs(client, "queued", 2), 60, "a queued run")
+        await eventually_async(lambda: _has_runs(client, "queued", 2), 60, "a queued run")
         await client.post("/v1/jobs/queued/pause")
         await asyncio.sleep(0)  # let the pause reach the mirror before counting
         rows = await runs(client, "queued")
@@ -368,7 +368,7 @@ async def test_a_one_time_job_nobody_ran_is_recorded_and_completed_by_the_sweep(
             job = (await client.get("/v1/jobs/missed")).json()
             return bool(job["state"] == "completed")
 
-        await eventually(completed, 60, "the sweep to complete the job")
+        await eventually_async(completed, 60, "the sweep to complete the job")
         [skip] = await runs(client, "missed")
     assert (skip["status"], skip["skip_reason"], skip["attempts"]) == ("skipped", "misfire", 0)
     assert datetime.fromisoformat(skip["scheduled_for"]) == at

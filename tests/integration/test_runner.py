@@ -7,6 +7,8 @@ from uuid import uuid4
 
 import asyncpg
 
+from harness.receiver import receiving
+from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobState, Overlap, replace_job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
@@ -24,8 +26,6 @@ from tests.support.fire import (
     skipped,
     tick_now,
 )
-from tests.support.receiver import receiving
-from tests.support.waiting import eventually
 
 
 async def test_ledger_claims_each_tick_once(store: Store, sessions: RunSessions) -> None:
@@ -150,7 +150,7 @@ async def test_due_ticks_wait_for_room_under_the_in_flight_cap(
         tick = tick_now()
         for job in jobs:
             runner.fire(job, tick, RunTrigger.SCHEDULE)
-        await eventually(lambda: len(gates.started) == 2, 30, "two runs to start")
+        await eventually_async(lambda: len(gates.started) == 2, 30, "two runs to start")
         claimed = [run for job in jobs for run in await runs_of(store, job.name)]
         assert len(claimed) == 2  # the other three wait unclaimed, free for other replicas
         gates["default"].set()
@@ -163,7 +163,7 @@ async def test_a_run_holds_the_lock_until_it_ends(
 ) -> None:
     job = await add_job(store, "held")
     runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
-    await eventually(lambda: bool(gates.started), 30, "the task to start")
+    await eventually_async(lambda: bool(gates.started), 30, "the task to start")
     assert await advisory_locks_on(database_url, job.lock_key) == 1
     assert [r.status for r in await runs_of(store, "held")] == [RunStatus.RUNNING]
     gates["default"].set()
@@ -187,7 +187,7 @@ async def test_a_foreign_lock_holder_costs_the_tick_as_a_recorded_misfire(
         await go_replica.execute("SELECT pg_advisory_lock($1)", job.lock_key)
         tick = tick_now()
         runner.fire(job, tick, RunTrigger.SCHEDULE)
-        await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
+        await eventually_async(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
         [skip] = await runs_of(store, "foreign")
         assert (skip.scheduled_for, skip.status, skip.skip_reason) == (
             tick,
@@ -208,9 +208,9 @@ async def test_skip_overlap_records_ticks_that_come_while_running(
     job = await add_job(store, "skipper")
     first = tick_now()
     runner.fire(job, first, RunTrigger.SCHEDULE)
-    await eventually(lambda: len(gates.started) == 1, 30, "the first run")
+    await eventually_async(lambda: len(gates.started) == 1, 30, "the first run")
     runner.fire(job, first + timedelta(seconds=1), RunTrigger.SCHEDULE)
-    await eventually(lambda: skipped(metrics, "overlap") == 1, 30, "an overlap skip")
+    await eventually_async(lambda: skipped(metrics, "overlap") == 1, 30, "an overlap skip")
     gates["default"].set()
     runs = {run.scheduled_for: run for run in await finished_runs(store, "skipper", 2)}
     assert runs[first].status is RunStatus.SUCCEEDED
@@ -225,7 +225,7 @@ async def test_allow_overlap_runs_ticks_side_by_side(
     job = await add_job(store, "allower", overlap=Overlap.ALLOW)
     runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
     runner.fire(job, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
-    await eventually(lambda: len(gates.started) == 2, 30, "two concurrent runs")
+    await eventually_async(lambda: len(gates.started) == 2, 30, "two concurrent runs")
     assert await advisory_locks_on(database_url, job.lock_key) == 0
     gates["default"].set()
     assert len(await finished_runs(store, "allower", 2)) == 2
@@ -250,7 +250,7 @@ async def test_late_tick_beyond_grace_is_recorded_as_a_misfire(
     job = await add_job(store, "late", misfire_grace_seconds=5)
     tick = tick_now() - timedelta(seconds=30)
     runner.fire(job, tick, RunTrigger.SCHEDULE)
-    await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire skip")
+    await eventually_async(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire skip")
     [skip] = await runs_of(store, "late")
     assert (skip.scheduled_for, skip.skip_reason, skip.attempts) == (tick, SkipReason.MISFIRE, 0)
 
@@ -260,7 +260,7 @@ async def test_shutdown_cancels_after_grace_records_and_unlocks(
 ) -> None:
     job = await add_job(store, "stuck")
     runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
-    await eventually(lambda: bool(gates.started), 30, "the task to start")
+    await eventually_async(lambda: bool(gates.started), 30, "the task to start")
     await runner.shutdown(grace_seconds=0.2)
     [run] = await runs_of(store, "stuck")
     assert run.status is RunStatus.CANCELLED
@@ -275,7 +275,7 @@ async def test_shutdown_lets_runs_finish_within_grace(
 ) -> None:
     job = await add_job(store, "finisher")
     runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
-    await eventually(lambda: bool(gates.started), 30, "the task to start")
+    await eventually_async(lambda: bool(gates.started), 30, "the task to start")
     asyncio.get_running_loop().call_later(0.2, gates["default"].set)
     await runner.shutdown(grace_seconds=30)
     [run] = await runs_of(store, "finisher")
@@ -295,7 +295,7 @@ async def test_one_time_job_completes_after_its_run(
         current = await store.get_job("once")
         return current is not None and current.state is JobState.COMPLETED
 
-    await eventually(completed, 30, "the one-time job to complete")
+    await eventually_async(completed, 30, "the one-time job to complete")
 
 
 async def test_http_task_sends_dedupe_headers_and_fails_on_bad_status(
@@ -342,7 +342,7 @@ async def test_orphaned_runs_become_abandoned(store: Store, database_url: str) -
         async def abandoned() -> bool:
             return [r.job for r in await store.abandon_orphans()] == ["orphan"]
 
-        await eventually(abandoned, 30, "the orphan to be abandoned")
+        await eventually_async(abandoned, 30, "the orphan to be abandoned")
         assert (await runs_of(store, "orphan"))[0].status is RunStatus.ABANDONED
         assert (await runs_of(store, "alive"))[0].status is RunStatus.RUNNING
     finally:

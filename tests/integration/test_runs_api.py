@@ -5,7 +5,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.support.waiting import eventually
+from harness.waiting import eventually_async
 
 LOG_JOB: dict[str, Any] = {
     "name": "say",
@@ -20,7 +20,7 @@ async def finished(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
         run = (await client.get(f"/v1/runs/{run_id}")).json()
         return bool(run["status"] != "running")
 
-    await eventually(done, 30, f"run {run_id} to finish")
+    await eventually_async(done, 30, f"run {run_id} to finish")
     run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
     return run
 

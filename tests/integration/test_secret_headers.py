@@ -4,8 +4,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.receiver import receiving
-from tests.support.waiting import eventually
+from harness.receiver import receiving
+from harness.waiting import eventually_async
 
 
 async def test_secret_headers_are_redacted_and_kept(client: httpx.AsyncClient) -> None:
@@ -37,7 +37,7 @@ async def test_secret_headers_are_redacted_and_kept(client: httpx.AsyncClient) -
         async def delivered() -> bool:
             return bool(receiver.receipts("secretive"))
 
-        await eventually(delivered, 30, "the triggered request")
+        await eventually_async(delivered, 30, "the triggered request")
         [receipt] = receiver.receipts("secretive")
         assert receipt.headers["authorization"] == "Bearer hunter2"
         final = (await client.get(f"/v1/runs/{run['id']}")).json()

@@ -13,13 +13,14 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from harness.postgres import with_database
+from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.store.targets import APPLICATION_NAME, SqlTargetConnections
 from service.tasks import TaskContext
 from service.tasks.sql import SqlArgs, SqlTargetError, run_sql, sql_task
-from tests.support.db import TemplateDatabases, with_database
-from tests.support.waiting import eventually
+from tests.support.db import TemplateDatabases
 
 EVENTS = """
 CREATE TABLE events (id int PRIMARY KEY, kind text NOT NULL);
@@ -99,7 +100,7 @@ async def expect_no_sessions_left(url: str) -> None:
         async def gone() -> bool:
             return await sessions_of_others(watcher) == 0
 
-        await eventually(gone, 10, "the sql task's session to end")
+        await eventually_async(gone, 10, "the sql task's session to end")
     finally:
         await watcher.close()
 
@@ -226,7 +227,7 @@ async def test_a_cancelled_run_leaves_no_statement_running(
     async def started() -> bool:
         return bool(await scalar(reports_url, sleeping) == 1)
 
-    await eventually(started, 10, "the statement to start")
+    await eventually_async(started, 10, "the statement to start")
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
@@ -278,7 +279,7 @@ async def finished(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
         run = (await client.get(f"/v1/runs/{run_id}")).json()
         return bool(run["status"] != "running")
 
-    await eventually(done, 30, f"run {run_id} to finish")
+    await eventually_async(done, 30, f"run {run_id} to finish")
     run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
     return run
 

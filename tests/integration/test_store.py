@@ -5,12 +5,13 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from harness.postgres import with_database
 from service.domain.jobs import Job, JobSpec, complete_job, create_job, replace_job
 from service.domain.schedules import CronSchedule, IntervalSchedule
 from service.store import Store
 from service.store.migrate import available_migrations, head_version, migrate
 from service.store.store import JobChangeFn
-from tests.support.db import TemplateDatabases, with_database
+from tests.support.db import TemplateDatabases
 
 
 async def test_concurrent_migrations_apply_once(templates: TemplateDatabases) -> None:

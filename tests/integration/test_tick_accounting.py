@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 from pydantic import JsonValue
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobState, Overlap, close_window, replace_job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import IntervalSchedule, OnceSchedule
@@ -31,7 +32,6 @@ from tests.support.fire import (
     skipped,
     tick_now,
 )
-from tests.support.waiting import eventually
 
 
 def scheduled(job: Job, tick: datetime) -> TickClaim:
@@ -107,7 +107,7 @@ async def test_queue_one_across_two_replicas_runs_each_tick_in_order(
     ):
         for replica in (one, two):  # both replicas fire the first tick...
             replica.fire(job, first, RunTrigger.SCHEDULE)
-        await eventually(lambda: len(gates.started) == 1, 30, "the first run")
+        await eventually_async(lambda: len(gates.started) == 1, 30, "the first run")
         await asyncio.sleep(0.5)  # ...and the loser sees it running, holding the lock
         for replica in (one, two):
             replica.fire(job, second, RunTrigger.SCHEDULE)
@@ -159,7 +159,7 @@ async def test_a_tick_that_waited_past_its_grace_for_a_session_is_a_misfire(
         async with refusing_connections(database_url):
             runner.fire(job, tick_now(), RunTrigger.SCHEDULE)
             await asyncio.sleep(2.5)
-        await eventually(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
+        await eventually_async(lambda: skipped(metrics, "misfire") == 1, 30, "a misfire")
     [skip] = await runs_of(store, "waited")
     assert (skip.status, skip.skip_reason) == (RunStatus.SKIPPED, SkipReason.MISFIRE)
     assert gates.started == []
@@ -261,11 +261,11 @@ async def test_ticks_waiting_for_room_past_their_grace_are_recorded_misfires(
     waiting = await add_job(store, "waiting", misfire_grace_seconds=1)
     async with running(store, sessions, gates, metrics, max_in_flight=1) as runner:
         runner.fire(hung, tick_now(), RunTrigger.SCHEDULE)
-        await eventually(lambda: gates.started == ["never"], 30, "the hung run")
+        await eventually_async(lambda: gates.started == ["never"], 30, "the hung run")
         runner.fire(waiting, tick_now(), RunTrigger.SCHEDULE)
         await asyncio.sleep(1.5)
         runner.fire(hung, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
-        await eventually(lambda: skipped(metrics, "misfire") >= 1, 30, "a misfire")
+        await eventually_async(lambda: skipped(metrics, "misfire") >= 1, 30, "a misfire")
         [skip] = await runs_of(store, "waiting")
         assert skip.skip_reason is SkipReason.MISFIRE
 
@@ -286,7 +286,7 @@ async def test_a_one_time_job_whose_tick_misfired_completes(
         current = await store.get_job("missed-once")
         return current is not None and current.state is JobState.COMPLETED
 
-    await eventually(completed, 30, "the one-time job to complete")
+    await eventually_async(completed, 30, "the one-time job to complete")
     [skip] = await runs_of(store, "missed-once")
     assert skip.skip_reason is SkipReason.MISFIRE
 
@@ -319,7 +319,7 @@ async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
         now = tick_now()
         past = [now - timedelta(minutes=10, seconds=n) for n in range(4, 0, -1)]
         backfilling = asyncio.create_task(runner.backfill(job, past))
-        await eventually(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
+        await eventually_async(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
         runner.fire(job, now, RunTrigger.SCHEDULE)  # due while the backfill holds the lock
         made = await asyncio.wait_for(backfilling, timeout=60)
         runs = sorted(await finished_runs(store, "busy-history", 5), key=lambda r: r.started_at)

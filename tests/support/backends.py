@@ -26,6 +26,7 @@ from uuid import UUID
 
 import asyncpg
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobSpec, create_job, replace_job
 from service.domain.runs import Run, RunTrigger
 from service.metrics import Metrics
@@ -55,7 +56,6 @@ from tests.support.db import (
     refusing_connections,
 )
 from tests.support.fire import EVERY_SECOND, Gates, lock_pool, running
-from tests.support.waiting import eventually
 
 
 class Held(abc.ABC):
@@ -268,7 +268,7 @@ class RowHeld(Held):
                 await connection.close()
             return count >= calls
 
-        await eventually(waiting, 30, f"{calls} statements waiting for the held row")
+        await eventually_async(waiting, 30, f"{calls} statements waiting for the held row")
 
     async def resume(self) -> None:
         if not self.done:

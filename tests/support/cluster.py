@@ -7,16 +7,18 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from tests.support.processes import Replica
-from tests.support.receiver import Receiver
-from tests.support.sql import Sql
+from harness.accounting import rfc3339, row_text
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.replicas import Replica
+from harness.waiting import eventually
 
 EVERY_SECOND_CRON: dict[str, Any] = {"kind": "cron", "expression": "* * * * * *"}
 EVERY_SECOND_INTERVAL: dict[str, Any] = {
@@ -105,10 +107,6 @@ def utc(moment: float) -> datetime:
     return datetime.fromtimestamp(moment, UTC)
 
 
-def rfc3339(moment: float) -> str:
-    return utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def next_whole_second(after: float, margin: float = 0.0) -> int:
     return math.ceil(after + margin)
 
@@ -116,16 +114,6 @@ def next_whole_second(after: float, margin: float = 0.0) -> int:
 def sleep_until(moment: float) -> None:
     """Let a window of time elapse: the window itself is what the test observes."""
     time.sleep(max(0.0, moment - time.time()))
-
-
-def eventually(condition: Callable[[], bool], deadline_seconds: float) -> bool:
-    """Poll until `condition` holds or the deadline passes; report which."""
-    deadline = time.monotonic() + deadline_seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def logs(replicas: Sequence[Replica]) -> str:
@@ -136,10 +124,7 @@ def wait_until(
     condition: Callable[[], bool], deadline_seconds: float, what: str, replicas: Sequence[Replica]
 ) -> None:
     """Poll `condition`; at the deadline fail naming `what`, with the replicas' logs."""
-    if not eventually(condition, deadline_seconds):
-        raise AssertionError(
-            f"timed out after {deadline_seconds}s waiting for {what}\n{logs(replicas)}"
-        )
+    eventually(condition, deadline_seconds, f"{what}\n{logs(replicas)}")
 
 
 def report(problems: Sequence[str], replicas: Sequence[Replica]) -> str:
@@ -245,8 +230,13 @@ def await_ticks(
         result.account(sql)
         return result
 
-    eventually(lambda: not counted().unexplained(may_miss), 15)
-    return counted()
+    def settled() -> Tally:
+        result = counted()
+        problems = result.unexplained(may_miss)
+        assert not problems, f"{len(problems)} unexplained, first: {problems[:20]}"
+        return result
+
+    return eventually(settled, 15, "every tick delivered or excused", poll=0.1)
 
 
 def overlap_skips(sql: Sql, missing: Sequence[Tick]) -> set[Tick]:
@@ -298,7 +288,6 @@ SCHEDULE_KINDS: dict[str, tuple[dict[str, Any], int]] = {
     "interval": (EVERY_SECOND_INTERVAL, 1),
     "cron2": (EVERY_TWO_SECONDS_CRON, 2),
 }
-RUN_STATUSES_ENDED = ("succeeded", "failed", "timed_out", "cancelled", "abandoned")
 
 
 def every_second_specs(
@@ -358,115 +347,6 @@ def send_all(
             return await asyncio.gather(*(one(*request) for request in requests))
 
     return asyncio.run(send_them())
-
-
-LEDGER_ROWS = """
-    SELECT id::text AS id, job, extract(epoch FROM scheduled_for)::float8 AS at, trigger,
-           status, skip_reason, runner, started_at, finished_at
-    FROM tickgate_runs
-    WHERE job = ANY($1::text[])
-      AND scheduled_for BETWEEN to_timestamp($2::float8) AND to_timestamp($3::float8)
-    ORDER BY job, scheduled_for
-"""
-
-
-def ledger_rows(sql: Sql, jobs: Sequence[str], first: float, last: float) -> dict[Tick, Any]:
-    """The ledger rows of `jobs` for ticks in [first, last], by (job, tick)."""
-    rows = sql.fetch(LEDGER_ROWS, list(jobs), float(first), float(last))
-    return {(row["job"], float(row["at"])): row for row in rows}
-
-
-@dataclass
-class Accounting:
-    """Every nominal tick of a window: its deliveries (the receiver's count) and its
-    ledger row. A tick is accounted for when it has exactly one row, and the row is a
-    run delivered exactly once (with the row's run id) or a skip delivered never."""
-
-    expected: list[Tick]
-    rows: dict[Tick, Any]
-    receipts: dict[Tick, list[str | None]]  # the run ids delivered, per tick
-
-    def rows_with(self, status: str, skip_reason: str | None = None) -> list[Any]:
-        return [
-            row
-            for tick in self.expected
-            if (row := self.rows.get(tick)) is not None
-            and row["status"] == status
-            and (skip_reason is None or row["skip_reason"] == skip_reason)
-        ]
-
-    def problems(
-        self, skip_reasons: Collection[str] = (), run_statuses: Collection[str] = ("succeeded",)
-    ) -> list[str]:
-        """Every tick not accounted for, or whose row is a run ending in a status not in
-        `run_statuses`, or a skip for a reason not in `skip_reasons`."""
-        problems = []
-        for tick in self.expected:
-            job, at = tick
-            name = f"{job} tick {rfc3339(at)}"
-            row = self.rows.get(tick)
-            delivered = self.receipts.get(tick, [])
-            if len(delivered) > 1:
-                problems.append(f"{name} delivered {len(delivered)} times: {delivered}")
-            if row is None:
-                problems.append(f"{name} has no ledger row (delivered {len(delivered)} times)")
-            elif row["status"] == "skipped":
-                if row["skip_reason"] not in skip_reasons:
-                    problems.append(f"{name} skipped ({row['skip_reason']}): {row_text(row)}")
-                if delivered:
-                    problems.append(f"{name} skipped but delivered: {row_text(row)}")
-            elif row["status"] not in run_statuses:
-                problems.append(f"{name} is {row['status']}: {row_text(row)}")
-            elif delivered != [row["id"]]:
-                problems.append(f"{name} delivered as {delivered}, ledger: {row_text(row)}")
-        return problems
-
-
-def row_text(row: Any) -> str:
-    started = row["started_at"].isoformat(timespec="milliseconds") if row["started_at"] else "-"
-    finished = row["finished_at"].isoformat(timespec="milliseconds") if row["finished_at"] else "-"
-    return (
-        f"{row['status']}/{row['skip_reason'] or '-'} by {row['runner']}"
-        f" started {started} finished {finished}"
-    )
-
-
-def account(
-    receiver: Receiver, sql: Sql, periods: Mapping[str, int], first: int, last: int
-) -> Accounting:
-    """Each job's nominal ticks in [first, last]: their deliveries and ledger rows."""
-    expected = [
-        (job, float(at))
-        for job, period in periods.items()
-        for at in range(first, last + 1)
-        if at % period == 0
-    ]
-    receipts: dict[Tick, list[str | None]] = {}
-    for receipt in receiver.receipts():
-        if receipt.job in periods and receipt.tick is not None:
-            receipts.setdefault((receipt.job, receipt.tick), []).append(receipt.run_id)
-    return Accounting(expected, ledger_rows(sql, list(periods), first, last), receipts)
-
-
-def await_accounting(
-    receiver: Receiver,
-    sql: Sql,
-    periods: Mapping[str, int],
-    first: int,
-    last: int,
-    *,
-    skip_reasons: Collection[str] = (),
-    deadline_seconds: float = 30,
-    problems_of: Callable[[Accounting], list[str]] | None = None,
-) -> Accounting:
-    """Wait (generously: rows of late runs and skips come in late on a loaded machine)
-    until every tick of the window is accounted for, or the deadline passes; the
-    accounting as it stands then. A test that allows more than `problems` does (a killed
-    replica's runs) passes its own judge as `problems_of`, so that it waits only as long
-    as the accounting is not yet what it asserts, not until the deadline."""
-    judge = problems_of or (lambda accounting: accounting.problems(skip_reasons))
-    eventually(lambda: not judge(account(receiver, sql, periods, first, last)), deadline_seconds)
-    return account(receiver, sql, periods, first, last)
 
 
 def overlapping_runs(rows: Sequence[Any]) -> list[str]:

@@ -4,17 +4,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 
+from harness.postgres import with_database
 from service.store import Store
-
-
-def with_database(url: str, database: str) -> str:
-    """`url` pointing at another database on the same server."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 class TemplateDatabases:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from pydantic import BaseModel, JsonValue
 
+from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobSpec, create_job
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import CronSchedule
@@ -23,7 +24,6 @@ from service.store.ports import Ledger, LockPool
 from service.store.sessions import RunSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
-from tests.support.waiting import eventually
 
 EVERY_SECOND = CronSchedule(kind="cron", expression="* * * * * *")
 
@@ -147,7 +147,7 @@ async def finished_runs(store: Store, job: str, count: int) -> list[Run]:
         runs = await runs_of(store, job)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
-    await eventually(done, 30, f"{count} finished runs of {job}")
+    await eventually_async(done, 30, f"{count} finished runs of {job}")
     return await runs_of(store, job)
 
 

@@ -29,8 +29,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from tests.support.processes import free_port
-from tests.support.tcpproxy import Upstream, loopback_dsn
+from harness.replicas import free_port
+from harness.tcpproxy import Upstream, loopback_dsn
 
 MISSING = (
     "pgbouncer is not installed; the PgBouncer tests run the real one. Install it "

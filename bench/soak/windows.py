@@ -1,4 +1,4 @@
-"""Every tick accounted, window by window, while the ledger still has the rows.
+"""The soak's verdict, window by window, over `harness.accounting`'s ticks and ledger rows.
 
 The run is cut into windows (60 s in the full run). Once a window is `SETTLE_SECONDS`
 old (past every job's misfire grace, so a tick nobody could start has had its skip
@@ -23,8 +23,6 @@ The ledger's unique key forbids two rows of one (job, tick); the accountant stil
 any, over every job of the window, changed or not.
 """
 
-import asyncio
-import math
 import re
 import threading
 import time
@@ -36,21 +34,16 @@ from typing import Any
 
 import asyncpg
 
-from bench.receiver import ReceiverProcess
 from bench.soak.plan import Fleet, Stable
+from harness.accounting import Tick, first_arrivals, ledger_rows, nominal_ticks
+from harness.postgres import Sql
+from harness.receiver import ReceiverProcess
 
 MARGIN_SECONDS = 5.0  # a job changed this close to a window is not judged in it
 SETTLE_SECONDS = 60.0  # a window is judged this long after it ends (grace 30 s + slack)
 RETRY_SECONDS = 5.0
 EXAMPLES = 5
 
-_ROWS = """
-SELECT job, extract(epoch FROM scheduled_for)::float8 AS tick, status, skip_reason,
-       attempts, trigger, runner
-FROM tickgate_runs
-WHERE job = ANY($1::text[])
-  AND scheduled_for >= to_timestamp($2) AND scheduled_for < to_timestamp($3)
-"""
 # A gap row lies at the last tick of the span it sums up, so at or after the window start.
 _GAPS = """
 SELECT job, missed_ticks, error FROM tickgate_runs
@@ -73,17 +66,6 @@ class Ledger:
     duplicates: int
 
 
-async def _read(url: str, names: list[str], start: int, end: int) -> tuple[Any, Any, int]:
-    connection = await asyncpg.connect(url, timeout=10)
-    try:
-        rows = await connection.fetch(_ROWS, names, start, end, timeout=60)
-        gaps = await connection.fetch(_GAPS, names, start, timeout=60)
-        duplicates = await connection.fetchval(_DUPLICATES, start, end, timeout=60)
-    finally:
-        await connection.close()
-    return rows, gaps, int(duplicates)
-
-
 def _spans(gaps: Iterable[asyncpg.Record]) -> dict[str, list[tuple[float, float]]]:
     found: dict[str, list[tuple[float, float]]] = {}
     for row in gaps:
@@ -95,13 +77,22 @@ def _spans(gaps: Iterable[asyncpg.Record]) -> dict[str, list[tuple[float, float]
 
 
 def read_ledger(url: str, jobs: dict[str, Stable], start: int, end: int) -> Ledger:
-    rows, gaps, duplicates = asyncio.run(_read(url, list(jobs), start, end))
-    keyed = {(row["job"], row["tick"]): row for row in rows}
+    """The rows of `jobs` for ticks in [start, end), their gap rows, and the window's
+    duplicate (job, tick) rows of any job."""
+    sql = Sql(url)
+    try:
+        rows = ledger_rows(sql, list(jobs), start, end - 1)
+        gaps = sql.fetch(_GAPS, list(jobs), start)
+        duplicates = int(sql.value(_DUPLICATES, start, end))
+    finally:
+        sql.close()
+    keyed = {(row["job"], float(row["at"])): row for row in rows}
     return Ledger(keyed, _spans(gaps), duplicates)
 
 
-def nominal_ticks(job: Stable, start: int, end: int) -> range:
-    return range(math.ceil(start / job.period) * job.period, end, job.period)
+def ticks_of(job: Stable, start: int, end: int) -> list[Tick]:
+    """The job's nominal ticks in [start, end)."""
+    return nominal_ticks({job.name: job.period}, start, end - 1)
 
 
 @dataclass
@@ -158,13 +149,13 @@ def judge_ledger(window: Window, jobs: dict[str, Stable], ledger: Ledger) -> Non
             window.unexpected_rows += 1
             window.example("unexpected_rows", f"{name} @ {tick:.0f} ({row['status']})")
     for job in jobs.values():
-        for tick in nominal_ticks(job, window.start, window.end):
+        for _, tick in ticks_of(job, window.start, window.end):
             window.expected += 1
-            row = ledger.rows.get((job.name, float(tick)))
-            if row is not None:
-                window.statuses[row["status"]] += 1
-                if row["skip_reason"]:
-                    window.skip_reasons[row["skip_reason"]] += 1
+            found = ledger.rows.get((job.name, tick))
+            if found is not None:
+                window.statuses[found["status"]] += 1
+                if found["skip_reason"]:
+                    window.skip_reasons[found["skip_reason"]] += 1
             elif _covered(ledger.gaps.get(job.name, []), tick):
                 window.gap_covered += 1
                 window.example("gap_covered", f"{job.name} @ {tick}")
@@ -181,8 +172,7 @@ def judge_deliveries(
     window.http_jobs = len(http)
     nominal: set[tuple[str, float]] = set()
     for job in http.values():
-        for tick in nominal_ticks(job, window.start, window.end):
-            key = (job.name, float(tick))
+        for key in ticks_of(job, window.start, window.end):
             nominal.add(key)
             _judge_delivery(window, key, ledger.rows.get(key), received[key])
     for key, count in received.items():
@@ -260,9 +250,7 @@ class Accountant(threading.Thread):
         still = {job.name for job in self._fleet.stable(start, end, MARGIN_SECONDS, time.time())}
         jobs = {name: job for name, job in jobs.items() if name in still}
         receipts = self._receiver.receipts((start, end))
-        received = Counter(
-            (r.job, r.scheduled_for) for r in receipts if r.scheduled_for is not None
-        )
+        received = first_arrivals(receipts)[1]
         window = Window(start, end, jobs=len(jobs), checked_at=time.time())
         judge_ledger(window, jobs, ledger)
         judge_deliveries(window, jobs, ledger, received)

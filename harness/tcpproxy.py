@@ -40,7 +40,7 @@ class Upstream:
         """PostgreSQL's address in `dsn`: `?host=/dir` (a socket dir), or host:port."""
         parts = urlsplit(dsn)
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-        host = query.get("host") or parts.hostname or "/tmp"
+        host = query.get("host") or parts.hostname or "/tmp"  # noqa: S108 - libpq default
         port = int(query.get("port") or parts.port or _DEFAULT_PORT)
         if host.startswith("/"):
             return cls(unix_path=f"{host.rstrip('/')}/.s.PGSQL.{port}", port=port)

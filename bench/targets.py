@@ -1,33 +1,22 @@
-"""The "Issue #12 targets" table of the report: each row's figure from this run, the
-figure before the work on the issue (a constant: session 1's), the target, and whether
-it is met. The report judges; tests never do. A smoke run judges nothing.
+"""The report's targets table: for each measure this run's figure, the figure before
+(of the first run), the target, and whether it is met. The rows are data
+(`bench/targets.json`); this module holds the checks they name. The report judges;
+tests never do. A smoke run judges nothing.
 
 Each check reads the results document and answers (measured text, met): met is None
 when this run cannot say (the scenario did not run, or ran at other sizes).
 """
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.reading import ceiling, fmt, mark, scenario, smoke, table
 
+TARGETS = Path(__file__).with_name("targets.json")
 UNMET_NOTE = "limit: (see PROFILING.md)"
 MB = 1_000_000 / 2**20  # MiB per MB: RSS is sampled in MiB, the target is in MB
-
-Check = Callable[[dict[str, Any]], tuple[str, bool | None]]
-
-
-@dataclass(frozen=True)
-class Row:
-    measure: str
-    before: str
-    target: str
-    check: Check
-    # What held the figure back in the full run of 2026-12-01 (commit f69b52f), measured
-    # there and profiled with py-spy on a live replica (PROFILING.md, session 6); shown
-    # when a run does not meet the target.
-    limit: str = ""
 
 
 def _crowd(document: dict[str, Any], key: str, jobs: int) -> dict[str, Any] | None:
@@ -181,117 +170,55 @@ def _seconds(ms: float | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.3f} s"
 
 
-def _over_baseline(endpoint: str, target: float) -> Check:
-    def check(document: dict[str, Any]) -> tuple[str, bool | None]:
-        ratios = [
-            r
-            for r in (scenario(document, "api") or {}).get("over_baseline", [])
-            if r["endpoint"] == endpoint and r["condition"] == "tickgate_idle"
-        ]
-        if not ratios:
-            return "api did not run", None
-        text = ", ".join(f"c{r['concurrency']}: {r['rps_over_baseline']:.2f}" for r in ratios)
-        return text, all(r["rps_over_baseline"] >= target for r in ratios)
-
-    return check
-
-
-ROWS = (
-    Row("10k once-jobs at T0, `log` task: all started", "10.8 s", "< 2 s", log_crowd),
-    Row(
-        "10k once-jobs at T0, `http` task to the receiver: all started",
-        "~11 s",
-        "< 3 s",
-        http_crowd,
-    ),
-    Row(
-        "steady 1,000 fires/s `http`: p99 lateness, dup, miss",
-        "707 ms, 0, 0",
-        "< 100 ms, 0, 0",
-        steady_http,
-        limit="the box's event loops, not the gate: a steady 1,000/s is 1,000 jobs due at the "
-        "same second, and each replica starts its third of them in one event loop at about "
-        "0.34 ms of CPU per `http` run (the replicas used 0.34 cores for 1,000 runs/s), so "
-        "the last starts 140-210 ms after the tick while the box is 22 % busy; p50 grows "
-        "with the rate (19 ms at 100/s, 139 ms at 1,000/s, 286 ms at 2,000/s). In a "
-        "scheduler process the `http` task is 46 % of the samples (aiohttp's request 17 %, "
-        "URL parsing and the SSRF guard's vetting 7 %), the gate (due, claim) 10 %. Under "
-        "100 ms needs more event loops per pod, or a cheaper `http` run",
-    ),
-    Row("highest clean steady rate, `log` task", "~1,400/s", ">= 4,000/s", clean_log_rate),
-    Row("gated fires/s / pgbench gate limit", "0.07", ">= 0.3", gated_over_limit),
-    Row(
-        "replicas 1 -> 2 -> 4, saturated fires/s",
-        "not measured",
-        "rises with every step (report the curve and per-replica CPU)",
-        replica_scaling,
-    ),
-    Row(
-        "1,000,000 jobs over 4 replicas: ready, RSS each",
-        "not possible",
-        "< 30 s, < 500 MB",
-        million_jobs,
-        limit="memory and decoding per mirrored job: a replica mirrors its owned and "
-        "standby jobs (half of 10^6 with 4 replicas) as whole pydantic `Job` objects, about "
-        "2.8 KB each (100k jobs: 486 MiB alone, 394 MiB each of three), and the four "
-        "replicas decode 2 x 10^6 job documents at startup on 2 shared cores: a scheduler "
-        "process's first sync is 29 % decoding jobs, 25 % each job's first tick (cronsim), "
-        "21 % gap accounting (the latest tick before now, searched backwards). Under 500 MB "
-        "and 30 s needs a compact mirror entry (name, revision, next tick) with the job "
-        "read when its tick is claimed: not built",
-    ),
-    Row("bulk `PUT /v1/jobs` of 10,000 jobs", "n/a", "< 2 s", bulk_apply),
-    Row(
-        "fire lateness p99 / misses at 250 fires/s while wrk drives the API (c64)",
-        "20.2 s / 23",
-        "< 200 ms / 0",
-        fires_under_api_load,
-        limit="CPU: while wrk drives the API at c64 the box is saturated (1.998 of 2 cores: "
-        "replicas 1.44, PostgreSQL 0.43), and each pod's scheduler process shares it with "
-        "the pod's API process and wrk; over the whole loaded run p99 is 0.384 s with no "
-        "miss. Under 200 ms at c64 needs CPU set aside for the scheduler process (its own "
-        "pod, `TICKGATE_API=false`, or a CPU limit on the API container)",
-    ),
-    Row(
-        "`GET /v1/jobs?limit=100` vs bare baseline",
-        "0.21",
-        ">= 0.6",
-        _over_baseline("GET /v1/jobs?limit=100", 0.6),
-        limit="Python work per job listed, which the baseline (rows as stored) does not do: "
-        "in the API process, decoding 100 stored jobs is 20 % of the samples, building "
-        "each item with its next tick 17 %, serializing 9 %, writing the answer 27 %, "
-        "the database 10 %",
-    ),
-    Row(
-        "REST create (`POST /v1/jobs`) vs bare baseline",
-        "0.43 (c16), 0.41 (c64)",
-        ">= 0.7",
-        _over_baseline("POST /v1/jobs", 0.7),
-        limit="every replica follows each created job: its scheduler process reads it back "
-        "after the NOTIFY (ranked read, clock, latest tick, catch-up: 4 statements per "
-        "replica per job), 32 % of a pod's samples while POSTs run, on the same cores as "
-        "the API; in the API process the insert is 24 %, sending the answer 15 %",
-    ),
-)
-
-
-def section(document: dict[str, Any]) -> list[str]:
-    rows = []
-    for row in ROWS:
-        text, met = row.check(document)
-        if smoke(document):
-            text, met = f"{text} (smoke: not judged)", None
-        note = (f"limit: {row.limit}" if row.limit else UNMET_NOTE) if met is False else ""
-        rows.append((row.measure, row.before, row.target, text, mark(met), note))
-    header = ["measure", "before (session 1)", "target", "this run", "", "why not"]
-    return [
-        "## Issue #12 targets",
-        "",
-        "Judged by this report from this run's figures (tests never judge speed). "
-        "`log` crowds and the `log` steady rates are read from the ledger (`started_at`); "
-        "`http` figures from the receiver. Clean `log` rate: every tick of the window has "
-        "exactly one row, succeeded (none missing 20 s after the window, none skipped), and "
-        "p99 of `started_at - scheduled_for` < 1 s.",
-        "",
-        *table(header, rows),
+def over_baseline(
+    document: dict[str, Any], endpoint: str, target: float
+) -> tuple[str, bool | None]:
+    """Tickgate idle over the bare baseline, on `endpoint`, at each concurrency."""
+    ratios = [
+        r
+        for r in (scenario(document, "api") or {}).get("over_baseline", [])
+        if r["endpoint"] == endpoint and r["condition"] == "tickgate_idle"
     ]
+    if not ratios:
+        return "api did not run", None
+    text = ", ".join(f"c{r['concurrency']}: {r['rps_over_baseline']:.2f}" for r in ratios)
+    return text, all(r["rps_over_baseline"] >= target for r in ratios)
+
+
+CHECKS: dict[str, Callable[..., tuple[str, bool | None]]] = {
+    check.__name__: check
+    for check in (
+        log_crowd,
+        http_crowd,
+        steady_http,
+        clean_log_rate,
+        gated_over_limit,
+        replica_scaling,
+        million_jobs,
+        bulk_apply,
+        fires_under_api_load,
+        over_baseline,
+    )
+}
+
+
+def load(path: Path = TARGETS) -> dict[str, Any]:
+    targets: dict[str, Any] = json.loads(path.read_text())
+    return targets
+
+
+def _judged(document: dict[str, Any], row: dict[str, Any]) -> tuple[str, bool | None]:
+    text, met = CHECKS[row["check"]](document, **row.get("args", {}))
+    return (f"{text} (smoke: not judged)", None) if smoke(document) else (text, met)
+
+
+def section(document: dict[str, Any], targets: dict[str, Any] | None = None) -> list[str]:
+    targets = targets or load()
+    rows = []
+    for row in targets["rows"]:
+        text, met = _judged(document, row)
+        limit = row.get("limit")
+        note = (f"limit: {limit}" if limit else UNMET_NOTE) if met is False else ""
+        rows.append((row["measure"], row["before"], row["target"], text, mark(met), note))
+    header = ["measure", targets["before_label"], "target", "this run", "", "why not"]
+    return [f"## {targets['title']}", "", targets["intro"], "", *table(header, rows)]

@@ -1,0 +1,231 @@
+"""Tick accounting: every nominal tick against its ledger row and its deliveries.
+
+One accountant for the tests, the benchmarks and the soak. A job's nominal ticks are the
+whole seconds divisible by its period (true of every-N-seconds crons and of intervals
+anchored at midnight UTC), so no cron parser is needed. `Accounting` holds, for each
+expected (job, tick), its row in Tickgate's run ledger (`tickgate_runs`) and the run ids
+the receiver saw delivered; the judgements (duplicates, misses, ticks with no row) are
+read from it. `analyze_delivery` is the receiver-only view (no ledger): what arrived,
+how late, against what should have.
+"""
+
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from harness.receiver import Receipt
+from harness.waiting import eventually
+
+Tick = tuple[str, float]
+RUN_STATUSES_ENDED = ("succeeded", "failed", "timed_out", "cancelled", "abandoned")
+
+# Every row of the window, jobs `$1` (NULL: all jobs); `late`: started_at - scheduled_for.
+LEDGER_ROWS = """
+    SELECT id::text AS id, job, extract(epoch FROM scheduled_for)::float8 AS at, trigger,
+           status, skip_reason, runner, attempts, started_at, finished_at,
+           extract(epoch FROM started_at - scheduled_for)::float8 AS late
+    FROM tickgate_runs
+    WHERE ($1::text[] IS NULL OR job = ANY($1::text[]))
+      AND scheduled_for BETWEEN to_timestamp($2::float8) AND to_timestamp($3::float8)
+    ORDER BY job, scheduled_for
+"""
+
+
+class Fetches(Protocol):
+    """A blocking connection (`harness.postgres.Sql`)."""
+
+    def fetch(self, query: str, *args: object) -> list[Any]: ...
+
+
+class HasReceipts(Protocol):
+    """A receiver, in this process or another."""
+
+    def receipts(self) -> list[Receipt]: ...
+
+
+def rfc3339(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def nominal_ticks(periods: Mapping[str, int], first: int, last: int) -> list[Tick]:
+    """Each job's ticks in [first, last]: the whole seconds divisible by its period."""
+    return [
+        (job, float(at))
+        for job, period in periods.items()
+        for at in range(first + (-first % period), last + 1, period)
+    ]
+
+
+def ledger_rows(sql: Fetches, jobs: Sequence[str] | None, first: float, last: float) -> list[Any]:
+    """The ledger rows of `jobs` (None: every job) for ticks in [first, last]."""
+    return sql.fetch(LEDGER_ROWS, None if jobs is None else list(jobs), float(first), float(last))
+
+
+def row_text(row: Any) -> str:
+    started = row["started_at"].isoformat(timespec="milliseconds") if row["started_at"] else "-"
+    finished = row["finished_at"].isoformat(timespec="milliseconds") if row["finished_at"] else "-"
+    return (
+        f"{row['status']}/{row['skip_reason'] or '-'} by {row['runner']}"
+        f" started {started} finished {finished}"
+    )
+
+
+@dataclass
+class Accounting:
+    """Every nominal tick of a window: its deliveries (the receiver's count) and its
+    ledger row. A tick is accounted for when it has exactly one row, and the row is a
+    run delivered exactly once (with the row's run id) or a skip delivered never."""
+
+    expected: list[Tick]
+    rows: dict[Tick, Any]
+    receipts: dict[Tick, list[str | None]] = field(default_factory=dict)  # run ids delivered
+    extra_rows: int = 0  # rows beyond one per (job, tick): never, by the ledger's key
+
+    def rows_with(self, status: str, skip_reason: str | None = None) -> list[Any]:
+        return [
+            row
+            for tick in self.expected
+            if (row := self.rows.get(tick)) is not None
+            and row["status"] == status
+            and (skip_reason is None or row["skip_reason"] == skip_reason)
+        ]
+
+    def without_rows(self) -> list[Tick]:
+        return [tick for tick in self.expected if tick not in self.rows]
+
+    def problems(
+        self, skip_reasons: Collection[str] = (), run_statuses: Collection[str] = ("succeeded",)
+    ) -> list[str]:
+        """Every tick not accounted for, or whose row is a run ending in a status not in
+        `run_statuses`, or a skip for a reason not in `skip_reasons`."""
+        return [
+            problem
+            for tick in self.expected
+            for problem in self._problems_of(tick, skip_reasons, run_statuses)
+        ]
+
+    def _problems_of(
+        self, tick: Tick, skip_reasons: Collection[str], run_statuses: Collection[str]
+    ) -> list[str]:
+        name = f"{tick[0]} tick {rfc3339(tick[1])}"
+        row = self.rows.get(tick)
+        delivered = self.receipts.get(tick, [])
+        problems = [f"{name} delivered {len(delivered)} times: {delivered}"] * (len(delivered) > 1)
+        if row is None:
+            problems.append(f"{name} has no ledger row (delivered {len(delivered)} times)")
+        elif row["status"] == "skipped":
+            if row["skip_reason"] not in skip_reasons:
+                problems.append(f"{name} skipped ({row['skip_reason']}): {row_text(row)}")
+            if delivered:
+                problems.append(f"{name} skipped but delivered: {row_text(row)}")
+        elif row["status"] not in run_statuses:
+            problems.append(f"{name} is {row['status']}: {row_text(row)}")
+        elif delivered != [row["id"]]:
+            problems.append(f"{name} delivered as {delivered}, ledger: {row_text(row)}")
+        return problems
+
+
+def delivered_run_ids(
+    receipts: Iterable[Receipt], jobs: Collection[str]
+) -> dict[Tick, list[str | None]]:
+    """The run ids delivered for each (job, tick) of `jobs`."""
+    found: dict[Tick, list[str | None]] = {}
+    for receipt in receipts:
+        job, tick = receipt.job, receipt.tick
+        if job is not None and job in jobs and tick is not None:
+            found.setdefault((job, tick), []).append(receipt.run_id)
+    return found
+
+
+def account(
+    receiver: HasReceipts | None, sql: Fetches, periods: Mapping[str, int], first: int, last: int
+) -> Accounting:
+    """Each job's nominal ticks in [first, last]: their ledger rows and (with a
+    receiver) their deliveries."""
+    rows = ledger_rows(sql, list(periods), first, last)
+    keyed = {(row["job"], float(row["at"])): row for row in rows}
+    receipts = delivered_run_ids(receiver.receipts(), periods) if receiver else {}
+    return Accounting(nominal_ticks(periods, first, last), keyed, receipts, len(rows) - len(keyed))
+
+
+def await_accounting(
+    receiver: HasReceipts,
+    sql: Fetches,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    *,
+    skip_reasons: Collection[str] = (),
+    deadline_seconds: float = 30,
+    problems_of: Callable[[Accounting], list[str]] | None = None,
+) -> Accounting:
+    """The accounting once every tick of the window is accounted for (rows of late runs
+    and skips come in late on a loaded machine); AssertionError with the problems left
+    at the deadline. A caller that allows more than `problems` does (a killed replica's
+    runs) passes its own judge as `problems_of`."""
+    judge = problems_of or (lambda accounting: accounting.problems(skip_reasons))
+
+    def settled() -> Accounting:
+        accounting = account(receiver, sql, periods, first, last)
+        problems = judge(accounting)
+        assert not problems, f"{len(problems)} problems, first: {problems[:20]}"
+        return accounting
+
+    return eventually(settled, deadline_seconds, "every tick accounted for", poll=0.2)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What arrived, against what should have.
+
+    `expected`: (job, tick) pairs that should have arrived once each. `delivered`: how
+    many of them arrived at least once. `misses`: expected pairs that never arrived.
+    `duplicates`: receipts beyond the first for any (job, tick), expected or not (a
+    duplicate anywhere, warm-up included, is a correctness bug). `lateness`: receipt minus
+    nominal tick, in seconds, of each delivered expected pair's first arrival.
+    """
+
+    expected: int
+    delivered: int
+    misses: int
+    duplicates: int
+    duplicate_examples: list[str]
+    unexpected: int
+    lateness: list[float]
+    first_received: float | None
+    last_received: float | None
+
+
+def first_arrivals(receipts: Iterable[Receipt]) -> tuple[dict[Tick, float], Counter[Tick]]:
+    """Each (job, tick)'s first receipt time, and how many receipts each had."""
+    counts: Counter[Tick] = Counter()
+    first: dict[Tick, float] = {}
+    for receipt in receipts:
+        if receipt.job is None or (tick := receipt.tick) is None:
+            continue
+        key = (receipt.job, tick)
+        counts[key] += 1
+        first.setdefault(key, receipt.received_at)
+    return first, counts
+
+
+def analyze_delivery(receipts: Iterable[Receipt], expected: set[Tick]) -> Delivery:
+    first, counts = first_arrivals(receipts)
+    repeated = {key: n for key, n in counts.items() if n > 1}
+    delivered = [key for key in expected if key in first]
+    arrivals = [first[key] for key in delivered]
+    return Delivery(
+        expected=len(expected),
+        delivered=len(delivered),
+        misses=len(expected) - len(delivered),
+        duplicates=sum(n - 1 for n in repeated.values()),
+        duplicate_examples=[
+            f"{job} @ {tick} x{n}" for (job, tick), n in list(repeated.items())[:5]
+        ],
+        unexpected=sum(1 for key in first if key not in expected),
+        lateness=[first[key] - key[1] for key in delivered],
+        first_received=min(arrivals, default=None),
+        last_received=max(arrivals, default=None),
+    )

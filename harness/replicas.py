@@ -1,0 +1,217 @@
+"""Real `tickgate serve` processes on loopback ports: start, wait ready, stop, kill.
+
+One launcher for the tests, the benchmarks and the soak. A replica's environment is the
+caller's minus every `TICKGATE_*` setting and `DATABASE_URL` (a developer's own settings
+must not leak into a replica under test), plus its data directory, runner id and leave
+for the `http` task to call the loopback receiver; the caller's `env` goes on top.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from harness.waiting import eventually
+
+REPO = Path(__file__).resolve().parent.parent
+TICKGATE = str(Path(sys.executable).with_name("tickgate"))
+START_DEADLINE_SECONDS = 60.0
+STOP_DEADLINE_SECONDS = 40.0
+# Answers without a database and without a token: a replica is up (tests' default).
+ANSWERS_PATH = "/v1/tasks"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Replica:
+    """One server process on a loopback port (a `tickgate serve`, or a baseline app)."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    runner_id: str = ""
+    started_at: float = 0.0  # time.monotonic() at Popen
+    ready_seconds: float | None = None  # from Popen to the first answer of `wait_ready`
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 80) -> str:
+        """The last `lines` lines of the log, headed by the runner id, for failure messages."""
+        tail = "\n".join(self.log().splitlines()[-lines:])
+        return f"--- {self.runner_id} ({self.url}) log tail ---\n{tail}"
+
+    def answers(self, path: str = ANSWERS_PATH) -> bool:
+        """Whether GET `path` answers 200 now; AssertionError once the process is gone."""
+        assert self.alive, f"replica exited early:\n{self.log_tail()}"
+        try:
+            return httpx.get(f"{self.url}{path}", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(
+        self, sig: int = signal.SIGTERM, deadline_seconds: float = STOP_DEADLINE_SECONDS
+    ) -> int:
+        if self.alive:
+            self.process.send_signal(sig)
+        return self.wait_exit(deadline_seconds)
+
+    def wait_exit(self, deadline_seconds: float = STOP_DEADLINE_SECONDS) -> int:
+        """The exit code; SIGKILL (and -9) if the process outlives the deadline."""
+        try:
+            return self.process.wait(deadline_seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+
+    def kill(self) -> int:
+        """SIGKILL (kill -9): the process dies at once and cleans nothing up."""
+        return self.stop(signal.SIGKILL, deadline_seconds=10)
+
+    def children(self) -> dict[str, psutil.Process]:
+        """The scheduler and API processes `tickgate serve` supervises, by role."""
+        found = {}
+        for child in psutil.Process(self.pid).children():
+            command = child.cmdline()
+            if "serve" in command:
+                found["scheduler" if "--uds" in command else "api"] = child
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the replica: the supervisor and its live children."""
+        tree = [psutil.Process(self.pid), *self.children().values()]
+        return sum(sum(process.cpu_times()[:2]) for process in tree)
+
+    def rss_bytes(self) -> int:
+        """RSS of the server and its descendants."""
+        return tree_rss_bytes(self.pid)
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process and its descendants now; [] once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def tree_rss_bytes(pid: int) -> int:
+    total = 0
+    for process in process_tree(pid):
+        try:
+            total += int(process.memory_info().rss)
+        except psutil.Error:
+            continue  # a child that exited between the listing and the reading
+    return total
+
+
+def replica_env(
+    workdir: Path, runner_id: str, database_url: str | None, env: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment of a replica (see the module's docstring)."""
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("TICKGATE_") and key != "DATABASE_URL"
+    }
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return (
+        inherited
+        | {"TICKGATE_DATA_DIR": str(workdir / "data"), "TICKGATE_RUNNER_ID": runner_id}
+        | {"TICKGATE_HTTP_ALLOW": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+        # `python -m bench.baseline_app` and the tests' plugins from any directory
+        | {"PYTHONPATH": python_path}
+        | ({"DATABASE_URL": database_url} if database_url else {})
+        | dict(env)
+    )
+
+
+def spawn(
+    command: Sequence[str], env: Mapping[str, str], log_path: Path, runner_id: str, port: int
+) -> Replica:
+    """Launch `command --host 127.0.0.1 --port <port>`, its output into `log_path`."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(  # noqa: S603 - our own server commands
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=log_path.parent,
+        )
+    return Replica(process, f"http://127.0.0.1:{port}", log_path, runner_id, time.monotonic())
+
+
+def start_replica(
+    workdir: Path,
+    *,
+    database_url: str | None,
+    port: int | None = None,
+    runner_id: str | None = None,
+    **env: str,
+) -> Replica:
+    """Launch `tickgate serve` (on a free port unless given) without waiting for it."""
+    port = port or free_port()
+    runner_id = runner_id or f"r{port}"
+    environment = replica_env(workdir, runner_id, database_url, env)
+    log_path = workdir / f"{runner_id}.log"
+    return spawn([TICKGATE, "serve"], environment, log_path, runner_id, port)
+
+
+def wait_ready(
+    replicas: Iterable[Replica],
+    path: str = ANSWERS_PATH,
+    deadline_seconds: float = START_DEADLINE_SECONDS,
+) -> None:
+    """Until every replica's GET `path` answers 200, polled together; records when each
+    first did (`ready_seconds`), so start-up times are measured, not only awaited.
+    Replicas started together share the cores they start on: each one adds
+    `deadline_seconds` to the wait (a loaded two-core box takes a minute for one)."""
+    pending = list(replicas)
+
+    def all_ready() -> bool:
+        for replica in [replica for replica in pending if replica.answers(path)]:
+            replica.ready_seconds = time.monotonic() - replica.started_at
+            pending.remove(replica)
+        assert not pending, "\n".join(replica.log_tail(30) for replica in pending)
+        return True
+
+    eventually(all_ready, deadline_seconds * max(len(pending), 1), f"GET {path} to answer 200")
+
+
+def stop_all(
+    replicas: Sequence[Replica],
+    sig: int = signal.SIGTERM,
+    deadline_seconds: float = STOP_DEADLINE_SECONDS,
+) -> list[int]:
+    """Signal every replica once, then wait for each: they shut down in parallel.
+
+    Never signal twice: a second SIGTERM landing after the interpreter has restored the
+    default handlers (late in a clean exit) would turn exit code 0 into -15.
+    """
+    for replica in replicas:
+        if replica.alive:
+            replica.process.send_signal(sig)
+    return [replica.wait_exit(deadline_seconds) for replica in replicas]

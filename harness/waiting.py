@@ -1,0 +1,92 @@
+"""Waiting for a condition with a deadline: one contract, a sync and an async form.
+
+`eventually(condition, seconds, what)` polls `condition` until it returns a truthy
+value, and returns that value. A condition may also raise AssertionError to say why it
+does not hold yet. At the deadline `eventually` raises AssertionError naming `what` and
+what the condition last said (its last value, or its last assertion's message), so a
+failure shows the state it gave up on, not only that it timed out.
+"""
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+POLL_SECONDS = 0.05
+
+
+class _Attempts:
+    """The deadline and what the condition last said."""
+
+    def __init__(self, deadline_seconds: float, what: str) -> None:
+        self.deadline_seconds = deadline_seconds
+        self.what = what
+        self.last = "nothing yet"
+        self._ends = time.monotonic() + deadline_seconds
+
+    def check_deadline(self) -> None:
+        if time.monotonic() > self._ends:
+            raise AssertionError(
+                f"timed out after {self.deadline_seconds}s waiting for {self.what};"
+                f" last seen: {self.last}"
+            )
+
+
+def eventually(
+    condition: Callable[[], T], deadline_seconds: float, what: str, poll: float = POLL_SECONDS
+) -> T:
+    """Poll `condition` until it is truthy and return its value; fail at the deadline."""
+    attempts = _Attempts(deadline_seconds, what)
+    while True:
+        try:
+            value = condition()
+        except AssertionError as error:
+            attempts.last = str(error)
+        else:
+            if value:
+                return value
+            attempts.last = repr(value)
+        attempts.check_deadline()
+        time.sleep(poll)
+
+
+async def eventually_async(
+    condition: Callable[[], T | Awaitable[T]],
+    deadline_seconds: float,
+    what: str,
+    poll: float = 0.02,
+) -> T:
+    """`eventually` inside an event loop: `condition` may be sync or async."""
+    attempts = _Attempts(deadline_seconds, what)
+    while True:
+        try:
+            outcome = condition()
+            value: T = await outcome if inspect.isawaitable(outcome) else outcome
+        except AssertionError as error:
+            attempts.last = str(error)
+        else:
+            if value:
+                return value
+            attempts.last = repr(value)
+        attempts.check_deadline()
+        await asyncio.sleep(poll)
+
+
+def until_quiet(
+    count: Callable[[], int], expected: int, *, quiet_seconds: float, deadline: float
+) -> int:
+    """The count once it reached `expected`, or stopped growing for `quiet_seconds`
+    after its first step, or at `deadline` (time.time()): never fails, for figures that
+    report what is missing rather than assert it. Before anything counted only the
+    deadline ends the wait: a big burst can take a while to deliver anything."""
+    last, since = count(), time.monotonic()
+    while last < expected and time.time() < deadline:
+        time.sleep(0.2)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif last and time.monotonic() - since >= quiet_seconds:
+            break
+    return last
