@@ -178,10 +178,18 @@ def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., 
     names = page.locator("#jobs tbody tr td:first-child")
     expect(names).to_have_text([f"pg-{index:02d}" for index in range(25)])
     page.click("#next-page")
-    expect(page.locator("#page-number")).to_have_text("Page 2")
-    rest = [f"pg-{index:02d}" for index in range(25, 30)]
-    expect(names).to_have_text([*rest, "pg-zz-http", "pg-zz-paused"])
-    expect(page.locator("#next-page")).to_be_disabled()
+    second = [*(f"pg-{index:02d}" for index in range(25, 30)), "pg-zz-http", "pg-zz-paused"]
+
+    def on_the_second_page() -> None:
+        expect(page.locator("#page-number")).to_have_text("Page 2")
+        expect(names).to_have_text(second)
+        expect(page.locator("#next-page")).to_be_disabled()
+        expect(page.locator("#prev-page")).to_be_enabled()
+
+    on_the_second_page()
+    # It stays, rows and pager, past the end of the pause in typing and a refresh.
+    refreshed(page)
+    on_the_second_page()
     page.click("#prev-page")
     expect(names).to_have_count(25)
     page.select_option("select[name=state]", "paused")
@@ -190,13 +198,49 @@ def test_filters_and_paging(url: str, api: httpx.Client, page_as: Callable[..., 
     page.fill("input[name=task]", "http")
     expect(names).to_have_text(["pg-zz-http"])
     # The filters survive the periodic refresh and a reload (they live in the address).
-    page.wait_for_timeout(6000)
+    refreshed(page)
     expect(names).to_have_text(["pg-zz-http"])
     page.reload()
     expect(names).to_have_text(["pg-zz-http"])
     assert page.input_value("input[name=prefix]") == "pg-"
     page.check("input[name=overdue]")
     expect(page.locator("#empty")).to_be_visible()
+
+
+def refreshed(page: Page) -> None:
+    """Wait for the list page's next load to land: its "Updated" time changes."""
+    updated = page.locator("#updated")
+    expect(updated).not_to_have_text("")
+    expect(updated).not_to_have_text(updated.inner_text())
+
+
+def test_a_pause_in_typing_that_ends_after_next_keeps_the_second_page(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    # The race of test_filters_and_paging made certain with the page's clock held: the
+    # prefix is typed and 25 a page chosen (which applies the prefix too), then "Next" is
+    # clicked before the 300 ms pause in typing ends. The pause ending later, with the
+    # filters unchanged, must not send the pager back to page 1, nor must a refresh.
+    for index in range(30):
+        create(api, f"tp-{index:02d}")
+    page = page_as(READ)
+    start = datetime.now(UTC)
+    page.clock.install(time=start)
+    page.goto(f"{url}/ui/")
+    page.clock.pause_at(start + timedelta(minutes=1))
+    page.fill("input[name=prefix]", "tp-")
+    page.select_option("select[name=limit]", "25")
+    names = page.locator("#jobs tbody tr td:first-child")
+    expect(names).to_have_text([f"tp-{index:02d}" for index in range(25)])
+    page.click("#next-page")
+    second = [f"tp-{index:02d}" for index in range(25, 30)]
+    expect(names).to_have_text(second)
+    updated = page.locator("#updated").inner_text()
+    page.clock.run_for(6000)  # the pause in typing ends, then the refresh is due
+    expect(page.locator("#updated")).not_to_have_text(updated)
+    expect(page.locator("#page-number")).to_have_text("Page 2")
+    expect(names).to_have_text(second)
+    expect(page.locator("#prev-page")).to_be_enabled()
 
 
 def test_the_sort_control_orders_the_table_by_next_run(

@@ -91,8 +91,8 @@
     load();
   }
 
-  T.watchFilters(form, filtersChanged);
   T.restoreFilters(form);
+  T.watchFilters(form, filtersChanged);
   syncSort();
   load();
   setInterval(load, REFRESH_MS);

@@ -63,9 +63,8 @@
     load();
   }
 
-  T.watchFilters(form, filtersChanged);
-
   T.restoreFilters(form);
+  T.watchFilters(form, filtersChanged);
   load();
   setInterval(load, REFRESH_MS);
 })();

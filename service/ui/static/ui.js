@@ -119,8 +119,11 @@ const Tickgate = {
       current() {
         return pager.cursors[pager.cursors.length - 1];
       },
+      // Back to the first page (the filters changed): the next page's cursor belongs to the
+      // old filters, so "Next" is off until `show` gives the new one.
       reset() {
         pager.cursors = [null];
+        pager.show(null);
       },
       show(nextCursor) {
         pager.nextCursor = nextCursor;
@@ -142,20 +145,41 @@ const Tickgate = {
     return pager;
   },
 
-  // A list page's filters: a change, a submit, or a pause in typing calls `changed`.
+  // A list page's filters: a change, a submit, or a pause in typing calls `changed`, once
+  // the form differs from what it was at the last call (or at this one, so call it after
+  // restoreFilters). The same filters reach it more than once: typed text is also a
+  // "change" when the box loses focus, and a choice made before the pause in typing ends
+  // already carries the text. Calling `changed` again would send the pager back to the
+  // first page, after the user may have gone on to the next one.
   watchFilters(form, changed) {
-    form.addEventListener("change", changed);
+    const state = () => {
+      const fields = new URLSearchParams();
+      for (const field of form.elements) {
+        if (!field.name) continue;
+        const checkable = field.type === "checkbox" || field.type === "radio";
+        fields.append(field.name, checkable ? String(field.checked) : field.value);
+      }
+      return fields.toString();
+    };
+    let applied = state();
+    let pending = null;
+    const apply = () => {
+      clearTimeout(pending);
+      const now = state();
+      if (now === applied) return;
+      applied = now;
+      changed();
+    };
+    form.addEventListener("change", apply);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      changed();
+      apply();
     });
-    for (const input of form.querySelectorAll("input[type=text]")) {
-      let pending = null;
-      input.addEventListener("input", () => {
-        clearTimeout(pending);
-        pending = setTimeout(changed, 300);
-      });
-    }
+    form.addEventListener("input", (event) => {
+      if (event.target.type !== "text") return;
+      clearTimeout(pending);
+      pending = setTimeout(apply, 300);
+    });
   },
 
   // The filters go in the address bar, so that a reload or a shared link keeps them.
