@@ -17,8 +17,9 @@ from typing import Any
 from bench.context import Context, api_only_replica
 from bench.jobs import clone_jobs, put_jobs
 from bench.stats import percentile, quantile_curve
-from harness.accounting import ledger_rows
+from harness.accounting import analyze_delivery, ledger_rows
 from harness.postgres import Sql
+from harness.receiver import Receipt, ReceiverProcess
 from harness.waiting import until_quiet
 
 GRACE_SECONDS = 60  # the jobs' misfire grace (the default)
@@ -119,24 +120,51 @@ class CrowdStarts:
     runs_by_runner: dict[str, int]
 
     def summary(self) -> dict[str, Any]:
-        offsets = self.offsets
-        drain = max(offsets) if offsets else None
         return {
             "jobs": self.jobs,
-            "started": len(offsets),
+            "started": len(self.offsets),
             "rows": self.rows,
             "missing": self.jobs - self.jobs_with_rows,
             "jobs_with_more_than_one_row": self.jobs_with_more_rows,
             "skipped_by_reason": self.skipped_by_reason,
             "status_counts": self.status_counts,
-            "drain_s": _rounded(drain),
-            "first_s": _rounded(min(offsets) if offsets else None),
-            "p50_s": _rounded(percentile(offsets, 50)),
-            "p99_s": _rounded(percentile(offsets, 99)),
-            "drain_fires_per_s": round(len(offsets) / drain, 1) if drain else None,
-            "drain_curve_s": quantile_curve(offsets),
+            **drain_figures(self.offsets),
             "runs_by_runner": self.runs_by_runner,
         }
+
+
+def drain_figures(offsets: Sequence[float]) -> dict[str, Any]:
+    """A crowd's starts, seconds after T0: the last, the first, half, 99 %, the rate."""
+    drain = max(offsets) if offsets else None
+    return {
+        "drain_s": _rounded(drain),
+        "first_s": _rounded(min(offsets) if offsets else None),
+        "p50_s": _rounded(percentile(offsets, 50)),
+        "p99_s": _rounded(percentile(offsets, 99)),
+        "drain_fires_per_s": round(len(offsets) / drain, 1) if drain else None,
+        "drain_curve_s": quantile_curve(offsets),
+    }
+
+
+def received_crowd(receipts: Sequence[Receipt], names: Sequence[str], t0: float) -> dict[str, Any]:
+    """A crowd of `http` jobs due at `t0`, as the receiver counted it."""
+    delivery = analyze_delivery(receipts, {(name, t0) for name in names})
+    return {
+        **drain_figures(delivery.lateness),
+        "delivered": delivery.delivered,
+        "misses": delivery.misses,
+        "duplicates": delivery.duplicates,
+        "duplicate_examples": delivery.duplicate_examples,
+    }
+
+
+def wait_drained(ctx: Context, who: str, count: int, t0: float, target: ReceiverProcess) -> None:
+    """Until every job arrived, nothing arrived for a while, or the grace ran out."""
+    time.sleep(max(0.0, t0 + 2 - time.time()))
+    deadline = t0 + GRACE_SECONDS + 15
+    arrived = until_quiet(target.count, count, quiet_seconds=QUIET_SECONDS, deadline=deadline)
+    if arrived < count:
+        ctx.say(f"{who}: stopped waiting at {arrived}/{count}")
 
 
 def crowd_starts(url: str, t0: float, jobs: int) -> CrowdStarts:

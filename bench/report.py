@@ -7,7 +7,7 @@ redraws the report and the plots of an earlier run.
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,55 +217,68 @@ def _targets_section(document: dict[str, Any]) -> list[str]:
     return ["## Targets", "", *table(["target (this 2-core box)", "measured", ""], rows)]
 
 
-def _limit_section(document: dict[str, Any]) -> list[str]:
-    limit = scenario(document, "limit")
-    if not limit:
-        return []
-    rows = [(lv["clients"], lv["tps"], lv["latency_avg_ms"]) for lv in limit["levels"]]
+Result = dict[str, Any]
+Column = tuple[str, Callable[[Result], Any]]
+
+
+def _section(title: str, intro: str, header: Sequence[str], rows: Sequence[Any]) -> list[str]:
+    return [f"## {title}", "", intro, "", *table(header, rows)]
+
+
+def _columns(title: str, intro: str, columns: Sequence[Column], items: list[Any]) -> list[str]:
+    rows = [tuple(get(item) for _, get in columns) for item in items]
+    return _section(title, intro, [name for name, _ in columns], rows)
+
+
+def _cpu(key: str) -> Column:
+    return f"CPU {key}", lambda item: item["cpu_cores"].get(key)
+
+
+def _late(key: str, name: str) -> Column:
+    return name, lambda item: item["lateness"][f"{key}_ms"]
+
+
+def _rate_columns(top: float | None, achieved: str) -> list[Column]:
+    """A steady level's first columns: its target, what it achieved, and its lateness."""
     return [
-        "## 1. limit: the gate alone in pgbench",
-        "",
+        ("target fires/s", lambda lv: lv["rate"]),
+        (achieved, lambda lv: lv["achieved_fires_per_s"]),
+        ("÷ limit", lambda lv: ratio(lv["achieved_fires_per_s"], top)),
+        _late("p50", "lateness p50 ms"),
+        _late("p99", "p99 ms"),
+        _late("max", "max ms"),
+    ]
+
+
+def _joined(values: Sequence[Any], digits: int = 1) -> str:
+    return " / ".join(fmt(value, digits) for value in values)
+
+
+def _limit_section(limit: Result, document: Result) -> list[str]:
+    rows = [(lv["clients"], lv["tps"], lv["latency_avg_ms"]) for lv in limit["levels"]]
+    return _section(
+        "1. limit: the gate alone in pgbench",
         "`pg_try_advisory_lock` + ledger `INSERT ... ON CONFLICT DO NOTHING` + "
         f"`pg_advisory_unlock`, prepared, {limit['seconds']} s per run. The best figure "
         "is the ceiling every fire rate below is divided by.",
-        "",
-        *table(["clients", "gated fires/s (tps)", "avg latency ms"], rows),
-    ]
+        ["clients", "gated fires/s (tps)", "avg latency ms"],
+        rows,
+    )
 
 
-def _steady_section(document: dict[str, Any]) -> list[str]:
-    steady = scenario(document, "steady")
-    if not steady:
-        return []
-    top = ceiling(document)
-    rows = [
-        (
-            lv["rate"],
-            lv["achieved_fires_per_s"],
-            ratio(lv["achieved_fires_per_s"], top),
-            lv["lateness"]["p50_ms"],
-            lv["lateness"]["p99_ms"],
-            lv["lateness"]["max_ms"],
-            lv["duplicates"],
-            lv["misses"],
-            lv["cpu_cores"].get("replicas"),
-            lv["cpu_cores"].get("postgres"),
-            lv["cpu_cores"].get("receiver"),
-            lv["cpu_cores"].get("box"),
-            max(lv["replica_rss_mib"]),
-            _held(lv, "lock_held_after_return"),
-            _held(lv, "lock_held_after_return_first_second"),
-        )
-        for lv in steady["levels"]
+def _steady_section(steady: Result, document: Result) -> list[str]:
+    columns = [
+        *_rate_columns(ceiling(document), "achieved"),
+        ("dup", lambda lv: lv["duplicates"]),
+        ("miss", lambda lv: lv["misses"]),
+        *map(_cpu, ("replicas", "postgres", "receiver", "box")),
+        ("max RSS MiB", lambda lv: max(lv["replica_rss_mib"])),
+        # None for results from before the harness measured it
+        ("lock held after return p99 ms", lambda lv: _p99(lv, "lock_held_after_return")),
+        ("same, first second p99 ms", lambda lv: _p99(lv, "lock_held_after_return_first_second")),
     ]
-    header = [
-        "target fires/s", "achieved", "÷ limit", "lateness p50 ms", "p99 ms", "max ms",
-        "dup", "miss", "CPU replicas", "CPU postgres", "CPU receiver", "CPU box", "max RSS MiB",
-        "lock held after return p99 ms", "same, first second p99 ms",
-    ]  # fmt: skip
-    return [
-        "## 2. steady: one-second jobs",
-        "",
+    return _columns(
+        "2. steady: one-second jobs",
         f"Half 6-field cron `* * * * * *`, half 1 s intervals, `http` task to the receiver; "
         f"{steady['window_seconds']} s window after a warm-up. Lateness = receipt - nominal tick; "
         "a miss is a tick of the window not received within 20 s after the window closed "
@@ -273,89 +286,97 @@ def _steady_section(document: dict[str, Any]) -> list[str]:
         "Lock held after return = a run's recorded end (written with its unlock) minus the "
         "receiver's answer, over every run since the replicas started, and over each "
         "replica's first second of runs.",
-        "",
-        *table(header, rows),
-    ]
-
-
-def _held(level: dict[str, Any], key: str) -> float | None:
-    """A p99 the harness measured, or None for results from before it did."""
-    summary = level.get(key) or {}
-    value: float | None = summary.get("p99_ms")
-    return value
-
-
-def _burst_row(size: dict[str, Any], top: float | None) -> tuple[Any, ...]:
-    log = size.get("task") == "log"
-    return (
-        size["jobs"],
-        "`log` (ledger)" if log else "`http` (receiver)",
-        *(fmt(size[key], 3) for key in ("drain_s", "p50_s", "p99_s")),
-        size["drain_fires_per_s"],
-        ratio(size["drain_fires_per_s"], top),
-        size["duplicates"],
-        size["missing"] if log else size["misses"],
-        "yes" if size["ready_before_t0"] else "NO",
-        max(size["replica_ready_s"]),
+        columns,
+        steady["levels"],
     )
 
 
-def _burst_section(document: dict[str, Any]) -> list[str]:
-    burst = scenario(document, "burst")
-    if not burst:
-        return []
-    top = ceiling(document)
-    rows = [_burst_row(size, top) for size in [*burst["sizes"], *burst.get("log_sizes", [])]]
-    header = [
-        "jobs at T0", "task (counted by)", "drain s (last - T0)", "half by s", "99 % by s",
-        "fires/s", "÷ limit", "dup", "miss", "synced before T0", "replica ready s",
-    ]  # fmt: skip
+def _p99(level: Result, key: str) -> Any:
+    return (level.get(key) or {}).get("p99_ms")
+
+
+def _steady_log_section(result: Result, document: Result) -> list[str]:
+    columns = [
+        *_rate_columns(ceiling(document), "succeeded/s"),
+        ("missing", lambda lv: lv["missing"]),
+        ("skipped", lambda lv: _counts(lv["skipped_by_reason"])),
+        ("other", lambda lv: _counts(lv["other_by_status"])),
+        ("clean", lambda lv: "yes" if lv["clean"] else "no"),
+        *map(_cpu, ("replicas", "postgres", "box")),
+        ("max RSS MiB", lambda lv: max(lv["replica_rss_mib"])),
+    ]
+    return _columns(
+        "3. steady_log: one-second `log` jobs, judged from the ledger",
+        f"As steady, with the `log` task (its message below the replicas' log level: the fire "
+        f"path alone), {result['window_seconds']} s window. Lateness = `started_at - "
+        f"scheduled_for`. Clean: {result['clean_rule']}. Highest clean rate: "
+        f"**{fmt(result['highest_clean_rate'])}**.",
+        columns,
+        result["levels"],
+    )
+
+
+def _counts(by_name: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in by_name.items()) or "0"
+
+
+def _drain_columns(drain: str, top: float | None, rate: str) -> list[Column]:
+    """A crowd's drain: how long to the last start, to half and to 99 %, and its rate."""
     return [
-        "## 4. burst: every job due in one second",
-        "",
+        (drain, lambda size: fmt(size["drain_s"], 3)),
+        ("half by s", lambda size: fmt(size["p50_s"], 3)),
+        ("99 % by s", lambda size: fmt(size["p99_s"], 3)),
+        ("fires/s", lambda size: size[rate]),
+        ("÷ limit", lambda size: ratio(size[rate], top)),
+    ]
+
+
+def _burst_section(burst: Result, document: Result) -> list[str]:
+    def log(size: Result) -> bool:
+        return size.get("task") == "log"
+
+    columns = [
+        ("jobs at T0", lambda size: size["jobs"]),
+        ("task (counted by)", lambda size: "`log` (ledger)" if log(size) else "`http` (receiver)"),
+        *_drain_columns("drain s (last - T0)", ceiling(document), "drain_fires_per_s"),
+        ("dup", lambda size: size["duplicates"]),
+        ("miss", lambda size: size["missing"] if log(size) else size["misses"]),
+        ("synced before T0", lambda size: "yes" if size["ready_before_t0"] else "NO"),
+        ("replica ready s", lambda size: max(size["replica_ready_s"])),
+    ]
+    return _columns(
+        "4. burst: every job due in one second",
         "`once` jobs at T0, loaded by each replica's first sync. `http`: times are receipts "
         "minus T0. `log`: times are the ledger's `started_at` minus T0; dup = jobs with more "
         "than one row, miss = jobs with no row (a row that is a skip is no start).",
-        "",
-        *table(header, rows),
-    ]
+        columns,
+        [*burst["sizes"], *burst.get("log_sizes", [])],
+    )
 
 
-def _api_section(document: dict[str, Any]) -> list[str]:
-    api = scenario(document, "api")
-    if not api:
-        return []
+API_CONDITIONS = ("tickgate_idle", "tickgate_loaded", "baseline")
+
+
+def _api_section(api: Result, document: Result) -> list[str]:
     cells = {(c["condition"], c["endpoint"], c["concurrency"]): c for c in api["cells"]}
-    keys = list(dict.fromkeys((c["endpoint"], c["concurrency"]) for c in api["cells"]))
     rows = []
-    for endpoint, concurrency in keys:
-        row: list[Any] = [f"`{endpoint}`", concurrency]
-        for condition in ("tickgate_idle", "tickgate_loaded", "baseline"):
-            cell = cells.get((condition, endpoint, concurrency))
-            row.append(_api_cell(cell))
-        idle, base = (
-            cells.get(("tickgate_idle", endpoint, concurrency)),
-            cells.get(("baseline", endpoint, concurrency)),
-        )
-        row.append(ratio(idle["rps"] if idle else None, base["rps"] if base else None))
-        rows.append(row)
+    for endpoint, concurrency in dict.fromkeys(
+        (c["endpoint"], c["concurrency"]) for c in api["cells"]
+    ):
+        row = [cells.get((condition, endpoint, concurrency)) for condition in API_CONDITIONS]
+        rps = [cell["rps"] if cell else None for cell in row]
+        rows.append([f"`{endpoint}`", concurrency, *map(_api_cell, row), ratio(rps[0], rps[2])])
     background = api.get("background_fires", {})
-    header = [
-        "endpoint",
-        "conc.",
-        "Tickgate idle",
-        "Tickgate + fires",
-        "bare baseline",
-        "idle ÷ baseline",
-    ]
+    header = ["endpoint", "conc.", "Tickgate idle", "Tickgate + fires", "bare baseline"]
     return [
-        "## 5. api: REST under closed-loop load",
-        "",
-        f"Generator: {api['generator_version']}; {api['seconds']} s per run, connections "
-        "round-robin over 3 processes. Cells: req/s (p50 / p99 ms). "
-        f"`Tickgate + fires`: while {background.get('rate')} one-second jobs fire.",
-        "",
-        *table(header, rows),
+        *_section(
+            "5. api: REST under closed-loop load",
+            f"Generator: {api['generator_version']}; {api['seconds']} s per run, connections "
+            "round-robin over 3 processes. Cells: req/s (p50 / p99 ms). "
+            f"`Tickgate + fires`: while {background.get('rate')} one-second jobs fire.",
+            [*header, "idle ÷ baseline"],
+            rows,
+        ),
         f"Fires during the loaded runs: {background.get('achieved_fires_per_s')} /s achieved, "
         f"lateness p99 {background.get('lateness', {}).get('p99_ms')} ms, "
         f"{background.get('duplicates')} duplicates, {background.get('misses')} misses."
@@ -364,7 +385,7 @@ def _api_section(document: dict[str, Any]) -> list[str]:
     ]
 
 
-def _top_concurrency_fires(background: dict[str, Any]) -> str:
+def _top_concurrency_fires(background: Result) -> str:
     """The ticks that fell while the generator ran at the highest concurrency."""
     top = background.get("at_top_concurrency")
     if not top:
@@ -376,250 +397,172 @@ def _top_concurrency_fires(background: dict[str, Any]) -> str:
     )
 
 
-def _api_cell(cell: dict[str, Any] | None) -> str:
+def _api_cell(cell: Result | None) -> str:
     if cell is None:
         return "-"
     errors = f", {cell['errors'] + cell['non_2xx']} err" if cell["errors"] + cell["non_2xx"] else ""
     return f"{fmt(cell['rps'])} ({fmt(cell['p50_ms'])} / {fmt(cell['p99_ms'])}){errors}"
 
 
-def _scale_section(document: dict[str, Any]) -> list[str]:
-    scale = scenario(document, "scale")
-    if not scale:
-        return []
-    walk = scale["paging"]["walk_limit_1000"]
-    together_ready = " / ".join(fmt(x, 2) for x in scale["replica_ready_s"])
-    together_rss = " / ".join(fmt(x) for x in scale["replica_rss_peak_mib"])
-    page = walk["page"]
+def _scale_section(scale: Result, document: Result) -> list[str]:
+    paging = scale["paging"]
+    walk = paging["walk_limit_1000"]
     rows = [
         ("one replica alone: ready after start, s", fmt(scale["solo_ready_s"], 2)),
         ("one replica alone: peak RSS, MiB", fmt(scale["solo_rss_peak_mib"])),
-        ("three together: ready after start, s", together_ready),
-        ("three together: peak RSS, MiB", together_rss),
+        ("three together: ready after start, s", _joined(scale["replica_ready_s"], 2)),
+        ("three together: peak RSS, MiB", _joined(scale["replica_rss_peak_mib"])),
         (
             f"walk all jobs, limit=1000 ({walk['pages']} pages)",
-            f"{walk['total_s']} s; page p50 {page['p50_ms']} ms, p99 {page['p99_ms']} ms",
+            f"{walk['total_s']} s; page p50 {walk['page']['p50_ms']} ms, "
+            f"p99 {walk['page']['p99_ms']} ms",
         ),
-        ("first page, limit=100: p50 / p99 ms", _pair(scale["paging"]["first_page_limit_100"])),
-        ("prefix page, limit=100: p50 / p99 ms", _pair(scale["paging"]["prefix_page_limit_100"])),
+        ("first page, limit=100: p50 / p99 ms", _pair(paging["first_page_limit_100"])),
+        ("prefix page, limit=100: p50 / p99 ms", _pair(paging["prefix_page_limit_100"])),
     ]
-    if "metrics_scrape" in scale["paging"]:
-        rows.append(
-            ("`GET /metrics` scrape: p50 / p99 ms", _pair(scale["paging"]["metrics_scrape"]))
-        )
-    return [
-        f"## 7. scale: {scale['jobs']:,} jobs in the database",
-        "",
+    if "metrics_scrape" in paging:
+        rows.append(("`GET /metrics` scrape: p50 / p99 ms", _pair(paging["metrics_scrape"])))
+    return _section(
+        f"7. scale: {scale['jobs']:,} jobs in the database",
         "Ready = first 200 of `GET /readyz` (the scheduler's first sync done), timed from "
         "process start; RSS is the peak from start to 5 s after ready.",
-        "",
-        *table(["measure", "value"], rows),
-    ]
+        ["measure", "value"],
+        rows,
+    )
 
 
-def _pair(summary: dict[str, Any]) -> str:
+def _pair(summary: Result) -> str:
     return f"{fmt(summary['p50_ms'])} / {fmt(summary['p99_ms'])}"
 
 
-def _steady_log_section(document: dict[str, Any]) -> list[str]:
-    result = scenario(document, "steady_log")
-    if not result:
-        return []
-    top = ceiling(document)
-    rows = [
-        (
-            lv["rate"],
-            lv["achieved_fires_per_s"],
-            ratio(lv["achieved_fires_per_s"], top),
-            lv["lateness"]["p50_ms"],
-            lv["lateness"]["p99_ms"],
-            lv["lateness"]["max_ms"],
-            lv["missing"],
-            _counts(lv["skipped_by_reason"]),
-            _counts(lv["other_by_status"]),
-            "yes" if lv["clean"] else "no",
-            lv["cpu_cores"].get("replicas"),
-            lv["cpu_cores"].get("postgres"),
-            lv["cpu_cores"].get("box"),
-            max(lv["replica_rss_mib"]),
-        )
-        for lv in result["levels"]
-    ]
-    header = [
-        "target fires/s", "succeeded/s", "÷ limit", "lateness p50 ms", "p99 ms", "max ms",
-        "missing", "skipped", "other", "clean", "CPU replicas", "CPU postgres", "CPU box",
-        "max RSS MiB",
-    ]  # fmt: skip
-    return [
-        "## 3. steady_log: one-second `log` jobs, judged from the ledger",
-        "",
-        f"As steady, with the `log` task (its message below the replicas' log level: the fire "
-        f"path alone), {result['window_seconds']} s window. Lateness = `started_at - "
-        f"scheduled_for`. Clean: {result['clean_rule']}. Highest clean rate: "
-        f"**{fmt(result['highest_clean_rate'])}**.",
-        "",
-        *table(header, rows),
-    ]
-
-
-def _counts(by_name: dict[str, int]) -> str:
-    return ", ".join(f"{name} {count}" for name, count in by_name.items()) or "0"
-
-
-def _bulk_section(document: dict[str, Any]) -> list[str]:
-    result = scenario(document, "bulk")
-    if not result:
-        return []
+def _bulk_section(result: Result, document: Result) -> list[str]:
     rows = [
         (f"attempt {i + 1}", a["created_s"], a["unchanged_s"])
         for i, a in enumerate(result["attempts"])
     ]
     rows.append(("**median**", result["created_s"], result["unchanged_s"]))
-    return [
-        f"## 6. bulk: `PUT /v1/jobs` of {result['jobs']:,} jobs",
-        "",
+    return _section(
+        f"6. bulk: `PUT /v1/jobs` of {result['jobs']:,} jobs",
         "One replica, a fresh database each attempt; the set applied once (every job "
         "created), then again (every job unchanged). Seconds from sending to the answer.",
-        "",
-        *table(["", "created s", "unchanged s"], [tuple(fmt(v, 3) for v in r) for r in rows]),
-    ]
+        ["", "created s", "unchanged s"],
+        [tuple(fmt(v, 3) for v in r) for r in rows],
+    )
 
 
-def _retention_section(document: dict[str, Any]) -> list[str]:
-    result = scenario(document, "retention")
-    if not result or result.get("status") != "ok":
-        return []
+def _retention_section(result: Result, document: Result) -> list[str]:
     rows = [
         ("ledger rows before the round", f"{result['rows_before']:,}"),
         ("rows deleted (newest kept per job)", f"{result['pruned']:,} ({result['keep_per_job']})"),
         ("one round, s", fmt(result["round_seconds"], 2)),
         ("**rows deleted per second**", f"{result['rows_per_second']:,}"),
     ]
-    return [
-        f"## retention: one round over {result['jobs']:,} jobs",
-        "",
+    return _section(
+        f"retention: one round over {result['jobs']:,} jobs",
         "One retention round (`Store.prune_runs`, as a replica's sweep runs it once per "
         "reconcile round), timed from outside. Retention keeps up with any steady fire "
         "rate below the rows-per-second figure (before: at most 10,000 rows per round, "
         "333 rows/s at the default 30 s round).",
-        "",
-        *table(["measure", "value"], rows),
-    ]
+        ["measure", "value"],
+        rows,
+    )
 
 
-def _scale_out_section(document: dict[str, Any]) -> list[str]:
-    result = scenario(document, "scale_out")
-    if not result:
-        return []
-    if "did_not_fit" in result:
-        body = [f"{result['jobs']:,} jobs did not fit: {result['did_not_fit']}.", ""]
-    else:
-        rows = [
-            (f"replica {i}", ready, rss)
-            for i, (ready, rss) in enumerate(
-                zip(result["replica_ready_s"], result["rss_peak_mib_each"], strict=True)
-            )
-        ]
-        body = table(["", "ready after start s", "peak RSS MiB"], rows)
+def _scale_out_section(result: Result, document: Result) -> list[str]:
     note = f" {result['fits_note']}." if result.get("fits_note") else ""
-    return [
-        f"## 8. scale_out: {result['jobs']:,} jobs over {result['replicas']} owning replicas",
-        "",
+    section = _section(
+        f"8. scale_out: {result['jobs']:,} jobs over {result['replicas']} owning replicas",
         "`TICKGATE_OWNERSHIP=on`; the replicas start together. Ready = first 200 of "
         "`GET /readyz` from process start; RSS is each process tree's peak from start to "
         f"a few seconds after the last was ready. {result['available_mib_at_start']:,} MiB "
         f"were available at the start.{note}",
-        "",
-        *body,
-    ]
+        ["", "ready after start s", "peak RSS MiB"],
+        [
+            (f"replica {i}", ready, rss)
+            for i, (ready, rss) in enumerate(
+                zip(
+                    result.get("replica_ready_s", []),
+                    result.get("rss_peak_mib_each", []),
+                    strict=True,
+                )
+            )
+        ],
+    )
+    if "did_not_fit" in result:  # no table: the line instead
+        return [*section[:4], f"{result['jobs']:,} jobs did not fit: {result['did_not_fit']}.", ""]
+    return section
 
 
-def _replicas_section(document: dict[str, Any]) -> list[str]:
-    result = scenario(document, "replicas")
-    if not result:
-        return []
-    top = ceiling(document)
-    rows = [
-        (
-            step["replicas"],
-            step["fires_per_s"],
-            ratio(step["fires_per_s"], top),
-            *(fmt(step[key], 3) for key in ("drain_s", "p50_s", "p99_s")),
-            step["missing"],
-            step["cpu_cores"].get("replicas"),
-            " / ".join(fmt(c, 2) for c in step["cpu_cores_each"]),
-            step["cpu_cores"].get("postgres"),
-            step["cpu_cores"].get("box"),
-            " / ".join(fmt(r) for r in step["rss_peak_mib_each"]),
-            " / ".join(fmt(r) for r in step["runs_each"]),
-            "yes" if step["settled_before_t0"] else "NO",
-        )
-        for step in result["steps"]
+def _rotated(drain: list[Column]) -> list[Column]:
+    """The rate first: the replicas' table leads with fires/s."""
+    return [*drain[3:], *drain[:3]]
+
+
+def _replicas_section(result: Result, document: Result) -> list[str]:
+    columns = [
+        ("replicas", lambda step: step["replicas"]),
+        *_rotated(_drain_columns("drain s", ceiling(document), "fires_per_s")),
+        ("miss", lambda step: step["missing"]),
+        _cpu("replicas"),
+        ("CPU each", lambda step: _joined(step["cpu_cores_each"], 2)),
+        *map(_cpu, ("postgres", "box")),
+        ("peak RSS MiB each", lambda step: _joined(step["rss_peak_mib_each"])),
+        ("runs each", lambda step: _joined(step["runs_each"])),
+        ("views settled before T0", lambda step: "yes" if step["settled_before_t0"] else "NO"),
     ]
-    header = [
-        "replicas", "fires/s", "÷ limit", "drain s", "half by s", "99 % by s", "miss",
-        "CPU replicas", "CPU each", "CPU postgres", "CPU box", "peak RSS MiB each",
-        "runs each", "views settled before T0",
-    ]  # fmt: skip
-    return [
-        "## 9. replicas: saturated fires/s against the number of replicas",
-        "",
+    return _columns(
+        "9. replicas: saturated fires/s against the number of replicas",
         f"{result['jobs']:,} `log` jobs due at T0 on 1, 2 and 4 replicas with "
         "`TICKGATE_OWNERSHIP=on`; fires/s = jobs / drain time (last `started_at` - T0, from "
         "the ledger); CPU in cores over the drain; RSS from ready to drained. "
         f"Rises with every step: **{'yes' if result['rises_every_step'] else 'no'}**.",
-        "",
-        *table(header, rows),
-    ]
+        columns,
+        result["steps"],
+    )
 
 
-def _peers_section(document: dict[str, Any]) -> list[str]:
-    result = document["scenarios"].get("peers")
-    if not result or result.get("status") != "ok":
-        return []
-    top = ceiling(document)
+def _peers_section(result: Result, document: Result) -> list[str]:
     steady, burst = scenario(document, "steady"), scenario(document, "burst")
     ours = steady["max_achieved_fires_per_s"] if steady else None
+    levels = (steady or {}).get("levels", [])
     rows = [
         (
             "**Tickgate**",
             ours,
-            ratio(ours, top),
+            ratio(ours, ceiling(document)),
             "1.00",
             _best_p99(steady),
-            sum(level["duplicates"] for level in (steady or {}).get("levels", [])),
-            sum(level["misses"] for level in (steady or {}).get("levels", [])),
+            sum(level["duplicates"] for level in levels),
+            sum(level["misses"] for level in levels),
             _largest_burst(burst),
             "",
         )
     ]
-    rows += [_peer_row(name, peer, ours, top) for name, peer in result.get("peers", {}).items()]
+    rows += [
+        _peer_row(name, peer, ours, ceiling(document))
+        for name, peer in result.get("peers", {}).items()
+    ]
     header = [
         "system", "max fires/s", "÷ limit", "Tickgate ÷ it", "p99 ms at that rate",
         "dup (all rates)", "miss (all rates)", "largest burst: drain s", "version / notes",
     ]  # fmt: skip
-    return [
-        "## Peers: the alternatives on the same box",
-        "",
+    return _section(
+        "Peers: the alternatives on the same box",
         "Same receiver, same counting, 3 processes each (`bench/peers`); the same steady "
         "rates and crowd sizes up to 1,000/s and 10k (above every peer's saturation the "
         "larger ones only cost time). A peer's duplicates are reported, not judged.",
-        "",
-        *table(header, rows),
-    ]
+        header,
+        rows,
+    )
 
 
-def _best_level(steady: dict[str, Any] | None) -> dict[str, Any] | None:
+def _best_p99(steady: Result | None) -> Any:
     levels = (steady or {}).get("levels", [])
-    return max(levels, key=lambda level: level.get("achieved_fires_per_s") or 0, default=None)
-
-
-def _best_p99(steady: dict[str, Any] | None) -> Any:
-    best = _best_level(steady)
+    best = max(levels, key=lambda level: level.get("achieved_fires_per_s") or 0, default=None)
     return best.get("lateness", {}).get("p99_ms") if best else None
 
 
-def _largest_burst(burst: dict[str, Any] | None) -> str:
+def _largest_burst(burst: Result | None) -> str:
     sizes = (burst or {}).get("sizes", [])
     if not sizes:
         return "-"
@@ -627,9 +570,7 @@ def _largest_burst(burst: dict[str, Any] | None) -> str:
     return f"{fmt(size.get('drain_s'), 2)} ({size['jobs']:,} jobs, {size.get('misses')} miss)"
 
 
-def _peer_row(
-    name: str, peer: dict[str, Any], ours: float | None, top: float | None
-) -> tuple[Any, ...]:
+def _peer_row(name: str, peer: Result, ours: float | None, top: float | None) -> tuple[Any, ...]:
     if peer.get("status") == "skipped":
         return (name, None, "-", "-", None, "", "", "-", f"skipped: {peer.get('reason')}")
     steady = peer.get("steady") or {}
@@ -646,6 +587,22 @@ def _peer_row(
         _largest_burst(peer.get("burst")),
         peer.get("version", ""),
     )
+
+
+# The scenarios' sections, in the report's order; a scenario that did not finish has none.
+SECTIONS: dict[str, Callable[[Result, Result], list[str]]] = {
+    "limit": _limit_section,
+    "steady": _steady_section,
+    "steady_log": _steady_log_section,
+    "burst": _burst_section,
+    "api": _api_section,
+    "bulk": _bulk_section,
+    "scale": _scale_section,
+    "retention": _retention_section,
+    "scale_out": _scale_out_section,
+    "replicas": _replicas_section,
+    "peers": _peers_section,
+}
 
 
 def _problems_section(document: dict[str, Any]) -> list[str]:
@@ -665,22 +622,13 @@ def _profiling_section() -> list[str]:
 
 
 def render(document: dict[str, Any], plots: Sequence[str]) -> str:
+    results = {name: scenario(document, name) for name in SECTIONS}
     sections = [
         _header(document),
         targets_section(document),
         _targets_section(document),
         _profiling_section(),
-        _limit_section(document),
-        _steady_section(document),
-        _steady_log_section(document),
-        _burst_section(document),
-        _api_section(document),
-        _bulk_section(document),
-        _scale_section(document),
-        _retention_section(document),
-        _scale_out_section(document),
-        _replicas_section(document),
-        _peers_section(document),
+        *(SECTIONS[name](result, document) for name, result in results.items() if result),
         _problems_section(document),
         ["## Plots", "", *(f"![{Path(p).stem}]({p})" for p in plots), ""] if plots else [],
     ]

@@ -56,24 +56,15 @@ def serve_many(
     workdir: Path,
     count: int,
     *,
-    database_url: str | None,
-    env: Mapping[str, str] | None = None,
-    each: Sequence[Mapping[str, str]] = (),
-    runner_prefix: str | None = None,
     ready_path: str = ANSWERS_PATH,
     deadline_seconds: float = START_DEADLINE_SECONDS,
+    **launch: Any,
 ) -> Iterator[list[Replica]]:
-    """`start_many`, then ready (GET `ready_path` answers 200), all stopped on exit."""
+    """`start_many(workdir, count, **launch)`, then ready (GET `ready_path` answers 200),
+    all stopped on exit."""
     replicas: list[Replica] = []
     try:
-        replicas = start_many(
-            workdir,
-            count,
-            database_url=database_url,
-            env=env,
-            each=each,
-            runner_prefix=runner_prefix,
-        )
+        replicas = start_many(workdir, count, **launch)
         wait_ready(replicas, ready_path, deadline_seconds)
         yield replicas
     finally:

@@ -192,6 +192,9 @@ def wait_ready(
     pending = list(replicas)
 
     def all_ready() -> bool:
+        # Not an AssertionError: `eventually` would wait out the deadline for a dead one.
+        if exited := [replica.log_tail(30) for replica in pending if not replica.alive]:
+            raise RuntimeError("replica exited before it was ready:\n" + "\n".join(exited))
         for replica in [replica for replica in pending if replica.answers(path)]:
             replica.ready_seconds = time.monotonic() - replica.started_at
             pending.remove(replica)

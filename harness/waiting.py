@@ -18,7 +18,8 @@ POLL_SECONDS = 0.05
 
 
 class _Attempts:
-    """The deadline and what the condition last said."""
+    """The deadline and what the condition last said: `with attempts: return
+    _truthy(condition())` returns the value, or notes why not and checks the deadline."""
 
     def __init__(self, deadline_seconds: float, what: str) -> None:
         self.deadline_seconds = deadline_seconds
@@ -26,12 +27,25 @@ class _Attempts:
         self.last = "nothing yet"
         self._ends = time.monotonic() + deadline_seconds
 
-    def check_deadline(self) -> None:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
+        if not isinstance(error, AssertionError):
+            return False  # returned a value, or failed in earnest
+        self.last = str(error)
         if time.monotonic() > self._ends:
             raise AssertionError(
                 f"timed out after {self.deadline_seconds}s waiting for {self.what};"
                 f" last seen: {self.last}"
             )
+        return True
+
+
+def _truthy(value: T) -> T:
+    if not value:
+        raise AssertionError(repr(value))
+    return value
 
 
 def eventually(
@@ -40,15 +54,8 @@ def eventually(
     """Poll `condition` until it is truthy and return its value; fail at the deadline."""
     attempts = _Attempts(deadline_seconds, what)
     while True:
-        try:
-            value = condition()
-        except AssertionError as error:
-            attempts.last = str(error)
-        else:
-            if value:
-                return value
-            attempts.last = repr(value)
-        attempts.check_deadline()
+        with attempts:
+            return _truthy(condition())
         time.sleep(poll)
 
 
@@ -61,16 +68,10 @@ async def eventually_async(
     """`eventually` inside an event loop: `condition` may be sync or async."""
     attempts = _Attempts(deadline_seconds, what)
     while True:
-        try:
+        with attempts:
             outcome = condition()
             value: T = await outcome if inspect.isawaitable(outcome) else outcome
-        except AssertionError as error:
-            attempts.last = str(error)
-        else:
-            if value:
-                return value
-            attempts.last = repr(value)
-        attempts.check_deadline()
+            return _truthy(value)
         await asyncio.sleep(poll)
 
 

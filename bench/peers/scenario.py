@@ -1,14 +1,10 @@
 """The peers scenario: `run(ctx)`, called by `bench.scenarios.peers` as `bench.peers.run`.
 
-For each peer, the same steady rates and burst sizes as Tickgate's own scenarios
-(`ctx.sizes.peer_steady_rates`, `steady_seconds`, `steady_warmup_seconds`,
-`peer_burst_jobs`: Tickgate's rates and sizes without the largest, above every peer's
-saturation), with
-the same receiver and the same counting (`bench.scenarios.steady.finish_window`,
-`bench.common.analyze_delivery`): a fresh database each time, 3 peer processes, and a
-result in the shapes Tickgate's scenarios use, so the report can set them side by side.
-Where Tickgate's results are already in `ctx.results`, each peer also gets Tickgate's
-ratios over it (`tickgate_vs_peer`).
+Each peer runs Tickgate's steady rates and burst sizes without the largest (above every
+peer's saturation), counted the same way (`bench.scenarios.steady.finish_window`,
+`bench.crowd.received_crowd`): a fresh database each time, 3 peer processes, results in
+the shapes of Tickgate's, and Tickgate's ratios over it (`tickgate_vs_peer`) where
+Tickgate's results are in `ctx.results`.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ from typing import Any
 import psutil
 
 from bench.context import Context, receiver, skipped
+from bench.crowd import received_crowd, wait_drained
 from bench.meters import CpuMeter, processes_of
 from bench.peers import (
     PEERS,
@@ -33,17 +30,12 @@ from bench.peers import (
     stop,
 )
 from bench.scenarios.steady import finish_window, sleep_until, window_start
-from bench.stats import percentile, quantile_curve
-from harness.accounting import analyze_delivery
 from harness.receiver import ReceiverProcess
 from harness.replicas import REPO
-from harness.waiting import until_quiet
 
 NAME = "peers"
 PROCESSES = 3
 ROOT = REPO / "bench" / ".peers"
-BURST_GRACE_SECONDS = 60  # as Tickgate's burst: the jobs' misfire grace
-BURST_QUIET_SECONDS = 5.0
 #: seconds of prepare per burst job (measured on the 2-core box, with slack): APScheduler 4
 #: adds schedules one transaction each; the others insert in one batch
 _PREPARE_PER_JOB = {"apscheduler4": 0.006, "procrastinate": 0.0006, "pgqueuer": 0.0006}
@@ -217,45 +209,20 @@ def _burst_size(ctx: Context, peer: str, python: Any, count: int) -> dict[str, A
                 meter = _meter(ctx, pids, target)
                 sleep_until(t0)
                 meter.start()
-                _wait_drained(ctx, count, t0, target)
+                wait_drained(ctx, f"{NAME}: {peer}: burst", count, t0, target)
                 cpu = meter.stop()
                 receipts = target.receipts()
             finally:
                 exit_codes = stop(procs)
         break
-    delivery = analyze_delivery(receipts, {(name, t0) for name in jobs.names()})
-    offsets = list(delivery.lateness)
     return {
         "jobs": count,
         "start_seconds": round(start_seconds, 2),
         "ready_before_t0": ready_at < t0 - 1,
-        "drain_s": round(max(offsets), 3) if offsets else None,
-        "first_s": round(min(offsets), 3) if offsets else None,
-        "p50_s": _rounded(percentile(offsets, 50)),
-        "p99_s": _rounded(percentile(offsets, 99)),
-        "delivered": delivery.delivered,
-        "misses": delivery.misses,
-        "duplicates": delivery.duplicates,
-        "duplicate_examples": delivery.duplicate_examples,
-        "drain_fires_per_s": round(delivery.delivered / max(offsets), 1) if offsets else None,
+        **received_crowd(receipts, jobs.names(), t0),
         "cpu_cores": cpu,
-        "drain_curve_s": quantile_curve(offsets),
         "exit_codes": exit_codes,
     }
-
-
-def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) -> None:
-    """Until every job arrived, nothing arrived for a while, or the grace ran out
-    (Tickgate's burst waits the same way)."""
-    sleep_until(t0 + 2)
-    deadline = t0 + BURST_GRACE_SECONDS + 15
-    arrived = until_quiet(target.count, count, quiet_seconds=BURST_QUIET_SECONDS, deadline=deadline)
-    if arrived < count:
-        ctx.say(f"peers: burst stalled at {arrived}/{count}")
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def _ratio(numerator: Any, denominator: Any) -> float | None:

@@ -26,30 +26,19 @@ from bench.crowd import (
     crowd_starts,
     log_once_job,
     once_job,
+    received_crowd,
     seed_crowd,
+    wait_drained,
     wait_for_rows,
 )
 from bench.meters import standard_meter
 from bench.scenarios.steady import scrape_metrics, sleep_until
-from bench.stats import percentile, quantile_curve
-from harness.accounting import analyze_delivery
-from harness.receiver import ReceiverProcess
-from harness.waiting import until_quiet
 
 NAME = "burst"
 
 
-def _wait_drained(ctx: Context, count: int, t0: float, target: ReceiverProcess) -> None:
-    """Until every job arrived, or nothing arrived for a while, or the grace ran out."""
-    sleep_until(t0 + 2)
-    deadline = t0 + GRACE_SECONDS + 15
-    arrived = until_quiet(target.count, count, quiet_seconds=QUIET_SECONDS, deadline=deadline)
-    if arrived < count:
-        ctx.say(f"burst: stopped waiting at {arrived}/{count}")
-
-
 def _ledger_drained(ctx: Context, url: str, count: int, t0: float) -> None:
-    """As `_wait_drained`, counting the crowd's finished rows in the ledger."""
+    """As `bench.crowd.wait_drained`, counting the crowd's finished rows in the ledger."""
     sleep_until(t0 + 2)
     done = wait_for_rows(
         url, count, (t0, t0 + 1), quiet_seconds=QUIET_SECONDS, deadline=t0 + GRACE_SECONDS + 15
@@ -76,29 +65,18 @@ def run_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
             meter = standard_meter(ctx, replicas, {"receiver": target.pid})
             sleep_until(t0)
             meter.start()
-            _wait_drained(ctx, count, t0, target)
+            wait_drained(ctx, NAME, count, t0, target)
             cpu = meter.stop()
             receipts = target.receipts()
             own = scrape_metrics(replicas)
             ready = [r.ready_seconds for r in replicas]
-    delivery = analyze_delivery(receipts, {(name, t0) for name in names})
-    offsets = delivery.lateness
     return {
         "jobs": count,
         "clone_seconds": round(clone_seconds, 2),
         "replica_ready_s": [round(s or 0, 2) for s in ready],
         "ready_before_t0": ready_at < t0 - 1,
-        "drain_s": round(max(offsets), 3) if offsets else None,
-        "first_s": round(min(offsets), 3) if offsets else None,
-        "p50_s": _rounded(percentile(offsets, 50)),
-        "p99_s": _rounded(percentile(offsets, 99)),
-        "delivered": delivery.delivered,
-        "misses": delivery.misses,
-        "duplicates": delivery.duplicates,
-        "duplicate_examples": delivery.duplicate_examples,
-        "drain_fires_per_s": round(delivery.delivered / max(offsets), 1) if offsets else None,
+        **received_crowd(receipts, names, t0),
         "cpu_cores": cpu,
-        "drain_curve_s": quantile_curve(offsets),
         "tickgate_metrics": own,
     }
 
@@ -131,10 +109,6 @@ def run_log_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
         "cpu_cores": cpu,
         "tickgate_metrics": own,
     }
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def _say(ctx: Context, size: dict[str, Any], task: str) -> None:

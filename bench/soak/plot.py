@@ -10,10 +10,6 @@ SLOT_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
 Axes = Any  # matplotlib is optional and untyped here
 
 
-def _minutes(samples: list[dict[str, Any]]) -> list[float]:
-    return [s["t"] / 60 for s in samples]
-
-
 def _per_slot(axes: Axes, document: dict[str, Any], key: str, label: str) -> None:
     samples = document["samples"]
     for slot in document["slots"]:

@@ -4,7 +4,6 @@ FILE`). The rest of the file is the fault tests' (`tests/faults/report.py`, whic
 this section when it rewrites the file)."""
 
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -188,7 +187,3 @@ def write_section(markdown: Path, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     markdown.write_text(text, encoding="utf-8")
-
-
-def today() -> str:
-    return time.strftime("%Y-%m-%d")
