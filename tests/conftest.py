@@ -16,18 +16,22 @@ from tests.support.db import TemplateDatabases, with_database
 from tests.support.receiver import Receiver, receiving
 from tests.support.sql import Sql
 
-# The slow folders: real `tickgate serve` processes and injected faults. Marked here by
-# folder, so that a new test file there cannot join the fast loop (`-m "not acceptance"`)
-# by forgetting its mark.
-SLOW_FOLDERS = ("acceptance", "faults")
+# The slow folders: whatever starts a real `tickgate serve`, a browser, PgBouncer, Helm,
+# npm tools or a wheel build, and the injected faults. Marked here by folder (a folder
+# and everything under it), so that a new test file there cannot join the fast loop
+# (`make check`: `-m "not acceptance"`) by forgetting its mark; nothing else marks it.
+SLOW_FOLDERS = ("acceptance", "faults", "fuzz", "deploy/slow")
+
+
+def _is_slow(folder: tuple[str, ...]) -> bool:
+    return any(folder[: len(slow.split("/"))] == tuple(slow.split("/")) for slow in SLOW_FOLDERS)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
     for item in items:
-        folder = item.path.relative_to(tests).parts[0]
-        if folder in SLOW_FOLDERS:
+        if _is_slow(item.path.relative_to(tests).parent.parts):
             item.add_marker(pytest.mark.acceptance)
 
 

@@ -23,8 +23,6 @@ from service.client.http import ApiError, JobFilter, Page, TickgateClient, colle
 from tests.support.db import TemplateDatabases
 from tests.support.processes import TICKGATE, free_port, serve
 
-pytestmark = pytest.mark.acceptance
-
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}  # midnight on New Year's Day
 LOG = {"task": "log", "args": {"message": "hi"}}
 UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -15,8 +15,6 @@ from tests.support.db import TemplateDatabases
 from tests.support.processes import serve, wait_for
 from tests.support.receiver import Receiver, receiving
 
-pytestmark = pytest.mark.acceptance
-
 SECRET = "Bearer hunter2"
 
 

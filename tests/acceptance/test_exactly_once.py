@@ -18,7 +18,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
@@ -43,8 +42,6 @@ from tests.support.cluster import (
 from tests.support.processes import Replica, serve_many, stop_all, wait_for
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
-
-pytestmark = pytest.mark.acceptance
 
 RFC3339_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 

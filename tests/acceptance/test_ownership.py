@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from service.scheduler.roles import HANDOVER_SECONDS
 from tests.support.cluster import (
     FAST_ORPHAN_SWEEPS,
@@ -31,8 +29,6 @@ from tests.support.cluster import (
 from tests.support.processes import Replica, serve_many, start_replica, wait_for
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
-
-pytestmark = pytest.mark.acceptance
 
 # Ownership is off by default for now; these replicas turn it on.
 OWNERSHIP = {"TICKGATE_OWNERSHIP": "true"}

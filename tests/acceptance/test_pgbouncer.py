@@ -46,8 +46,6 @@ from tests.support.processes import (
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
 
-pytestmark = pytest.mark.acceptance
-
 # What the refusal must tell an operator: the cause and both ways out.
 REFUSAL_WORDS = (
     "transaction pooling",

@@ -22,8 +22,6 @@ import pytest
 
 from tests.support.processes import Replica, serve_many, start_replica, wait_for
 
-pytestmark = pytest.mark.acceptance
-
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tickgate-example-tasks"
 EXAMPLE_MODULES = "tickgate_example_tasks.greet,tickgate_example_tasks.maintenance"
 GREET_JOB: dict[str, Any] = {

@@ -35,8 +35,6 @@ from tests.support.processes import START_DEADLINE_SECONDS, Replica, serve, star
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
 
-pytestmark = pytest.mark.acceptance
-
 # The hammered replica's ticks must start within this of their due time: loose enough
 # for a loaded CI box, far below the tens of seconds a fire path sharing the API's
 # event loop fell behind under such load.

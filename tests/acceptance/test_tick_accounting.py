@@ -45,8 +45,6 @@ from tests.support.processes import Replica, serve_many
 from tests.support.receiver import Receiver
 from tests.support.sql import Sql
 
-pytestmark = pytest.mark.acceptance
-
 
 @pytest.fixture(scope="module")
 def shared_database(templates: TemplateDatabases) -> Iterator[str]:

@@ -20,8 +20,6 @@ from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 from tests.support.db import TemplateDatabases
 from tests.support.processes import START_DEADLINE_SECONDS, Replica, start_replica, wait_for
 
-pytestmark = pytest.mark.acceptance
-
 CHROMIUM = Path("/usr/bin/chromium")
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 READ, WRITE = "ui-read-token", "ui-write-token"

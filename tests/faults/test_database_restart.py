@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from service.embedded import start_embedded
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
@@ -31,8 +29,6 @@ from tests.support.cluster import (
 )
 from tests.support.processes import Replica, serve_many, stop_all
 from tests.support.receiver import Receiver
-
-pytestmark = pytest.mark.acceptance
 
 RESUME_WITHIN_SECONDS = 10.0  # the requirement: scheduling resumes within 10 s
 SLOW = "slow"

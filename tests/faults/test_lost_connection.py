@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
@@ -33,8 +32,6 @@ from tests.support.cluster import (
 from tests.support.processes import Replica, serve_many
 from tests.support.receiver import Receiver
 from tests.support.tcpproxy import proxying
-
-pytestmark = pytest.mark.acceptance
 
 CUT_SECONDS = 7.0
 LOCK_LOST = "lock lost: the connection holding the job's lock closed"

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import asyncpg
-import pytest
 
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
@@ -32,9 +31,6 @@ from tests.support.cluster import (
 )
 from tests.support.processes import serve_many, wait_for
 from tests.support.receiver import Receiver
-
-pytestmark = pytest.mark.acceptance
-
 
 # A slow run in flight now (started within the last 1.5 s, so its 3 s call is surely
 # still going), with the backend that holds it.

@@ -29,8 +29,6 @@ from tests.support.cluster import (
 from tests.support.processes import serve_many, wait_for
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.acceptance
-
 
 @pytest.mark.parametrize(
     ("call_seconds", "grace_seconds", "outcome"),

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
@@ -39,8 +38,6 @@ from tests.support.cluster import (
 from tests.support.processes import Replica, serve_many
 from tests.support.receiver import Receiver
 from tests.support.tcpproxy import proxying
-
-pytestmark = pytest.mark.acceptance
 
 LINK_SECONDS = 15.0  # TICKGATE_DB_LINK_TIMEOUT_SECONDS: fence within 7.5 s, free within 15 s
 FENCE_BOUND = LINK_SECONDS / 2

@@ -7,8 +7,6 @@ import math
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     EVERY_FIVE_SECONDS_CRON,
@@ -24,8 +22,6 @@ from tests.support.cluster import (
 )
 from tests.support.processes import serve_many
 from tests.support.receiver import Receiver
-
-pytestmark = pytest.mark.acceptance
 
 SLOW = {"TICKGATE_TEST_FIRE_DELAY_MS": "300"}
 AHEAD = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "2000"}

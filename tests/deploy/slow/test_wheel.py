@@ -21,8 +21,6 @@ from tests.deploy import DOCKERFILE, ROOT, Stage, final_stage, stages
 from tests.deploy.test_dockerfile import healthcheck_command
 from tests.support.processes import START_DEADLINE_SECONDS, free_port, wait_for
 
-pytestmark = pytest.mark.acceptance
-
 PACKAGE = "service"
 # What .dockerignore keeps out of the build context inside the copied folders.
 NOT_SENT = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info")

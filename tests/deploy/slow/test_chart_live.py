@@ -17,8 +17,6 @@ from tests.deploy.chart import DSN, RELEASE, Manifests, env_of
 from tests.support.db import TemplateDatabases, with_database
 from tests.support.processes import Replica, start_replica, wait_for
 
-pytestmark = pytest.mark.acceptance
-
 VALUES = {"database": {"url": DSN}, "helmTest": {"enabled": True}}
 
 
