@@ -1,10 +1,12 @@
 """Shared fixtures: a real PostgreSQL (embedded unless TICKGATE_TEST_DATABASE_URL is set)."""
 
+import asyncio
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -44,9 +46,22 @@ def server_url() -> Iterator[str]:
     # Not under pytest's numbered temp dirs: a concurrent pytest session prunes those.
     embedded = start_embedded(Path(tempfile.mkdtemp(prefix="tickgate-pg-")), delete_on_stop=True)
     try:
+        asyncio.run(_no_durability(embedded.url))
         yield embedded.url
     finally:
         embedded.stop()
+
+
+async def _no_durability(url: str) -> None:
+    """A throwaway server need not survive a crash of the machine: no fsync, no waiting
+    for the WAL to reach the disk at commit (what a commit makes visible is unchanged)."""
+    connection = await asyncpg.connect(url)
+    try:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            await connection.execute(f"ALTER SYSTEM SET {setting} = off")
+        await connection.execute("SELECT pg_reload_conf()")
+    finally:
+        await connection.close()
 
 
 @pytest.fixture(scope="session")
