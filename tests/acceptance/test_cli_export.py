@@ -16,8 +16,6 @@ from harness.waiting import eventually
 from service.jobfile import parse_document
 from tests.support.db import TemplateDatabases
 
-pytestmark = pytest.mark.acceptance
-
 SECRET = "Bearer hunter2"
 
 

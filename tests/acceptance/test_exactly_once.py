@@ -18,7 +18,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 
 from harness.accounting import rfc3339
 from harness.cluster import serve_many
@@ -44,8 +43,6 @@ from tests.support.cluster import (
     utc,
     wait_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 RFC3339_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from harness.accounting import Accounting, await_accounting, rfc3339
 from harness.cluster import serve_many
 from harness.postgres import Sql
@@ -31,8 +29,6 @@ from tests.support.cluster import (
     report,
     sleep_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 # Ownership is off by default for now; these replicas turn it on.
 OWNERSHIP = {"TICKGATE_OWNERSHIP": "true"}

@@ -42,8 +42,6 @@ from tests.support.cluster import (
 from tests.support.db import advisory_lock_holders
 from tests.support.pgbouncer import PgBouncer, StartPgBouncer
 
-pytestmark = pytest.mark.acceptance
-
 # What the refusal must tell an operator: the cause and both ways out.
 REFUSAL_WORDS = (
     "transaction pooling",

@@ -24,8 +24,6 @@ from harness.cluster import serve_many
 from harness.replicas import Replica, start_replica
 from harness.waiting import eventually
 
-pytestmark = pytest.mark.acceptance
-
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tickgate-example-tasks"
 EXAMPLE_MODULES = "tickgate_example_tasks.greet,tickgate_example_tasks.maintenance"
 GREET_JOB: dict[str, Any] = {

@@ -36,8 +36,6 @@ from tests.support.cluster import (
     utc,
 )
 
-pytestmark = pytest.mark.acceptance
-
 # The hammered replica's ticks must start within this of their due time: loose enough
 # for a loaded CI box, far below the tens of seconds a fire path sharing the API's
 # event loop fell behind under such load.

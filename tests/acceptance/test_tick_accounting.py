@@ -43,8 +43,6 @@ from tests.support.cluster import (
 )
 from tests.support.db import TemplateDatabases
 
-pytestmark = pytest.mark.acceptance
-
 
 @pytest.fixture(scope="module")
 def shared_database(templates: TemplateDatabases) -> Iterator[str]:

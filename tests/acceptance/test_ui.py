@@ -21,8 +21,6 @@ from harness.replicas import START_DEADLINE_SECONDS, Replica, start_replica
 from harness.waiting import eventually
 from tests.support.db import TemplateDatabases
 
-pytestmark = pytest.mark.acceptance
-
 CHROMIUM = Path("/usr/bin/chromium")
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 READ, WRITE = "ui-read-token", "ui-write-token"

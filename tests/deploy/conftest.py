@@ -1,5 +1,6 @@
 """Real Helm (helm_python, Helm v4 in a wheel) for the chart tests, in a temporary home."""
 
+import fcntl
 import importlib
 import json
 import shutil
@@ -91,14 +92,17 @@ def node_check() -> NodeCheck:
     """Runs a script of tests/deploy/node (`promql.mjs`, `crd.mjs`) on a JSON payload and
     returns the problems it found, {key: problem}. Its npm packages, pinned in the
     package-lock.json there, are installed with `npm ci` on first use."""
-    if not (NODE_CHECKS / "node_modules").is_dir():
-        npm = shutil.which("npm")
-        assert npm, "the chart's CRD and PromQL checks need Node.js 20 and npm"
-        subprocess.run(
-            [npm, "ci", "--prefix", str(NODE_CHECKS), "--no-audit", "--no-fund", "--silent"],
-            check=True,
-            timeout=300,
-        )
+    # One `npm ci` at a time: pytest-xdist workers share the folder.
+    with (NODE_CHECKS / ".npm-ci.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (NODE_CHECKS / "node_modules").is_dir():
+            npm = shutil.which("npm")
+            assert npm, "the chart's CRD and PromQL checks need Node.js 20 and npm"
+            subprocess.run(
+                [npm, "ci", "--prefix", str(NODE_CHECKS), "--no-audit", "--no-fund", "--silent"],
+                check=True,
+                timeout=300,
+            )
 
     def check(script: str, payload: object) -> dict[str, Any]:
         done = subprocess.run(

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -32,8 +30,6 @@ from tests.support.cluster import (
     tally,
     wait_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 RESUME_WITHIN_SECONDS = 10.0  # the requirement: scheduling resumes within 10 s
 SLOW = "slow"

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from harness.cluster import serve_many
 from harness.postgres import Sql
@@ -34,8 +33,6 @@ from tests.support.cluster import (
     utc,
     wait_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 CUT_SECONDS = 7.0
 LOCK_LOST = "lock lost: the connection holding the job's lock closed"

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import asyncpg
-import pytest
 
 from harness.cluster import serve_many
 from harness.postgres import Sql
@@ -33,9 +32,6 @@ from tests.support.cluster import (
     utc,
     wait_until,
 )
-
-pytestmark = pytest.mark.acceptance
-
 
 # A slow run in flight now (started within the last 1.5 s, so its 3 s call is surely
 # still going), with the backend that holds it.

@@ -30,8 +30,6 @@ from tests.support.cluster import (
     utc,
 )
 
-pytestmark = pytest.mark.acceptance
-
 
 @pytest.mark.parametrize(
     ("call_seconds", "grace_seconds", "outcome"),

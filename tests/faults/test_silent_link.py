@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from harness.cluster import serve_many
 from harness.postgres import Sql
@@ -40,8 +39,6 @@ from tests.support.cluster import (
     unfinished_ticks,
     wait_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 LINK_SECONDS = 15.0  # TICKGATE_DB_LINK_TIMEOUT_SECONDS: fence within 7.5 s, free within 15 s
 FENCE_BOUND = LINK_SECONDS / 2

@@ -7,8 +7,6 @@ import math
 import time
 from pathlib import Path
 
-import pytest
-
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -24,8 +22,6 @@ from tests.support.cluster import (
     report,
     sleep_until,
 )
-
-pytestmark = pytest.mark.acceptance
 
 SLOW = {"TICKGATE_TEST_FIRE_DELAY_MS": "300"}
 AHEAD = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "2000"}

@@ -22,8 +22,6 @@ from harness.waiting import eventually
 from tests.deploy import DOCKERFILE, ROOT, Stage, final_stage, stages
 from tests.deploy.test_dockerfile import healthcheck_command
 
-pytestmark = pytest.mark.acceptance
-
 PACKAGE = "service"
 # What .dockerignore keeps out of the build context inside the copied folders.
 NOT_SENT = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info")

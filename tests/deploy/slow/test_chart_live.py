@@ -19,8 +19,6 @@ from harness.waiting import eventually
 from tests.deploy.chart import DSN, RELEASE, Manifests, env_of
 from tests.support.db import TemplateDatabases
 
-pytestmark = pytest.mark.acceptance
-
 VALUES = {"database": {"url": DSN}, "helmTest": {"enabled": True}}
 
 
