@@ -384,8 +384,8 @@ def test_a_read_only_token_sees_no_action_buttons(
     page = page_as(READ)
     page.goto(f"{url}/ui/jobs/ro-job")
     expect(page.locator("#definition")).to_contain_text("log")
-    # whoami has answered once the scopes are known; give it the refresh period too.
-    page.wait_for_timeout(2000)
+    # The actions are hidden until whoami answers: wait for its answer, then judge.
+    expect(page.locator("#actions")).to_have_attribute("data-scopes", "read")
     expect(page.locator("#actions")).to_be_hidden()
     for button in ("#pause", "#resume", "#trigger", "#delete"):
         expect(page.locator(button)).to_be_hidden()

@@ -150,7 +150,10 @@
 
   T.scopes()
     .then((scopes) => {
-      document.getElementById("actions").hidden = !scopes.has("write");
+      const actions = document.getElementById("actions");
+      actions.hidden = !scopes.has("write");
+      // Says the scopes are known (hidden then means "not allowed", not "not yet").
+      actions.dataset.scopes = [...scopes].sort().join(" ");
     })
     .catch(T.showError);
   load();
