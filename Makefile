@@ -17,18 +17,20 @@ run: $(VENV)/.runtime
 test: lint types test-only
 
 # Most tests wait on real ticks, processes and PostgreSQL rather than on the CPU, so
-# pytest-xdist runs them on TEST_WORKERS processes (each with its own embedded PostgreSQL),
-# a test module on one worker (its module-scoped replicas are started once);
-# `make test TEST_WORKERS=0` runs them in this process, one at a time.
-TEST_WORKERS ?= 4
-PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# pytest-xdist runs them on several worker processes (each with its own embedded
+# PostgreSQL), a test module on one worker (its module-scoped replicas start once):
+# TEST_WORKERS for `make test` (3: more starves the real replicas of 2 cores), CHECK_WORKERS
+# for `make check`; 0 runs the tests in pytest's own process, one at a time.
+TEST_WORKERS ?= 3
+CHECK_WORKERS ?= 4
+workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 
 # `make check`: the fast loop (budget: under 4 minutes on 2 cores): lint, types, layer
 # contracts and every test outside the slow folders (SLOW_FOLDERS in tests/conftest.py:
 # real `tickgate serve` processes, browsers, PgBouncer, Helm, npm tools, wheel builds,
 # injected faults and fuzzing), which their folder marks `acceptance`.
 check: lint types
-	$(BIN)/python -m pytest $(PARALLEL) -m "not acceptance" --durations=10
+	$(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance" --durations=10
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check service tests tools bench harness
@@ -54,7 +56,7 @@ test-only: $(VENV)/.test
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
 	rm -f $(RELIABILITY_LOG)
-	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest $(PARALLEL) \
+	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest $(call workers,$(TEST_WORKERS)) \
 		--durations=30
 
 # `make reliability`: rewrite RELIABILITY.md from a run of the fault and fuzz tests alone
