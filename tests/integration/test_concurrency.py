@@ -12,6 +12,7 @@ from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
 from service.store import Store
+from tests.support.db import blocks_someone
 
 
 def body(i: int) -> dict[str, Any]:
@@ -63,14 +64,6 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
         await eventually_async(matches, 30, "the mirror to match the rows exactly")
 
 
-async def _blocks_someone(connection: asyncpg.Connection) -> bool:
-    """Whether another backend waits on a lock this connection's transaction holds."""
-    waiting = await connection.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
-    )
-    return bool(waiting)
-
-
 @pytest.mark.parametrize("delete_commits", [True, False])
 async def test_a_put_filing_its_next_tick_while_a_delete_commits_neither_fails_nor_orphans(
     client: httpx.AsyncClient, store: Store, database_url: str, delete_commits: bool
@@ -91,9 +84,7 @@ async def test_a_put_filing_its_next_tick_while_a_delete_commits_neither_fails_n
         await deleter.execute("DELETE FROM tickgate_jobs WHERE name = 'raced'")
         tick = job.next_run_at(datetime.now(UTC))
         filing = asyncio.create_task(store.file_next_ticks([(job, tick)]))
-        await eventually_async(
-            lambda: _blocks_someone(deleter), 30, "the filing to wait on the row"
-        )
+        await eventually_async(lambda: blocks_someone(deleter), 30, "the filing to wait on the row")
         await (delete.commit() if delete_commits else delete.rollback())
         await filing
         booked = await deleter.fetchval(

@@ -20,7 +20,7 @@ from service.scheduler import runner as runner_module
 from service.store import Store
 from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
 from service.tasks import TaskContext, TaskDefinition
-from tests.support.db import advisory_locks_on, refusing_connections
+from tests.support.db import advisory_locks_on, blocks_someone, refusing_connections
 from tests.support.fire import (
     GateArgs,
     Gates,
@@ -80,7 +80,9 @@ async def test_a_delete_during_a_batched_claim_costs_only_its_own_tick(
             claiming = asyncio.create_task(
                 session.claim([scheduled(doomed, tick), scheduled(kept, tick)])
             )
-            await asyncio.sleep(0.3)  # the claim waits behind the delete's row lock
+            await eventually_async(
+                lambda: blocks_someone(deleter), 30, "the claim to wait on the delete's row"
+            )
             await transaction.commit()
             outcomes = [claim.outcome for claim in await claiming]
             assert outcomes == [ClaimOutcome.JOB_GONE, ClaimOutcome.CLAIMED]

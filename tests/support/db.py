@@ -75,6 +75,15 @@ async def advisory_lock_holders(database_url: str, key: int) -> list[int]:
         await connection.close()
 
 
+async def blocks_someone(connection: asyncpg.Connection) -> bool:
+    """Whether another backend waits on a lock this connection's transaction holds: the
+    interleaving a race test drives has then been reached, not hoped for."""
+    waiting = await connection.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+    )
+    return bool(waiting)
+
+
 async def advisory_locks_on(database_url: str, key: int) -> int:
     """How many sessions hold the advisory lock on bigint `key`."""
     return len(await advisory_lock_holders(database_url, key))
