@@ -1,19 +1,7 @@
-"""What every scenario gets: its sizes, a working directory, the PostgreSQL server, and
-the harness's replicas and receiver wired for the benchmarks.
-
-- `ctx.postgres`: a `Postgres` server, embedded (`harness.postgres.EmbeddedServer`, with
-  `max_connections` raised for three replicas plus peers) or the one in
-  `BENCH_DATABASE_URL`. `ctx.postgres.fresh_database("steady")` returns the URL of a new,
-  empty database; `.version()` and `.settings()` describe the server; `.processes()`
-  lists its local processes for CPU accounting (empty when unknown).
-- `tickgate_replicas(ctx, database_url, label=..., count=3, env=...)`: `count` real
-  `tickgate serve` processes (`harness.cluster.serve_many`, JSON logs at WARNING),
-  ready when every `GET /readyz` answers 200.
-- `receiver(ctx, label)`: the loopback receiver in a process of its own
-  (`harness.receiver.ReceiverProcess`).
-
-Scenario functions return plain JSON-able dicts; `skipped(reason)` marks one that could
-not run on this machine (it is reported, not raised).
+"""What every scenario gets (`Context`): its sizes, a working directory, the PostgreSQL
+server (`Postgres`: fresh databases, version, settings, processes for CPU), and the
+harness's replicas and receiver wired for the benchmarks. Scenarios return JSON-able
+dicts; `skipped(reason)` marks one that could not run here (reported, not raised).
 """
 
 import asyncio
@@ -54,74 +42,47 @@ EMBEDDED_SETTINGS = {"max_connections": "500", "shared_buffers": "256MB"}
 
 @dataclass(frozen=True)
 class Sizes:
-    """How big and how long each scenario is: `Sizes.full()` or `Sizes.smoke()`."""
+    """How big and how long each scenario is: the full run's (defaults) or `smoke()`."""
 
-    limit_clients: tuple[int, ...]
-    limit_seconds: int
-    steady_rates: tuple[int, ...]
-    steady_seconds: int
-    steady_warmup_seconds: int
-    burst_jobs: tuple[int, ...]
-    burst_log_jobs: tuple[int, ...]  # burst: crowds of `log` jobs, judged from the ledger
-    steady_log_rates: tuple[int, ...]
-    steady_log_seconds: int
-    replica_counts: tuple[int, ...]  # replicas: the scaling curve's steps
-    replica_crowd_jobs: int
-    ownership_settle_seconds: float  # replicas: members' views settle before T0
-    scale_out_jobs: int
-    scale_out_replicas: int
-    bulk_jobs: int
-    peer_steady_rates: tuple[int, ...]
-    peer_burst_jobs: tuple[int, ...]
-    api_concurrency: tuple[int, ...]
-    api_seconds: int
-    api_loaded_rate: int
-    api_seed_jobs: int
-    scale_jobs: int
-    retention_jobs: int  # retention: jobs, each with this many rows a day old
-    retention_rows_per_job: int
-    settle_seconds: float  # scale: RSS is watched this long after ready
-    repeats: int  # median of this many runs for the short scenarios (limit, api)
+    limit_clients: tuple[int, ...] = (1, 8)
+    limit_seconds: int = 10
+    steady_rates: tuple[int, ...] = (100, 250, 500, 1000, 2000)
+    steady_seconds: int = 60
+    steady_warmup_seconds: int = 5
+    burst_jobs: tuple[int, ...] = (1_000, 10_000, 50_000)
+    burst_log_jobs: tuple[int, ...] = (10_000,)  # burst: `log` crowds, judged from the ledger
+    steady_log_rates: tuple[int, ...] = (1000, 2000, 4000, 6000)
+    steady_log_seconds: int = 30
+    replica_counts: tuple[int, ...] = (1, 2, 4)  # replicas: the scaling curve's steps
+    replica_crowd_jobs: int = 20_000
+    # replicas: members' views settle before T0; a demoted job stays in the old owner's
+    # mirror for 10 s (docs/concepts.md, Ownership)
+    ownership_settle_seconds: float = 12.0
+    scale_out_jobs: int = 1_000_000
+    scale_out_replicas: int = 4
+    bulk_jobs: int = 10_000
+    # Every peer peaked at 500 fires/s or below and missed thousands of a 50k
+    # burst in the run of 2026-11-29 (APScheduler 4 alone needs some 5 minutes to
+    # create 50k schedules): the peers stop at 1000/s and 10k, saving ~15 minutes.
+    peer_steady_rates: tuple[int, ...] = (100, 250, 500, 1000)
+    peer_burst_jobs: tuple[int, ...] = (1_000, 10_000)
+    api_concurrency: tuple[int, ...] = (16, 64)
+    api_seconds: int = 5
+    api_loaded_rate: int = 250
+    api_seed_jobs: int = 1_000
+    scale_jobs: int = 100_000
+    retention_jobs: int = 1_000  # retention: jobs, each with this many rows a day old
+    retention_rows_per_job: int = 1_100
+    settle_seconds: float = 5.0  # scale: RSS is watched this long after ready
+    repeats: int = 3  # median of this many runs for the short scenarios (limit, api)
 
     @classmethod
     def full(cls) -> "Sizes":
-        return cls(
-            limit_clients=(1, 8),
-            limit_seconds=10,
-            steady_rates=(100, 250, 500, 1000, 2000),
-            steady_seconds=60,
-            steady_warmup_seconds=5,
-            burst_jobs=(1_000, 10_000, 50_000),
-            burst_log_jobs=(10_000,),
-            steady_log_rates=(1000, 2000, 4000, 6000),
-            steady_log_seconds=30,
-            replica_counts=(1, 2, 4),
-            replica_crowd_jobs=20_000,
-            # a demoted job stays in the old owner's mirror for 10 s (docs/concepts.md, Ownership)
-            ownership_settle_seconds=12.0,
-            scale_out_jobs=1_000_000,
-            scale_out_replicas=4,
-            bulk_jobs=10_000,
-            # Every peer peaked at 500 fires/s or below and missed thousands of a 50k
-            # burst in the run of 2026-11-29 (APScheduler 4 alone needs some 5 minutes to
-            # create 50k schedules): the peers stop at 1000/s and 10k, saving ~15 minutes.
-            peer_steady_rates=(100, 250, 500, 1000),
-            peer_burst_jobs=(1_000, 10_000),
-            api_concurrency=(16, 64),
-            api_seconds=5,
-            api_loaded_rate=250,
-            api_seed_jobs=1_000,
-            scale_jobs=100_000,
-            retention_jobs=1_000,
-            retention_rows_per_job=1_100,
-            settle_seconds=5.0,
-            repeats=3,
-        )
+        return cls()
 
     @classmethod
     def smoke(cls) -> "Sizes":
         return cls(
-            limit_clients=(1, 8),
             limit_seconds=2,
             steady_rates=(50,),
             steady_seconds=10,
@@ -130,11 +91,9 @@ class Sizes:
             burst_log_jobs=(500,),
             steady_log_rates=(100,),
             steady_log_seconds=5,
-            replica_counts=(1, 2, 4),
             replica_crowd_jobs=1_000,
             ownership_settle_seconds=1.0,
             scale_out_jobs=10_000,
-            scale_out_replicas=4,
             bulk_jobs=1_000,
             peer_steady_rates=(50,),
             peer_burst_jobs=(500,),

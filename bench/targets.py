@@ -24,36 +24,35 @@ def _crowd(document: dict[str, Any], key: str, jobs: int) -> dict[str, Any] | No
     return next((size for size in burst.get(key, []) if size["jobs"] == jobs), None)
 
 
-def _synced(size: dict[str, Any]) -> str:
-    return "" if size["ready_before_t0"] else "; replicas NOT synced before T0: not clean"
+def _drain(size: dict[str, Any], counts: str, met: bool) -> tuple[str, bool | None]:
+    """A 10k crowd's drain and counts; judged only if the replicas synced before T0."""
+    synced = "" if size["ready_before_t0"] else "; replicas NOT synced before T0: not clean"
+    text = (
+        f"{fmt(size['drain_s'], 2)} s (half {fmt(size['p50_s'], 2)} s, 99 % "
+        f"{fmt(size['p99_s'], 2)} s); {counts}{synced}"
+    )
+    return text, met if size["ready_before_t0"] else None
 
 
 def log_crowd(document: dict[str, Any]) -> tuple[str, bool | None]:
     size = _crowd(document, "log_sizes", 10_000)
     if size is None:
         return "no 10k `log` crowd in this run", None
-    text = (
-        f"{fmt(size['drain_s'], 2)} s (half {fmt(size['p50_s'], 2)} s, 99 % "
-        f"{fmt(size['p99_s'], 2)} s); {size['started']:,} started, {size['missing']} without "
-        f"a row, {size['jobs_with_more_than_one_row']} with more than one{_synced(size)}"
+    counts = (
+        f"{size['started']:,} started, {size['missing']} without a row, "
+        f"{size['jobs_with_more_than_one_row']} with more than one"
     )
     complete = size["started"] == size["jobs"] and not size["jobs_with_more_than_one_row"]
-    met = complete and (size["drain_s"] or 1e9) < 2.0
-    return text, met if size["ready_before_t0"] else None
+    return _drain(size, counts, complete and (size["drain_s"] or 1e9) < 2.0)
 
 
 def http_crowd(document: dict[str, Any]) -> tuple[str, bool | None]:
     size = _crowd(document, "sizes", 10_000)
     if size is None:
         return "no 10k `http` crowd in this run", None
-    text = (
-        f"{fmt(size['drain_s'], 2)} s (half {fmt(size['p50_s'], 2)} s, 99 % "
-        f"{fmt(size['p99_s'], 2)} s); {size['delivered']:,} received, {size['misses']} "
-        f"missed, {size['duplicates']} twice{_synced(size)}"
-    )
+    counts = f"{size['delivered']:,} received, {size['misses']} missed, {size['duplicates']} twice"
     complete = size["misses"] == 0 and size["duplicates"] == 0
-    met = complete and (size["drain_s"] or 1e9) < 3.0
-    return text, met if size["ready_before_t0"] else None
+    return _drain(size, counts, complete and (size["drain_s"] or 1e9) < 3.0)
 
 
 def steady_http(document: dict[str, Any]) -> tuple[str, bool | None]:

@@ -162,9 +162,15 @@ def start_slots(slots: Sequence[Slot]) -> None:
     """Start every slot together and wait until each is ready; stop them all on failure."""
     for slot in slots:
         slot.start()
+    replicas = [slot.replica for slot in slots if slot.replica is not None]
     try:
-        for slot in slots:
-            slot.wait_ready()
+        # All together, as `wait_ready` budgets replicas started together (one by one,
+        # each slot had the deadline of one replica while all of them were starting).
+        wait_ready(replicas, "/readyz")
+        for slot, replica in zip(slots, replicas, strict=True):
+            slot.incarnations[-1].ready = slot.incarnations[-1].started + (
+                replica.ready_seconds or 0.0
+            )
     except BaseException:
-        stop_all([slot.replica for slot in slots if slot.replica is not None])
+        stop_all(replicas)
         raise

@@ -18,3 +18,16 @@ churn and a schedule of faults, and the harness checks that nothing drifts:
 - `verdicts`, `reliability`, `plot`: the judgement, the RELIABILITY.md section and the
   PNG plot, each from the results JSON alone (`python -m bench.soak --report FILE`).
 """
+
+import threading
+
+
+class Worker(threading.Thread):
+    """One of the soak's daemon threads; `stop()` sets `_halt`, which its loop waits on."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()

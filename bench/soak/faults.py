@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.soak import Worker
 from harness.cluster import Slot
 from harness.postgres import EmbeddedServer
 from harness.tcpproxy import TcpProxy
@@ -84,7 +85,7 @@ class EventLog:
             return list(self.events)
 
 
-class Faults(threading.Thread):
+class Faults(Worker):
     """Plays the timeline from `began` (time.time()); `error` holds what stopped it."""
 
     def __init__(
@@ -98,7 +99,7 @@ class Faults(threading.Thread):
         log: EventLog,
         cluster_ready: Callable[[float], bool],
     ) -> None:
-        super().__init__(name="soak-faults", daemon=True)
+        super().__init__("soak-faults")
         self._planned = list(planned)
         self._began = began
         self._slots = slots
@@ -106,11 +107,7 @@ class Faults(threading.Thread):
         self._proxy = proxy
         self._log = log
         self._cluster_ready = cluster_ready
-        self._halt = threading.Event()
         self.error: BaseException | None = None
-
-    def stop(self) -> None:
-        self._halt.set()
 
     def run(self) -> None:
         try:

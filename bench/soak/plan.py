@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from bench.soak import Worker
 from bench.stats import latency_summary
 
 ANCHOR = "2026-01-01T00:00:00Z"  # POSIX 1767225600, a multiple of every period below
@@ -265,7 +266,7 @@ class ChurnStats:
         }
 
 
-class Churn(threading.Thread):
+class Churn(Worker):
     """Creates, edits and deletes at `rate` per second in turn, until `deadline`
     (time.time()) or `rate * seconds` operations; stops itself."""
 
@@ -281,7 +282,7 @@ class Churn(threading.Thread):
         deadline: float,
         target_jobs: int,
     ) -> None:
-        super().__init__(name="soak-churn", daemon=True)
+        super().__init__("soak-churn")
         self._fleet = fleet
         self._urls = urls
         self._receiver_url = receiver_url
@@ -290,13 +291,9 @@ class Churn(threading.Thread):
         self._budget = int(rate * max(0.0, deadline - time.time())) + 1
         self._bounds = (target_jobs * (1 - BOUND), target_jobs * (1 + BOUND))
         self._rng = random.Random(1313)  # noqa: S311 - reproducible churn, no secret
-        self._halt = threading.Event()
         self._turn = 0
         self._created = 0
         self.stats = ChurnStats()
-
-    def stop(self) -> None:
-        self._halt.set()
 
     def run(self) -> None:
         began = time.time()

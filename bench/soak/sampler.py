@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 import psutil
 
+from bench.soak import Worker
 from harness.cluster import Slot
 from harness.replicas import tree_rss_bytes
 
@@ -94,18 +95,14 @@ def scrape(client: httpx.Client, slot: Slot) -> tuple[float | None, int | None]:
     return round(elapsed, 1), len(response.content)
 
 
-class Sampler(threading.Thread):
+class Sampler(Worker):
     def __init__(self, slots: Sequence[Slot], database_url: str, began: float) -> None:
-        super().__init__(name="soak-sampler", daemon=True)
+        super().__init__("soak-sampler")
         self._slots = slots
         self._url = database_url
         self._began = began
-        self._halt = threading.Event()
         self.samples: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-
-    def stop(self) -> None:
-        self._halt.set()
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -24,7 +24,6 @@ any, over every job of the window, changed or not.
 """
 
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -34,6 +33,7 @@ from typing import Any
 
 import asyncpg
 
+from bench.soak import Worker
 from bench.soak.plan import Fleet, Stable
 from harness.accounting import Tick, first_arrivals, ledger_rows, nominal_ticks
 from harness.postgres import Sql
@@ -204,25 +204,21 @@ def _judge_delivery(
         window.example("delivered_without_row", text)
 
 
-class Accountant(threading.Thread):
+class Accountant(Worker):
     """Judges each window [start + k * length, ...) once it has settled, until `end`."""
 
     def __init__(
         self, fleet: Fleet, database_url: str, receiver: ReceiverProcess, start: int, length: int
     ) -> None:
-        super().__init__(name="soak-accountant", daemon=True)
+        super().__init__("soak-accountant")
         self._fleet = fleet
         self._url = database_url
         self._receiver = receiver
         self._next = start
         self._length = length
         self.end: int | None = None  # set when the run's end is known
-        self._halt = threading.Event()
         self.windows: list[Window] = []
         self.errors: list[str] = []
-
-    def stop(self) -> None:
-        self._halt.set()
 
     @property
     def done(self) -> bool:
