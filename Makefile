@@ -19,9 +19,9 @@ test: lint types test-only
 # The fast tests mostly wait on PostgreSQL, so pytest-xdist runs `make check` on
 # CHECK_WORKERS processes (each with its own embedded PostgreSQL, a test module on one
 # worker). `make test` runs in one process (TEST_WORKERS=0): its slow tests are real
-# replicas whose process starts are CPU-bound, so on 2 cores workers saved no time
-# (1,206 s of pytest on 3 workers against 1,147 s in one) and starved 1 s jobs into
-# overlap skips. Set TEST_WORKERS=N to try N on a bigger box.
+# replicas whose process starts are CPU-bound: on 2 cores 3 workers took 1,206 s of
+# pytest against 1,702 s in one, but starved the 1 s jobs of the accounting tests into
+# overlap skips (2 failures). Set TEST_WORKERS=N to try N on a bigger box.
 TEST_WORKERS ?= 0
 CHECK_WORKERS ?= 4
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
