@@ -32,7 +32,7 @@ def crowd(name: str, results: Results) -> str:
     size = results["scenarios"]["burst"]["log_sizes"][-1]
     return (
         f"A crowd of {size['jobs']:,} jobs due at one instant all started in "
-        f"{size['drain_s']:.2f} s in the [latest benchmark](BENCHMARKS.md) ({_run(name, results)})."
+        f"{size['drain_s']:.2f} s in the [latest benchmark](BENCHMARKS.md) ({_run(results)})."
     )
 
 
@@ -41,32 +41,32 @@ def headline(name: str, results: Results) -> str:
     scenarios = results["scenarios"]
     return " ".join(
         [
-            f"The latest full run (`bench/results/{name}`, {_run(name, results)}):",
-            _steady(scenarios["steady"]),
-            _bursts(scenarios["burst"]),
+            f"The latest full run (`bench/results/{name}`, {_run(results)}):",
+            _listed(
+                "steady `http` ticks, lateness p99 by rate", scenarios["steady"]["levels"], _level
+            ),
+            _listed(
+                "crowds of one-time `http` jobs due at one instant",
+                scenarios["burst"]["sizes"],
+                _crowd,
+            ),
             _scale(scenarios["scale"]),
         ]
     )
 
 
-def _run(name: str, results: Results) -> str:
+def _run(results: Results) -> str:
     machine = results["meta"]["machine"]
     return f"commit {machine['git_commit']}, {machine['logical_cpus']} cores, all on one box"
 
 
-def _steady(steady: Results) -> str:
-    levels = [_level(level) for level in steady["levels"]]
-    return f"steady `http` ticks, lateness p99 by rate: {', '.join(levels)};"
+def _listed(what: str, items: list[Results], figure: Callable[[Results], str]) -> str:
+    return f"{what}: {', '.join(figure(item) for item in items)};"
 
 
 def _level(level: Results) -> str:
     p99 = level["lateness"]["p99_ms"]
     return f"{level['rate']:,}/s {p99:.0f} ms ({_lost(level)})"
-
-
-def _bursts(burst: Results) -> str:
-    sizes = [_crowd(size) for size in burst["sizes"]]
-    return f"crowds of one-time `http` jobs due at one instant: {', '.join(sizes)};"
 
 
 def _crowd(size: Results) -> str:
