@@ -10,21 +10,24 @@ BIN    := $(VENV)/bin
 run: $(VENV)/.runtime
 	$(BIN)/tickgate serve --host 127.0.0.1 --port 8080
 
-# `make test`: lint, types, layer contracts, then every test against real PostgreSQL, with
-# the 30 slowest named at the end (budget: under 12 minutes on 2 cores). It writes no
+# `make test`: lint, types, layer contracts, then every test against real PostgreSQL (the
+# fast tests, then the slow folders: two pytest sessions with their own worker counts),
+# with the 30 slowest of both named at the end (budget: under 12 minutes on 2 cores). It writes no
 # tracked file: the fault and fuzz figures go to the ignored .reliability.jsonl, which
 # `make reliability-from-log` renders into RELIABILITY.md.
 test: lint types test-only
 
-# The fast tests mostly wait on PostgreSQL, so pytest-xdist runs `make check` on
-# CHECK_WORKERS processes (each with its own embedded PostgreSQL, a test module on one
-# worker). `make test` runs in one process (TEST_WORKERS=0): its slow tests are real
-# replicas whose process starts are CPU-bound: on 2 cores 3 workers took 1,206 s of
-# pytest against 1,702 s in one, but starved the 1 s jobs of the accounting tests into
-# overlap skips (2 failures). Set TEST_WORKERS=N to try N on a bigger box.
-TEST_WORKERS ?= 0
+# pytest-xdist runs the tests on several processes, each with an embedded PostgreSQL of its
+# own and a test module on one worker (module fixtures such as a shared cluster stay
+# whole). The fast tests mostly wait on PostgreSQL: CHECK_WORKERS of them. The slow
+# folders start real replicas, whose starts are CPU-bound (about 5 s of CPU each): on 2
+# cores SLOW_WORKERS=2 took 929 s of pytest against 1,415 s in one process (3 workers
+# on the whole suite starved the 1 s jobs of the accounting tests into overlap skips).
+# Set them higher on a bigger box (0: in the pytest process itself).
 CHECK_WORKERS ?= 4
+SLOW_WORKERS  ?= 2
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
+TIMES   = .test-times
 
 # `make check`: the fast loop (budget: under 4 minutes on 2 cores): lint, types, layer
 # contracts and every test outside the slow folders (SLOW_FOLDERS in tests/conftest.py:
@@ -56,9 +59,12 @@ test-only: $(VENV)/.test
 	-@$(HAVE_CHROMIUM) || $(APT_CHROMIUM) || { $(ROOT) && apt-get update -qq >/dev/null 2>&1 \
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
-	rm -f $(RELIABILITY_LOG)
-	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest $(call workers,$(TEST_WORKERS)) \
-		--durations=30
+	rm -rf $(RELIABILITY_LOG) $(TIMES)
+	$(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance" \
+		--junitxml=$(TIMES)/fast.xml
+	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest \
+		$(call workers,$(SLOW_WORKERS)) -m acceptance --junitxml=$(TIMES)/slow.xml
+	$(BIN)/python -m tools.durations 30 $(TIMES)/fast.xml $(TIMES)/slow.xml
 
 # `make reliability`: rewrite RELIABILITY.md from a run of the fault and fuzz tests alone
 # (tests/faults, tests/fuzz; about 5 minutes on 2 cores). `make reliability-from-log`:
