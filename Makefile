@@ -12,9 +12,9 @@ run: $(VENV)/.runtime
 
 # `make test`: lint, types, layer contracts, then every test against real PostgreSQL (the
 # fast tests, then the slow folders: two pytest sessions with their own worker counts),
-# with the 30 slowest of both named at the end (budget: under 12 minutes on 2 cores). It writes no
-# tracked file: the fault and fuzz figures go to the ignored .reliability.jsonl, which
-# `make reliability-from-log` renders into RELIABILITY.md.
+# with the 30 slowest of both named at the end (budget: under 12 minutes on 2 cores). It
+# writes no tracked file: the fault and fuzz figures go to the ignored .reliability.jsonl,
+# which `make reliability-from-log` renders into RELIABILITY.md.
 test: lint types test-only
 
 # pytest-xdist runs the tests on several processes, each with an embedded PostgreSQL of its
@@ -28,13 +28,15 @@ CHECK_WORKERS ?= 4
 SLOW_WORKERS  ?= 2
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 TIMES   = .test-times
+# The fast tests, as `make check` and the first session of `make test` both run them.
+FAST_TESTS = $(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance"
 
 # `make check`: the fast loop (budget: under 4 minutes on 2 cores): lint, types, layer
 # contracts and every test outside the slow folders (SLOW_FOLDERS in tests/conftest.py:
 # real `tickgate serve` processes, browsers, PgBouncer, Helm, npm tools, wheel builds,
 # injected faults and fuzzing), which their folder marks `acceptance`.
 check: lint types
-	$(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance" --durations=10
+	$(FAST_TESTS) --durations=10
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check service tests tools bench harness
@@ -60,8 +62,7 @@ test-only: $(VENV)/.test
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
 	rm -rf $(RELIABILITY_LOG) $(TIMES)
-	$(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance" \
-		--junitxml=$(TIMES)/fast.xml
+	$(FAST_TESTS) --junitxml=$(TIMES)/fast.xml
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest \
 		$(call workers,$(SLOW_WORKERS)) -m acceptance --junitxml=$(TIMES)/slow.xml
 	$(BIN)/python -m tools.durations 30 $(TIMES)/fast.xml $(TIMES)/slow.xml
