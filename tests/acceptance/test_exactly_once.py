@@ -12,7 +12,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,17 @@ IN_FLIGHT_WITH_LOCK_HOLDER = """
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+RECONCILE_SECONDS = float(FAST_ORPHAN_SWEEPS["TICKGATE_RECONCILE_SECONDS"])
+
+
+def last_syncs(replica: Replica, members: int) -> list[datetime]:
+    """Each member's last sync, as /v1/cluster reports them; [] until all `members`
+    have synced."""
+    body = httpx.get(f"{replica.url}/v1/cluster", timeout=10).json()
+    syncs = [m["last_sync"] for m in body["members"] if m["last_sync"]]
+    return [datetime.fromisoformat(sync) for sync in syncs] if len(syncs) == members else []
 
 
 def tick_problems(
@@ -355,8 +366,14 @@ def test_a_tick_missed_while_every_replica_was_down_is_caught_up_once(
             "the missed tick to be caught up",
             replicas,
         )
-        # Both replicas have done their startup catch-up and a couple of resyncs.
-        time.sleep(5)
+        # Both replicas have done their startup catch-up and resynced since: a second
+        # catch-up of the tick, if any, would have started by then.
+        resynced_after = datetime.now(UTC) + timedelta(seconds=RECONCILE_SECONDS)
+        eventually(
+            lambda: all(sync > resynced_after for sync in last_syncs(replicas[0], 2)),
+            30,
+            "both replicas to resync after the catch-up",
+        )
         eventually(
             lambda: sql.value("SELECT count(*) FROM tickgate_runs WHERE status = 'running'") == 0,
             20,

@@ -8,6 +8,7 @@ and the two roles also run alone, as separate Deployments would.
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,24 +140,30 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
 
 
 def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, sql: Sql
 ) -> None:
     """Kubernetes restarts a pod whose liveness fails: a starting pod must not fail it.
-    Poll both probes from spawn until ready: every /healthz answer is 200, and /readyz
-    is what says "not yet" (503) before the scheduler process is up."""
+    The scheduler's first sync is held back (another session holds the jobs table, as a
+    long migration would), so the pod's start is certain to be slow: every /healthz
+    answer from spawn is 200, and /readyz says "not yet" (503) until the sync is let go."""
+    sql.execute("BEGIN; LOCK TABLE tickgate_jobs IN ACCESS EXCLUSIVE MODE")
     replica = start_replica(tmp_path, database_url=database_url)
     answers: list[tuple[int, int]] = []
 
-    def probed_ready() -> bool:
-        answers.append((status_of(replica, "/healthz"), status_of(replica, "/readyz")))
-        return answers[-1][1] == 200
+    def probed(readiness: int) -> Callable[[], bool]:
+        def answered() -> bool:
+            answers.append((status_of(replica, "/healthz"), status_of(replica, "/readyz")))
+            return answers[-1][1] == readiness
+
+        return answered
 
     try:
-        eventually(probed_ready, START_DEADLINE_SECONDS, f"{replica.url} to be ready")
+        eventually(probed(503), START_DEADLINE_SECONDS, f"{replica.url} to say not ready")
+        sql.execute("COMMIT")
+        eventually(probed(200), START_DEADLINE_SECONDS, f"{replica.url} to be ready")
     finally:
         replica.stop()
     answered = [(health, readiness) for health, readiness in answers if health]
-    assert answered, "the API never answered before it was ready"
     assert all(health == 200 for health, _ in answered), answers
     assert all(readiness in {200, 503} for _, readiness in answered), answers
 
