@@ -1,7 +1,7 @@
 """The app factory. Its lifespan opens what the app needs and closes it in reverse order."""
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from importlib.metadata import version
@@ -247,11 +247,23 @@ async def _open_scheduler(
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     stack.callback(mirror.pause)
     stack.push_async_callback(membership.stop)
-    departure = Departure(membership, mirror, runner, hand_over=settings.ownership)
+    departure = Departure(
+        membership, _ticks_stopper(mirror, runner), store.live_members, hand_over=settings.ownership
+    )
     stack.push_async_callback(departure.finished)
     await membership.start()
     await mirror.start()
     return mirror, departure
+
+
+def _ticks_stopper(mirror: Mirror, runner: Runner) -> Callable[[], None]:
+    """Stop producing ticks and admitting any: runs in flight go on."""
+
+    def stop_ticks() -> None:
+        runner.accepting = False
+        mirror.pause()
+
+    return stop_ticks
 
 
 def _scheduler_process(stack: AsyncExitStack, settings: Settings) -> SchedulerProcess | None:

@@ -68,7 +68,7 @@ def test_every_declared_dependency_is_pinned_within_its_range(
         )
 
 
-@pytest.mark.parametrize("lock", LOCKS)
+@pytest.mark.parametrize("lock", [*LOCKS, "uv.lock"])
 def test_every_pin_carries_hashes(lock: str) -> None:
     pins = read_lock(lock)
     assert pins
@@ -120,5 +120,15 @@ def test_the_venvs_install_their_lock_with_hashes_then_tickgate_alone(
     )
     assert f"$(INSTALL_LOCKED) requirements/{lock}" in recipe
     assert "$(INSTALL_SELF)" in recipe
-    assert "INSTALL_LOCKED = $(BIN)/python -m pip install --quiet --require-hashes -r" in makefile
-    assert "INSTALL_SELF   = $(BIN)/python -m pip install --quiet --no-deps -e ." in makefile
+    assert "UV             = $(BIN)/uv pip install --quiet --python $(BIN)/python" in makefile
+    assert "INSTALL_LOCKED = $(UV) --require-hashes -r" in makefile
+    assert "INSTALL_SELF   = $(UV) --no-deps -e ." in makefile
+    assert ".venv/.uv" in recipe.splitlines()[0], "the venv's installer comes first"
+
+
+def test_the_installer_itself_is_installed_from_its_lock_with_hashes() -> None:
+    makefile = (ROOT / "Makefile").read_text().replace("$(VENV)", ".venv")
+    recipe = makefile.split("\n.venv/.uv:", 1)[1].split("\n\n", 1)[0]
+    assert "requirements/uv.lock" in recipe.splitlines()[0]
+    assert "pip install --quiet --require-hashes -r requirements/uv.lock" in recipe
+    assert list(read_lock("uv.lock")) == ["uv"]

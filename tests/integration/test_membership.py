@@ -14,8 +14,9 @@ import pytest
 from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.domain.jobs import JobSpec, create_job, pause_job
-from service.domain.ownership import Heartbeat, Members, Role
+from service.domain.ownership import Heartbeat, Member, Members, Role
 from service.domain.schedules import CronSchedule
+from service.scheduler.departure import LEAVE_SECONDS, PEERS_POLL_SECONDS, Departure
 from service.scheduler.membership import Membership
 from service.store import Store
 from service.store.members import MemberSession, SeedTakenError
@@ -336,3 +337,86 @@ async def test_a_replica_that_cannot_join_owns_everything_and_keeps_trying(
         assert not member.joined
     finally:
         await member.stop()
+
+
+class Leaving:
+    """A member's departure, with what it read of the live members while it waited
+    and what its one peer's view was the moment it stopped its ticks."""
+
+    def __init__(
+        self,
+        store: Store,
+        member: Membership,
+        peer: Membership | None = None,
+        *,
+        hand_over: bool = True,
+    ) -> None:
+        self.readings: list[list[int]] = []
+        self.peer_view_at_stop: tuple[int, ...] | None = None
+        self.stops = 0
+        self._store, self._peer = store, peer
+        self.departure = Departure(
+            member, self._stop_ticks, self._live_members, hand_over=hand_over
+        )
+
+    async def _live_members(self) -> list[Member]:
+        live = await self._store.live_members()
+        self.readings.append([member.seed for member in live])
+        return live
+
+    def _stop_ticks(self) -> None:
+        self.stops += 1
+        if self._peer is not None:
+            self.peer_view_at_stop = self._peer.members.seeds
+
+
+async def test_a_leaver_fires_on_until_its_peer_has_seen_it_go(
+    database_url: str, store: Store
+) -> None:
+    """With a peer staying, the ticks stop only after the peer's view has lost the
+    leaver (so the peer owns its jobs by then), and not early: every reading showed
+    the peer live."""
+    async with cluster(database_url, 2) as [staying, leaver]:
+        await settled([staying, leaver], 2)
+        seed = leaver.members.own
+        leaving = Leaving(store, leaver, peer=staying)
+        leaving.departure.begin()
+        await leaving.departure.finished()
+        assert leaving.stops == 1
+        assert leaving.peer_view_at_stop is not None
+        assert seed not in leaving.peer_view_at_stop
+        assert leaving.readings
+        assert all(reading == [staying.members.own] for reading in leaving.readings)
+
+
+async def test_a_cluster_stopping_as_a_whole_stops_its_ticks_once_nobody_is_left(
+    database_url: str, store: Store
+) -> None:
+    """Three members told to leave at once: each stops its ticks on the reading that
+    shows no other member live, instead of waiting out LEAVE_SECONDS for a takeover
+    nobody will make."""
+    async with cluster(database_url, 3) as members:
+        await settled(members, 3)
+        leavings = [Leaving(store, member) for member in members]
+        for leaving in leavings:
+            leaving.departure.begin()
+        await asyncio.gather(*(leaving.departure.finished() for leaving in leavings))
+    for leaving in leavings:
+        assert leaving.stops == 1
+        assert leaving.readings[-1] == [], leaving.readings
+        assert len(leaving.readings) < LEAVE_SECONDS / PEERS_POLL_SECONDS
+
+
+async def test_alone_or_without_ownership_a_leaver_stops_its_ticks_at_once(
+    database_url: str, store: Store
+) -> None:
+    async with cluster(database_url, 2) as [alone, other]:
+        await other.stop()
+        await settled([alone], 1)
+        leaving = Leaving(store, alone)
+        leaving.departure.begin()
+        assert leaving.stops == 1  # before any await: begin() itself stopped them
+        unowned = Leaving(store, other, hand_over=False)
+        unowned.departure.begin()
+        assert unowned.stops == 1
+        assert leaving.readings == unowned.readings == []
