@@ -6,18 +6,17 @@ import asyncio
 import ipaddress
 import json
 import logging
-import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 from service.client.commands import add_jobs_command
 from service.client.completion import add_completion_command, complete_if_asked
 from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
 from service.embedded import start_embedded
 from service.logs import configure_logging
+from service.stopping import StopRequest
 from service.supervisor import supervise
 
 # The web stack (service.app, service.server, uvicorn) is imported where a command needs
@@ -69,9 +68,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> None:
-    # uvicorn re-raises the SIGTERM it handled once it has shut down; with the default
-    # disposition that would kill us before the embedded database is released.
-    signal.signal(signal.SIGTERM, _already_shut_down)
+    stop = StopRequest()
+    stop.install()
     if args.apply_jobs is not None:
         settings = settings.model_copy(update={"apply_jobs": args.apply_jobs})
     _refuse_no_role(settings)
@@ -79,11 +77,14 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
         _refuse_anonymous_exposure(settings, args.host)
     listen = Listen(args.host, args.port, args.uds)
     with _database(settings) as ready:
+        if stop.asked:
+            log.info("stopped before serving")
+            return
         if ready.api and ready.scheduler:
-            raise SystemExit(supervise(ready, listen))
+            raise SystemExit(supervise(ready, listen, stop))
         from service.server import serve_app
 
-        serve_app(ready, listen)
+        serve_app(ready, listen, stop)
 
 
 def _refuse_no_role(settings: Settings) -> None:
@@ -112,10 +113,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _already_shut_down(signum: int, frame: FrameType | None) -> None:
-    log.info("signal %d received after shutdown", signum)
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:

@@ -13,10 +13,11 @@ from fastapi import FastAPI
 from service.app import begin_shutdown, create_app
 from service.config import Listen, Settings
 from service.heap import settle_after_startup
+from service.stopping import StopRequest
 from service.store.pooling import refuse_shared_sessions
 
 
-def serve_app(settings: Settings, listen: Listen) -> None:
+def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
     """The API, or the scheduler with its probes and metrics, until a signal stops it.
 
     First, before anything opens a lock session, refuse a DATABASE_URL whose sessions
@@ -25,6 +26,8 @@ def serve_app(settings: Settings, listen: Listen) -> None:
     `tickgate` reports in one line and exits 2, where uvicorn would log a traceback and
     exit 3."""
     asyncio.run(refuse_shared_sessions(str(settings.database_url)))
+    if stop.asked:
+        return
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -34,20 +37,26 @@ def serve_app(settings: Settings, listen: Listen) -> None:
         log_level=settings.log_level.lower(),
         log_config=None,
     )
-    _Server(config, app).run()
+    _Server(config, app, stop).run()
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, telling the app the moment a shutdown signal arrives."""
+    """uvicorn's server, telling the app the moment a shutdown signal arrives, and not
+    starting at all for one that came before it listened for signals."""
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI, stop: StopRequest) -> None:
         super().__init__(config)
         self._app = app
+        self._stop = stop
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         begin_shutdown(self._app)
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn handles signals by now; one noted before that is this server's too.
+        if self._stop.asked:
+            self.should_exit = True
+            return
         await super().startup(sockets)
         settle_after_startup()

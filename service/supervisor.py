@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType
 
 from service.config import Listen, Settings
+from service.stopping import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class Pod:
     def wait(self) -> int:
         """Wait for every child; the pod's exit status. A child that exited unasked
         stops the other and makes the status non-zero."""
+        if not self.children:
+            return 0  # stopped before any was started
         first = self.first_exit()
         unasked = not self.stopping
         if unasked:
@@ -97,10 +100,14 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def supervise(settings: Settings, listen: Listen) -> int:
-    """Run the scheduler and the API in two processes until both exit; the pod's status."""
+def supervise(settings: Settings, listen: Listen, stop: StopRequest) -> int:
+    """Run the scheduler and the API in two processes until both exit; the pod's status.
+    A SIGTERM noted in `stop` before this process forwarded signals starts neither."""
     pod = Pod()
-    with tempfile.TemporaryDirectory(prefix="tickgate-") as private, _forwarded_signals(pod):
+    with (
+        tempfile.TemporaryDirectory(prefix="tickgate-") as private,
+        _forwarded_signals(pod, stop),
+    ):
         socket = Path(private) / "scheduler.sock"
         environment = _shared_environment(settings)
         for role in _roles(settings, listen, socket):
@@ -177,12 +184,14 @@ def _before_exec(niceness: int) -> Callable[[], None]:
 
 
 @contextmanager
-def _forwarded_signals(pod: Pod) -> Iterator[None]:
+def _forwarded_signals(pod: Pod, stop: StopRequest) -> Iterator[None]:
     def forward(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d received: stopping the scheduler and API processes", signum)
         pod.stop()
 
     previous = {signum: signal.signal(signum, forward) for signum in _STOPPING_SIGNALS}
+    if stop.asked:
+        pod.stop()
     try:
         yield
     finally:

@@ -196,8 +196,11 @@ RUN_STARTED_SINCE = """
     SELECT count(*) FROM tickgate_runs
     WHERE job = 'slow' AND status <> 'skipped' AND started_at > $1
 """
-# Both replicas claim every tick: the victim wins some, the survivor is up to sweep.
+# Both replicas claim every tick, the survivor a second late: the victim wins each tick
+# while it lives (so the first run is on it), the survivor is up to sweep and takes the
+# ticks after the kill.
 EVERY_JOB_EVERYWHERE = FAST_ORPHAN_SWEEPS | {"TICKGATE_OWNERSHIP": "false"}
+A_SECOND_LATE = {"TICKGATE_TEST_FIRE_DELAY_MS": "1000"}
 
 
 @contextmanager
@@ -232,7 +235,8 @@ def killed_mid_run(
     """A victim replica through `bouncer`, killed with kill -9 while a run of the `slow`
     job (a 3 s call every 5 s) is in flight on it; beside it for the block, a survivor
     connected directly, sweeping orphans every 2 s."""
-    with serve(tmp_path, database_url=database_url, **EVERY_JOB_EVERYWHERE) as survivor:
+    survivor_env = EVERY_JOB_EVERYWHERE | A_SECOND_LATE
+    with serve(tmp_path, database_url=database_url, **survivor_env) as survivor:
         victim = start_replica(
             tmp_path, database_url=bouncer.dsn_for(database_url), **EVERY_JOB_EVERYWHERE
         )

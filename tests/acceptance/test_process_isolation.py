@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -140,13 +141,13 @@ def test_probes_fail_while_the_scheduler_process_does_not_answer(
 
 
 def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
-    database_url: str, tmp_path: Path, sql: Sql
+    database_url: str, tmp_path: Path
 ) -> None:
     """Kubernetes restarts a pod whose liveness fails: a starting pod must not fail it.
-    The scheduler's first sync is held back (another session holds the jobs table, as a
-    long migration would), so the pod's start is certain to be slow: every /healthz
-    answer from spawn is 200, and /readyz says "not yet" (503) until the sync is let go."""
-    sql.execute("BEGIN; LOCK TABLE tickgate_jobs IN ACCESS EXCLUSIVE MODE")
+    The scheduler process is held (SIGSTOP) the moment it is exec'd, long before it can
+    be ready (its imports alone take a second of CPU), so the pod's start is certain to
+    be slow: every /healthz answer from spawn is 200, and /readyz says "not yet" (503)
+    until the scheduler is let go and has synced."""
     replica = start_replica(tmp_path, database_url=database_url)
     answers: list[tuple[int, int]] = []
 
@@ -158,14 +159,83 @@ def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
         return answered
 
     try:
-        eventually(probed(503), START_DEADLINE_SECONDS, f"{replica.url} to say not ready")
-        sql.execute("COMMIT")
+        scheduler = eventually(
+            lambda: scheduler_process(replica), START_DEADLINE_SECONDS, "the scheduler", 0.005
+        )
+        scheduler.send_signal(signal.SIGSTOP)
+        try:
+            eventually(probed(503), START_DEADLINE_SECONDS, f"{replica.url} to say not ready")
+        finally:
+            scheduler.send_signal(signal.SIGCONT)
         eventually(probed(200), START_DEADLINE_SECONDS, f"{replica.url} to be ready")
     finally:
         replica.stop()
     answered = [(health, readiness) for health, readiness in answers if health]
     assert all(health == 200 for health, _ in answered), answers
     assert all(readiness in {200, 503} for _, readiness in answered), answers
+
+
+def scheduler_process(replica: Replica) -> psutil.Process | None:
+    """The replica's scheduler process once it runs `tickgate serve --uds`."""
+    return role_process(replica, "scheduler")
+
+
+def role_process(replica: Replica, role: str) -> psutil.Process | None:
+    """The replica's process of `role` once exec'd (until then, a child forked by the
+    supervisor still shows the supervisor's command)."""
+    assert replica.alive, replica.log_tail()
+    try:
+        child = replica.children().get(role)
+        return child if child is not None and "-m" in child.cmdline() else None
+    except psutil.Error:
+        return None  # a child that is being exec'd or has just exited
+
+
+def handles_sigterm(process: psutil.Process) -> bool:
+    """Whether `process` has installed a handler for SIGTERM (SigCgt in /proc)."""
+    status = Path(f"/proc/{process.pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def test_a_process_stopped_while_it_starts_stops_and_takes_the_pod_down(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The supervisor stops the API process when the scheduler fails at startup (or
+    Kubernetes stops the pod early): a SIGTERM reaching the API process while it is
+    still starting, after `tickgate serve` handles SIGTERM and before uvicorn does, is
+    kept, not dropped. The API process stops without serving, and the pod exits for
+    Kubernetes to restart it instead of serving on with no scheduler."""
+    replica = start_replica(tmp_path, database_url=database_url)
+    try:
+        api = eventually(lambda: role_process(replica, "api"), START_DEADLINE_SECONDS, "the API")
+        eventually(lambda: handles_sigterm(api), START_DEADLINE_SECONDS, "a SIGTERM handler", 0.002)
+        api.send_signal(signal.SIGTERM)
+        assert replica.wait_exit() != 0
+    finally:
+        replica.stop()
+    assert "the api process exited unasked (0)" in replica.log(), replica.log_tail()
+    api_lines = [line for line in replica.log().splitlines() if '"process": "api"' in line]
+    assert not [line for line in api_lines if "Application startup complete" in line], api_lines
+
+
+def test_a_pod_stopped_while_its_embedded_postgresql_starts_exits_without_serving(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM during the embedded PostgreSQL's start (seconds, on a new data directory):
+    the pod releases the database, starts neither process and exits 0."""
+    replica = start_replica(tmp_path, database_url=None)
+    try:
+        supervisor = psutil.Process(replica.pid)
+        eventually(
+            lambda: handles_sigterm(supervisor), START_DEADLINE_SECONDS, "a SIGTERM handler", 0.002
+        )
+        replica.process.send_signal(signal.SIGTERM)
+        assert replica.wait_exit() == 0, replica.log_tail()
+    finally:
+        replica.stop()
+    assert "stopped before serving" in replica.log(), replica.log_tail()
+    assert "serving: scheduler pid" not in replica.log(), replica.log_tail()
 
 
 def test_metrics_count_the_runs_of_both_processes(
