@@ -20,12 +20,13 @@ test: lint types test-only
 # pytest-xdist runs the tests on several processes, each with an embedded PostgreSQL of its
 # own and a test module on one worker (module fixtures such as a shared cluster stay
 # whole). The fast tests mostly wait on PostgreSQL: CHECK_WORKERS of them. The slow
-# folders start real replicas, whose starts are CPU-bound (about 5 s of CPU each): on 2
-# cores SLOW_WORKERS=2 took 929 s of pytest against 1,415 s in one process (3 workers
-# on the whole suite starved the 1 s jobs of the accounting tests into overlap skips).
-# Set them higher on a bigger box (0: in the pytest process itself).
+# folders start real replicas (about 3 s of CPU each) and then mostly wait on their
+# windows: on 2 cores SLOW_WORKERS=3 took 515 s of pytest, 2 took 683 s and one process
+# 1,415 s (3 workers on the whole suite, fast tests included, starved the 1 s jobs of the
+# accounting tests into overlap skips). Set them higher on a bigger box (0: in the pytest
+# process itself).
 CHECK_WORKERS ?= 4
-SLOW_WORKERS  ?= 2
+SLOW_WORKERS  ?= 3
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 TIMES   = .test-times
 # The fast tests, as `make check` and the first session of `make test` both run them.
