@@ -141,7 +141,7 @@ APT_PGBOUNCER  = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y 
 # rewrites the locks after a change to pyproject.toml's dependencies. The installer is uv,
 # itself pinned with hashes in requirements/uv.lock: the same locked set pip would install,
 # fetched and unpacked in parallel (a clean clone's test venv in under 20 s, where pip took
-# about 100 s on 2 cores; docs/development.md).
+# about 100 s on 2 cores).
 UV             = $(BIN)/uv pip install --quiet --python $(BIN)/python
 INSTALL_LOCKED = $(UV) --require-hashes -r
 INSTALL_SELF   = $(UV) --no-deps -e .
