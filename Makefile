@@ -29,6 +29,11 @@ CHECK_WORKERS ?= 4
 SLOW_WORKERS  ?= 3
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 TIMES   = .test-times
+# The tree's own bytecode, written once: this environment may set PYTHONDONTWRITEBYTECODE,
+# and every replica a test starts would compile service/ again in each of its processes
+# (the venv's packages are compiled by uv at install, --compile-bytecode). Into the
+# ignored __pycache__ folders.
+BYTECODE = $(BIN)/python -m compileall -q service harness tests bench tools
 # The fast tests, as `make check` and the first session of `make test` both run them.
 FAST_TESTS = $(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance"
 
@@ -37,6 +42,7 @@ FAST_TESTS = $(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not ac
 # real `tickgate serve` processes, browsers, PgBouncer, Helm, npm tools, wheel builds,
 # injected faults and fuzzing), which their folder marks `acceptance`.
 check: lint types
+	$(BYTECODE)
 	$(FAST_TESTS) --durations=10
 
 lint: $(VENV)/.test
@@ -63,6 +69,7 @@ test-only: $(VENV)/.test
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
 	rm -rf $(RELIABILITY_LOG) $(TIMES)
+	$(BYTECODE)
 	$(FAST_TESTS) --junitxml=$(TIMES)/fast.xml
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest \
 		$(call workers,$(SLOW_WORKERS)) -m acceptance --junitxml=$(TIMES)/slow.xml
@@ -142,7 +149,7 @@ APT_PGBOUNCER  = { $(ROOT) && DEBIAN_FRONTEND=noninteractive apt-get install -y 
 # itself pinned with hashes in requirements/uv.lock: the same locked set pip would install,
 # fetched and unpacked in parallel (a clean clone's test venv in under 20 s, where pip took
 # about 100 s on 2 cores).
-UV             = $(BIN)/uv pip install --quiet --python $(BIN)/python
+UV             = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 INSTALL_LOCKED = $(UV) --require-hashes -r
 INSTALL_SELF   = $(UV) --no-deps -e .
 

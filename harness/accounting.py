@@ -127,6 +127,30 @@ class Accounting:
         return problems
 
 
+def unfounded_overlaps(accounting: Accounting, history: Sequence[Any]) -> list[str]:
+    """Each overlap skip of the window that no run of its job was in flight for: one
+    started before the skip was recorded and not finished by then. `history`: the jobs'
+    ledger rows from before the window on (`ledger_rows`), so a run of the tick before the
+    window's first counts."""
+    runs = [row for row in history if row["status"] != "skipped" and row["started_at"]]
+    return [
+        f"{skip['job']} tick {rfc3339(skip['at'])} skipped (overlap) with no run in flight:"
+        f" {row_text(skip)}"
+        for skip in accounting.rows_with("skipped", "overlap")
+        if not any(_in_flight(run, skip) for run in runs)
+    ]
+
+
+def _in_flight(run: Any, skip: Any) -> bool:
+    moment = skip["started_at"]
+    ended = run["finished_at"]
+    return bool(
+        run["job"] == skip["job"]
+        and run["started_at"] <= moment
+        and (ended is None or ended >= moment)
+    )
+
+
 def delivered_run_ids(
     receipts: Iterable[Receipt], jobs: Collection[str]
 ) -> dict[Tick, list[str | None]]:

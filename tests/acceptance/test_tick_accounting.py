@@ -21,7 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.accounting import await_accounting, ledger_rows, rfc3339, row_text
+from harness.accounting import (
+    Accounting,
+    await_accounting,
+    ledger_rows,
+    rfc3339,
+    row_text,
+    unfounded_overlaps,
+)
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -149,8 +156,10 @@ def test_300_jobs_for_a_minute_lose_no_tick(
     cluster: list[Replica], receiver: Receiver, cluster_sql: Sql
 ) -> None:
     """100 one-second crons, 100 one-second intervals, 100 two-second crons, created in
-    bulk; a 60 s window from a few seconds later: no duplicate, no missing delivery, no
-    overlap skip (the receiver answers at once), one row per tick."""
+    bulk; a 60 s window from a few seconds later: no duplicate, no missing delivery, one
+    row per tick, and no skip but an honest overlap: the receiver answers at once, yet on
+    a starved machine a run can outlast its one-second period, and the skip is then right
+    only while that run was in flight."""
     specs, periods = every_second_specs(
         receiver, {"cron": 100, "interval": 100, "cron2": 100}, prefix="bulk-"
     )
@@ -158,9 +167,14 @@ def test_300_jobs_for_a_minute_lose_no_tick(
     first = next_whole_second(time.time(), 3)
     last = first + 59
     sleep_until(last + 1)
-    accounting = await_accounting(receiver, cluster_sql, periods, first, last, deadline_seconds=60)
-    problems = accounting.problems()
-    assert not problems, report(problems, cluster)
+
+    def problems_of(accounting: Accounting) -> list[str]:
+        history = ledger_rows(cluster_sql, list(periods), first - 2, last)
+        return accounting.problems({"overlap"}) + unfounded_overlaps(accounting, history)
+
+    accounting = await_accounting(
+        receiver, cluster_sql, periods, first, last, deadline_seconds=60, problems_of=problems_of
+    )
     assert len(accounting.expected) == 100 * 60 + 100 * 60 + 100 * 30
     assert not receiver.duplicates(), report(receiver.duplicates(), cluster)
 
@@ -408,8 +422,10 @@ def test_an_edit_storm_loses_no_tick(
         "SELECT min(version) AS least FROM tickgate_jobs WHERE name = ANY($1::text[])",
         list(periods),
     )
-    # Every job went through an edit at least every second or so.
-    assert versions[0]["least"] >= 15, (versions[0]["least"], len(sweeps))
+    # Every sweep edited every job (version 1 is the create), and the storm was one: a
+    # sweep at least every 3 s of the window even on a loaded machine (every 200 ms idle).
+    assert versions[0]["least"] >= 1 + len(sweeps), (versions[0]["least"], len(sweeps))
+    assert len(sweeps) >= 5, sweeps
     assert not receiver.duplicates(), report(receiver.duplicates(), cluster)
 
 

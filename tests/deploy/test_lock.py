@@ -2,8 +2,10 @@
 other, and are what the image and the venvs install."""
 
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -120,7 +122,10 @@ def test_the_venvs_install_their_lock_with_hashes_then_tickgate_alone(
     )
     assert f"$(INSTALL_LOCKED) requirements/{lock}" in recipe
     assert "$(INSTALL_SELF)" in recipe
-    assert "UV             = $(BIN)/uv pip install --quiet --python $(BIN)/python" in makefile
+    # Compiled at install: with PYTHONDONTWRITEBYTECODE set, every replica a test starts
+    # would otherwise compile FastAPI and pydantic again in each of its processes.
+    uv = "UV             = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python"
+    assert uv in makefile
     assert "INSTALL_LOCKED = $(UV) --require-hashes -r" in makefile
     assert "INSTALL_SELF   = $(UV) --no-deps -e ." in makefile
     assert ".venv/.uv" in recipe.splitlines()[0], "the venv's installer comes first"
@@ -132,3 +137,15 @@ def test_the_installer_itself_is_installed_from_its_lock_with_hashes() -> None:
     assert "requirements/uv.lock" in recipe.splitlines()[0]
     assert "pip install --quiet --require-hashes -r requirements/uv.lock" in recipe
     assert list(read_lock("uv.lock")) == ["uv"]
+
+
+def test_the_venv_holds_the_bytecode_of_its_packages() -> None:
+    """What the replicas import is compiled already (uv --compile-bytecode), so no
+    process a test starts compiles it again where PYTHONDONTWRITEBYTECODE is set."""
+    import fastapi
+    import pydantic
+
+    for package in (fastapi, pydantic):
+        folder = Path(str(package.__file__)).parent / "__pycache__"
+        tag = sys.implementation.cache_tag
+        assert list(folder.glob(f"__init__.{tag}.pyc")), f"no bytecode in {folder}"
