@@ -77,6 +77,7 @@ def claim_statement(*, counted: bool) -> str:
     jobs wait on each other in one order, never in a cycle. A claim that counts runs
     (`counted`: one tick of a job with `max_runs`) locks the row for update and raises
     its count in the same statement. A `skipped` row is no run: a backfill may claim it.
+    A claimed tick releases the queue_one slot that names it, whoever reserved it.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -125,6 +126,11 @@ def claim_statement(*, counted: bool) -> str:
             result = NULL
         WHERE tickgate_runs.status = 'skipped' AND EXCLUDED.trigger = 'backfill'
         RETURNING {RUN_COLUMNS}
+    ), freed AS (
+        -- A claimed tick waits no longer: the queue_one slot naming it goes, whoever
+        -- reserved it (a replica that died waiting would hold it until it expired).
+        DELETE FROM tickgate_pending p USING claimed c
+        WHERE p.job = c.job AND p.scheduled_for = c.scheduled_for
     ){counting}
     SELECT g.got, c.name IS NOT NULL AS job_exists,
            COALESCE(c.incarnation = g.incarnation, false) AS same_incarnation,

@@ -277,6 +277,8 @@ class MemoryDatabase:
         run = self._insert_claimed(tick, job, statement.runner) if claimed else None
         if run is not None and job is not None and statement.counts(run):
             self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
+        if run is not None:
+            self.release_pending(run.job, run.scheduled_for)  # whoever held the slot
         key = tick.job.lock_key
         released = got and tick.lock and run is None and self.unlock(statement.session, key)
         facts = GateFacts(

@@ -149,14 +149,14 @@ def test_a_replica_slow_to_record_ends_loses_no_tick(
     assert not receiver.duplicates(), report(receiver.duplicates(), replicas)
 
 
-# --- 3. 300 jobs for a minute ---------------------------------------------------------------
+# --- 3. 300 jobs for half a minute ------------------------------------------------------
 
 
-def test_300_jobs_for_a_minute_lose_no_tick(
+def test_300_jobs_for_half_a_minute_lose_no_tick(
     cluster: list[Replica], receiver: Receiver, cluster_sql: Sql
 ) -> None:
     """100 one-second crons, 100 one-second intervals, 100 two-second crons, created in
-    bulk; a 60 s window from a few seconds later: no duplicate, no missing delivery, one
+    bulk; a 30 s window from a few seconds later: no duplicate, no missing delivery, one
     row per tick, and no skip but an honest overlap: the receiver answers at once, yet on
     a starved machine a run can outlast its one-second period, and the skip is then right
     only while that run was in flight."""
@@ -165,7 +165,7 @@ def test_300_jobs_for_a_minute_lose_no_tick(
     )
     create_all(cluster, specs)
     first = next_whole_second(time.time(), 3)
-    last = first + 59
+    last = first + 29
     sleep_until(last + 1)
 
     def problems_of(accounting: Accounting) -> list[str]:
@@ -175,7 +175,7 @@ def test_300_jobs_for_a_minute_lose_no_tick(
     accounting = await_accounting(
         receiver, cluster_sql, periods, first, last, deadline_seconds=60, problems_of=problems_of
     )
-    assert len(accounting.expected) == 100 * 60 + 100 * 60 + 100 * 30
+    assert len(accounting.expected) == 100 * 30 + 100 * 30 + 100 * 15
     assert not receiver.duplicates(), report(receiver.duplicates(), cluster)
 
 

@@ -340,6 +340,28 @@ async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
     assert [run.scheduled_for for run in await backend.runs_of("in-order")] == [waiting]
 
 
+async def test_a_claim_of_the_waiting_tick_frees_its_slot_whoever_reserved_it(
+    backend: Backend,
+) -> None:
+    """A replica reserved the slot for a tick and died waiting; another claims that tick
+    (a standby taking over): the slot goes with the claim, so the ticks after it run
+    instead of being skipped as overlaps until the dead replica's slot expires."""
+    job = await backend.add_job("taken-over", overlap=Overlap.QUEUE_ONE)
+    waiting, later = tick_now() - timedelta(seconds=2), tick_now()
+    assert await backend.ledger.reserve_pending("taken-over", waiting, "dead", 600) == waiting
+    async with backend.sessions.session(5) as session:
+        [taken] = await session.claim([tick(job, waiting)])
+        assert taken.outcome is ClaimOutcome.CLAIMED
+        assert await backend.slot_of("taken-over") is None
+        assert taken.run is not None
+        await session.finish(taken.run.id, SUCCEEDED, job.lock_key)
+        [next_one] = await session.claim([tick(job, later)])
+        assert next_one.outcome is ClaimOutcome.CLAIMED
+        assert await session.unlock(job.lock_key)
+    ran = sorted(run.scheduled_for for run in await backend.runs_of("taken-over"))
+    assert ran == [waiting, later]
+
+
 async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
     backend: Backend,
 ) -> None:
