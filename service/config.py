@@ -159,7 +159,8 @@ class Settings(BaseSettings):
         1000,
         ge=1,
         le=1_000_000,
-        description="Runs kept per job (runs younger than the job's misfire grace + 5 min, and "
+        description="Runs kept per job (runs of ticks younger than the job's misfire grace + "
+        "jitter + 5 min, and "
         "runs still `running`, are always kept; `skipped` rows count as history). One"
         " replica prunes per round, all that is due; each job remembers the newest "
         "tick it pruned (see docs/operating/retention.md).",

@@ -22,7 +22,6 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -152,10 +151,8 @@ class Runner:
         )
         self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
-        # Ticks arrived since the last dispatch, and scheduled ticks of each job that
-        # are on their way and not yet settled (backfills give way to them).
+        # Ticks arrived since the last dispatch.
         self._arrived: list[DueTick] = []
-        self._unsettled: Counter[str] = Counter()
         self._dispatch_planned = False
         self._takeover = timedelta(seconds=takeover_seconds)
         self._standby: Standby[DueTick] = Standby(
@@ -190,7 +187,6 @@ class Runner:
         together, in batches, in this replica's own random order, so racing replicas
         each win a share."""
         tick = self._due_tick(job, scheduled_for, trigger)
-        self._unsettled[job.name] += 1
         wait = self._hold_back_seconds(job, scheduled_for)
         if standby:
             self._standby.hold(tick, wait)
@@ -390,12 +386,6 @@ class Runner:
 
     def _settled(self, tick: DueTick) -> None:
         """The tick has its outcome here, or needs none."""
-        # By hand: Counter's `-=` walks every key, and this runs for every tick.
-        left = self._unsettled[tick.job_name] - 1
-        if left > 0:
-            self._unsettled[tick.job_name] = left
-        else:
-            self._unsettled.pop(tick.job_name, None)
         if tick.queued:
             self._spawn(self._release_slot(tick))
 
@@ -467,9 +457,7 @@ class Runner:
         waiting a bounded time for its lock."""
         deadline = time.monotonic() + BACKFILL_WAIT_SECONDS
         while True:
-            # A count many paths change, not an event: polled, like the lock.
-            while self._unsettled[tick.job.name] and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(RETRY_SECONDS)
+            await self._give_way(tick.job, deadline)
             claims: list[Claim] = []
             run = await self._on_the_side(tick, claims.append)
             if claims[0].outcome is ClaimOutcome.JOB_GONE:
@@ -483,6 +471,21 @@ class Runner:
                 )
             await asyncio.sleep(RETRY_SECONDS)
 
+    async def _give_way(self, job: Job, deadline: float) -> None:
+        """Wait, until `deadline`, while the job has a scheduled tick due now and still
+        without a ledger row: the scheduler is claiming it, and goes first. The ledger
+        says so wherever the scheduler runs (backfills run in the API's process, or on
+        another replica), so it is polled, like the lock."""
+        while time.monotonic() < deadline and await self._scheduled_tick_waits(job):  # noqa: ASYNC110
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _scheduled_tick_waits(self, job: Job) -> bool:
+        now = self._clock.now()
+        tick = job.tick_in_grace(now)
+        if tick is None or not job.is_tick(tick) or job.due(tick) > now:
+            return False
+        return bool(await self._store.ticks_without_runs([(job.name, tick)]))
+
     async def _on_the_side(self, tick: TickClaim, on_claim: Callable[[Claim], None]) -> Run | None:
         """Claim one tick on a side session, outside the room, and run it if claimed;
         `on_claim` hears the claim as soon as there is one."""
@@ -492,7 +495,10 @@ class Runner:
         async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
             [claim] = await session.claim([tick])
             on_claim(claim)
-            return await self._executor.run(session, tick.job, claim) if claim.run else None
+            if claim.run is None:
+                return None
+            # The job as the claim read it: an edit since the caller read it applies.
+            return await self._executor.run(session, claim.job or tick.job, claim)
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
         await work

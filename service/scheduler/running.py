@@ -9,7 +9,6 @@ recorded through the API pool.
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -35,6 +34,33 @@ LOCK_LOST = "lock lost: the connection holding the job's lock closed"
 JOB_END_LINGER_SECONDS = 0.02
 
 
+class RunsInFlight:
+    """The runs in flight on this replica, in all and per job. A start and an end each
+    cost O(1), whatever the number of jobs in flight (a Counter's `-=` rebuilds the
+    whole table, and `total()` sums it: O(jobs in flight) per run end)."""
+
+    def __init__(self) -> None:
+        self._per_job: dict[str, int] = {}
+        self.total = 0
+
+    def started(self, job: str) -> None:
+        self._per_job[job] = self._per_job.get(job, 0) + 1
+        self.total += 1
+
+    def ended(self, job: str) -> None:
+        left = self._per_job.pop(job) - 1
+        if left:
+            self._per_job[job] = left
+        self.total -= 1
+
+    def of(self, job: str) -> int:
+        return self._per_job.get(job, 0)
+
+    def __len__(self) -> int:
+        """How many jobs have a run in flight."""
+        return len(self._per_job)
+
+
 class RunExecutor:
     """Runs claimed ticks. One per replica; it knows which jobs run here now."""
 
@@ -50,7 +76,7 @@ class RunExecutor:
         self._record_delay = record_delay.total_seconds()
         self._attempts = attempts
         self._metrics = metrics
-        self._runs_by_job: Counter[str] = Counter()
+        self._runs = RunsInFlight()
         # Deleted jobs with runs still in flight here: their ends are not counted, or
         # they would bring back the series `forget_job` dropped.
         self._deleted: set[str] = set()
@@ -59,12 +85,12 @@ class RunExecutor:
 
     @property
     def in_flight(self) -> int:
-        return self._runs_by_job.total()
+        return self._runs.total
 
     def forget_job(self, name: str) -> None:
         """The job was deleted: drop its metric series."""
         self._metrics.forget_job(name)
-        if self._runs_by_job[name]:
+        if self._runs.of(name):
             self._deleted.add(name)
 
     async def run(self, session: PinnedSession, job: Job, claim: Claim) -> Run | None:
@@ -96,7 +122,7 @@ class RunExecutor:
         if run.trigger is not RunTrigger.MANUAL:
             lag = run.started_at - run.scheduled_for
             self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
-        self._runs_by_job[job.name] += 1
+        self._runs.started(job.name)
         self._metrics.runs_in_flight.inc()
         progress = Progress()
         attempts = asyncio.create_task(self._attempts.run(job, run, progress))
@@ -117,7 +143,7 @@ class RunExecutor:
             outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
             returned = time.monotonic()
         finally:
-            self._runs_by_job -= Counter({job.name: 1})
+            self._runs.ended(job.name)
             self._metrics.runs_in_flight.dec()
         return await run_to_completion(
             self._record(pinned, job, run, outcome, progress, returned=returned)
@@ -147,7 +173,7 @@ class RunExecutor:
         if job.name not in self._deleted:
             finished_at = finished.finished_at if finished else None
             self._metrics.count_run(job.name, outcome.status, finished_at)
-        elif not self._runs_by_job[job.name]:
+        elif not self._runs.of(job.name):
             self._deleted.discard(job.name)  # its last run here has ended
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
         if run.trigger is not RunTrigger.MANUAL:

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
-from service.store.rows import RUN_COLUMNS
+from service.store.rows import RUN_COLUMNS, job_document
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ def claim_statement(*, counted: bool) -> str:
     jobs wait on each other in one order, never in a cycle. A claim that counts runs
     (`counted`: one tick of a job with `max_runs`) locks the row for update and raises
     its count in the same statement. A `skipped` row is no run: a backfill may claim it.
-    A claimed tick releases the queue_one slot that names it, whoever reserved it.
+    A claimed tick releases the queue_one slot that names it, whoever reserved it. A
+    claimed tick that takes any version (manual, backfill) comes back with the job as
+    stored (`stored_job`): the definition it runs, of the version its row names.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -142,8 +144,12 @@ def claim_statement(*, counted: bool) -> str:
                OR (claimed.id IS NULL AND g.queued_before) AS busy,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
-           claimed.*
+           stored.job AS stored_job, claimed.*
     FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    -- A manual run or backfill runs the job as stored, read here under the row lock.
+    LEFT JOIN LATERAL (
+        SELECT {job_document("j")} FROM tickgate_jobs j
+        WHERE j.name = g.job AND g.any_version AND claimed.id IS NOT NULL) AS stored ON true
     -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
     LEFT JOIN LATERAL (
         SELECT true AS found FROM tickgate_runs r

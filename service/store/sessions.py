@@ -37,7 +37,7 @@ from service.store.errors import is_unavailable, timed_out
 from service.store.fire_sql import RunEnd, TickClaim
 from service.store.link import Link, deadline, heartbeat
 from service.store.ports import Claim, ClaimOutcome, GateFacts
-from service.store.rows import run_from_row
+from service.store.rows import job_from_row, run_from_row
 from service.store.store import init_connection
 from service.store.turns import Turns
 
@@ -334,6 +334,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
         busy=bool(row["busy"]),
         released=bool(row["released"]),
         run=run_from_row(row) if row["id"] else None,
+        stored=job_from_row({"job": row["stored_job"]}) if row["stored_job"] else None,
     )
     return facts.claim(tick)
 

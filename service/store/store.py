@@ -680,10 +680,12 @@ _JOBS_WITH_LAST_RUN = f"""SELECT {_JOB}, {last_run_columns("last")}
 # The deletion and the watermark move together, in one statement: a backfill that
 # finds a pruned tick missing from the ledger finds the watermark covering it too.
 # The watermark only moves forward (a row older than it may still be pruned later).
+# A row is spared while its tick is within the job's reach (grace + jitter, `Job.reach`)
+# and 300 s more: a pruned tick a replica could still fire would run again.
 # Jobs are key-share locked in name order, as the API locks them, before their runs:
 # a job deleted meanwhile (it locks the job, then its runs) makes this wait, not deadlock.
 _PRUNE_RUNS = """WITH batch AS (
-        SELECT name, misfire_grace_seconds FROM tickgate_jobs
+        SELECT name, misfire_grace_seconds + jitter_seconds AS reach FROM tickgate_jobs
         WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3
         FOR KEY SHARE),
     doomed AS (
@@ -693,7 +695,7 @@ _PRUNE_RUNS = """WITH batch AS (
             WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
         WHERE old.status <> 'running'
           AND old.scheduled_for
-              < clock_timestamp() - make_interval(secs => j.misfire_grace_seconds + 300)),
+              < clock_timestamp() - make_interval(secs => j.reach + 300)),
     deleted AS (
         DELETE FROM tickgate_runs r USING doomed WHERE r.id = doomed.id
         RETURNING r.job, r.scheduled_for),

@@ -28,6 +28,7 @@ from tests.support.backends import Backend, MemoryBackend, PostgresBackend, repl
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 
 SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, {"ok": True}, 1)
+HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -160,6 +161,28 @@ async def test_a_tick_of_an_edited_or_recreated_job_is_stale(backend: Backend) -
         )
     assert await backend.runs_of("changing") == []  # the delete took the old runs along
     assert await backend.locks_on(original.lock_key) == 0
+
+
+async def test_a_manual_or_backfill_claim_comes_back_with_the_job_as_stored(
+    backend: Backend,
+) -> None:
+    """A manual run or a backfill tick runs the job as the claim read it, not as its
+    caller read it before (#22, finding 6): an edit made meanwhile applies to it, and its
+    row names that version. A scheduled tick runs the exact revision it was claimed for."""
+    read_before = await backend.add_job("edited-meanwhile")
+    stored = await backend.edit_job("edited-meanwhile", args={"message": "edited"})
+    at = tick_now()
+    async with backend.sessions.session(5) as session:
+        for trigger, moment in ((RunTrigger.MANUAL, at), (RunTrigger.BACKFILL, at - HOUR)):
+            [claim] = await session.claim([tick(read_before, moment, trigger)])
+            assert claim.outcome is ClaimOutcome.CLAIMED
+            assert claim.job is not None
+            assert (claim.job.version, claim.job.args) == (2, {"message": "edited"})
+            assert claim.run is not None
+            await session.finish(claim.run.id, SUCCEEDED, stored.lock_key)
+        [scheduled] = await session.claim([tick(stored, at + timedelta(seconds=1))])
+        assert (scheduled.outcome, scheduled.job) == (ClaimOutcome.CLAIMED, None)
+        assert await session.unlock(stored.lock_key)
 
 
 async def test_two_claims_of_a_lockless_tick_in_flight_at_once_let_one_through(

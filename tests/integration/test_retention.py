@@ -85,6 +85,29 @@ async def test_retention_spares_running_rows_and_prunes_skipped_ones(
     ]
 
 
+async def test_retention_spares_the_rows_of_ticks_a_jittered_job_may_still_fire(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    """A tick fires up to its jitter after it and may start up to the grace after that:
+    its row is kept that long and 300 s more, or a replica would find the tick without a
+    row and run it again."""
+    jittered = JOB | {"name": "jittered", "jitter_seconds": 3600, "misfire_grace_seconds": 60}
+    assert (await client.post("/v1/jobs", json=jittered)).status_code == 201
+    now = await store.clock()
+    ages = {"within the jitter": 50, "past the reach": 70}  # minutes; the reach is 61 + 5
+    connection = await asyncpg.connect(database_url)
+    try:
+        for minutes in ages.values():
+            at = now - timedelta(minutes=minutes)
+            await connection.execute(INSERT_RUN, "jittered", at, "succeeded", None)
+    finally:
+        await connection.close()
+    assert await store.prune_runs(keep=0) == 1
+    page = (await client.get("/v1/jobs/jittered/runs")).json()["items"]
+    [kept] = [datetime.fromisoformat(run["scheduled_for"]) for run in page]
+    assert now - kept < timedelta(minutes=ages["within the jitter"] + 1)
+
+
 async def test_a_backfill_over_pruned_ticks_is_409_not_a_rerun(
     client: httpx.AsyncClient, store: Store, database_url: str
 ) -> None:

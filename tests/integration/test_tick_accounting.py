@@ -311,23 +311,28 @@ async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) 
 async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
     store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
 ) -> None:
+    """A scheduled tick falls due while a backfill run holds the job's lock: it runs
+    next, before the backfill's remaining ticks (the backfill sees it due and without a
+    ledger row, and waits for it)."""
+
     async def nap(args: GateArgs, context: TaskContext) -> JsonValue:
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(1.5)  # longer than a second: the tick falls due mid-run
         return None
 
     tasks = [TaskDefinition("nap", "sleeps a little", GateArgs, nap)]
     async with running(store, sessions, gates, metrics, tasks=tasks) as runner:
-        job = await add_job(store, "busy-history", task="nap")
-        now = tick_now()
-        past = [now - timedelta(minutes=10, seconds=n) for n in range(4, 0, -1)]
+        due = tick_now() + timedelta(seconds=1)  # in the first backfill run
+        hourly = IntervalSchedule(kind="interval", every_seconds=3600, anchor=due)
+        job = await add_job(store, "busy-history", task="nap", schedule=hourly)
+        past = [due - timedelta(hours=n) for n in range(3, 0, -1)]
         backfilling = asyncio.create_task(runner.backfill(job, past))
         await eventually_async(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
-        runner.fire(job, now, RunTrigger.SCHEDULE)  # due while the backfill holds the lock
+        runner.fire(job, due, RunTrigger.SCHEDULE)  # as the scheduler does; it arrives when due
         made = await asyncio.wait_for(backfilling, timeout=60)
-        runs = sorted(await finished_runs(store, "busy-history", 5), key=lambda r: r.started_at)
-    assert len(made) == 4
+        runs = sorted(await finished_runs(store, "busy-history", 4), key=lambda r: r.started_at)
+    assert len(made) == 3
     order = [run.trigger for run in runs]
-    assert order[:2] == [RunTrigger.BACKFILL, RunTrigger.SCHEDULE], order
+    assert order == [RunTrigger.BACKFILL, RunTrigger.SCHEDULE, *[RunTrigger.BACKFILL] * 2], order
     assert all(run.status is RunStatus.SUCCEEDED for run in runs)
 
 
