@@ -11,8 +11,7 @@ run: $(VENV)/.runtime
 	$(BIN)/tickgate serve --host 127.0.0.1 --port 8080
 
 # `make test`: lint, types, layer contracts, then every test against real PostgreSQL (the
-# slow folders, and the fast tests at the lowest CPU priority meanwhile: two pytest
-# sessions with their own worker counts),
+# fast tests, then the slow folders: two pytest sessions with their own worker counts),
 # with the 30 slowest of both named at the end (budget: under 12 minutes on 2 cores). It
 # writes no tracked file: the fault and fuzz figures go to the ignored .reliability.jsonl,
 # which `make reliability-from-log` renders into RELIABILITY.md.
@@ -21,12 +20,11 @@ test: lint types test-only
 # pytest-xdist runs the tests on several processes, each with an embedded PostgreSQL of its
 # own and a test module on one worker (module fixtures such as a shared cluster stay
 # whole). The fast tests mostly wait on PostgreSQL: CHECK_WORKERS of them. The slow
-# folders start real replicas (about 3 s of CPU each) and then wait on their windows,
-# leaving a core partly idle: `make test` runs the fast tests in that idle time, at nice
-# 19, beside the slow ones on SLOW_WORKERS (on 2 cores 3 took 515 s of pytest, 2 took
-# 683 s, one process 1,415 s; the fast tests at the same priority starved the 1 s jobs of
-# the accounting tests into overlap skips). Set them higher on a bigger box (0: in the
-# pytest process itself).
+# folders start real replicas (about 3 s of CPU each) and then mostly wait on their
+# windows: on 2 cores SLOW_WORKERS=3 took 515 s of pytest, 2 took 683 s and one process
+# 1,415 s (3 workers on the whole suite, fast tests included, starved the 1 s jobs of the
+# accounting tests into overlap skips). Set them higher on a bigger box (0: in the pytest
+# process itself).
 CHECK_WORKERS ?= 4
 SLOW_WORKERS  ?= 3
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
@@ -71,15 +69,10 @@ test-only: $(VENV)/.test
 		&& $(APT_CHROMIUM); } \
 		|| echo "chromium unavailable: tests/acceptance/test_ui.py will fail (apt-get install chromium)"
 	rm -rf $(RELIABILITY_LOG) $(TIMES)
-	mkdir -p $(TIMES)
 	$(BYTECODE)
-	@echo "the fast tests run meanwhile at the lowest CPU priority; their output follows the slow tests'"
-	nice -n 19 $(FAST_TESTS) --junitxml=$(TIMES)/fast.xml >$(TIMES)/fast.log 2>&1 & fast=$$!; \
+	$(FAST_TESTS) --junitxml=$(TIMES)/fast.xml
 	TICKGATE_RELIABILITY_LOG=$(CURDIR)/$(RELIABILITY_LOG) $(BIN)/python -m pytest \
-		$(call workers,$(SLOW_WORKERS)) -m acceptance --junitxml=$(TIMES)/slow.xml; slow=$$?; \
-	wait $$fast; fast=$$?; cat $(TIMES)/fast.log; \
-	[ $$slow -eq 0 ] || echo "the slow tests failed (above the fast tests' output)"; \
-	[ $$slow -eq 0 ] && [ $$fast -eq 0 ]
+		$(call workers,$(SLOW_WORKERS)) -m acceptance --junitxml=$(TIMES)/slow.xml
 	$(BIN)/python -m tools.durations 30 $(TIMES)/fast.xml $(TIMES)/slow.xml
 
 # `make reliability`: rewrite RELIABILITY.md from a run of the fault and fuzz tests alone
