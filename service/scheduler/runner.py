@@ -498,7 +498,7 @@ class Runner:
             if claim.run is None:
                 return None
             # The job as the claim read it: an edit since the caller read it applies.
-            return await self._executor.run(session, claim.job or tick.job, claim)
+            return await self._executor.run(session, claim.stored_job or tick.job, claim)
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
         await work

@@ -292,7 +292,7 @@ class MemoryDatabase:
             or (run is None and queued_before),
             released=released,
             run=run,
-            stored=job if run is not None and tick.any_version else None,
+            stored_job=job if run is not None and tick.any_version else None,
         )
         return facts.claim(tick)
 

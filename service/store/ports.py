@@ -65,14 +65,14 @@ class ClaimOutcome(Enum):
 
 @dataclass(frozen=True)
 class Claim:
-    """The gate's answer for one tick. `job`: for a claimed manual run or backfill
+    """The gate's answer for one tick. `stored_job`: for a claimed manual run or backfill
     (`TickClaim.any_version`), the job as the claim read it, under the same row lock
     as the run's row: what runs, whatever version the caller had read before."""
 
     outcome: ClaimOutcome
     run: Run | None = None
     holds_lock: bool = False
-    job: Job | None = None
+    stored_job: Job | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class GateFacts:
     the lock was not taken while another run of the job, not a backfill, was in
     progress when the claim began, or an earlier tick of the job holds its queue_one
     slot. released: the lock was taken and given back, the tick not being claimed.
-    run: the row claimed, if it was. stored: the job as the claim read it, for a
+    run: the row claimed, if it was. stored_job: the job as the claim read it, for a
     claimed tick that takes any version.
     """
 
@@ -101,11 +101,11 @@ class GateFacts:
     busy: bool
     released: bool
     run: Run | None
-    stored: Job | None = None
+    stored_job: Job | None = None
 
     def claim(self, tick: TickClaim) -> Claim:
         holds = tick.lock and self.got and not self.released
-        return Claim(self._outcome(tick), self.run, holds, self.stored)
+        return Claim(self._outcome(tick), self.run, holds, self.stored_job)
 
     def _outcome(self, tick: TickClaim) -> ClaimOutcome:  # noqa: PLR0911
         # One answer per condition of the gate, in the order they apply.

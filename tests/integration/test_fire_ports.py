@@ -176,12 +176,12 @@ async def test_a_manual_or_backfill_claim_comes_back_with_the_job_as_stored(
         for trigger, moment in ((RunTrigger.MANUAL, at), (RunTrigger.BACKFILL, at - HOUR)):
             [claim] = await session.claim([tick(read_before, moment, trigger)])
             assert claim.outcome is ClaimOutcome.CLAIMED
-            assert claim.job is not None
-            assert (claim.job.version, claim.job.args) == (2, {"message": "edited"})
+            assert claim.stored_job is not None
+            assert (claim.stored_job.version, claim.stored_job.args) == (2, {"message": "edited"})
             assert claim.run is not None
             await session.finish(claim.run.id, SUCCEEDED, stored.lock_key)
         [scheduled] = await session.claim([tick(stored, at + timedelta(seconds=1))])
-        assert (scheduled.outcome, scheduled.job) == (ClaimOutcome.CLAIMED, None)
+        assert (scheduled.outcome, scheduled.stored_job) == (ClaimOutcome.CLAIMED, None)
         assert await session.unlock(stored.lock_key)
 
 
