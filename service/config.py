@@ -109,8 +109,8 @@ class Settings(BaseSettings):
         30,
         gt=0,
         le=3600,
-        description="Period of the full resync of the scheduler's mirror, the orphan sweep, the "
-        "overdue check and retention.",
+        description="Period of the full resync of the scheduler's mirror, the overdue check "
+        "and retention.",
     )
     lock_sessions: int = Field(
         4,
@@ -138,7 +138,8 @@ class Settings(BaseSettings):
         ge=0.5,
         le=600,
         description="A job's standby replica claims a tick that still has no ledger row "
-        "this long after it was due (its owner died or stalls).",
+        "this long after it was due (its owner died or stalls); every replica looks this "
+        "often for runs whose replica died, to resume (retries left) or record abandoned.",
     )
     db_link_timeout_seconds: float = Field(
         30,

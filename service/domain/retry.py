@@ -35,6 +35,12 @@ class RetryPolicy(BaseModel):
         step = self.min_backoff_seconds * 2.0**doubled * (linear + 1)
         return float(min(step, self.max_backoff_seconds))
 
+    def allows_attempt(self, attempt: int, elapsed_seconds: float) -> bool:
+        """Whether attempt number `attempt` (1 for the first) may start `elapsed_seconds`
+        after the run began."""
+        in_time = not self.max_retry_seconds or elapsed_seconds < self.max_retry_seconds
+        return attempt <= self.max_attempts and in_time
+
     def worst_case_seconds(self, attempt_timeout: float) -> float:
         """The longest a run can take: every attempt timing out, every wait served."""
         waits = sum(self.backoff_seconds(r) for r in range(self.max_attempts - 1))

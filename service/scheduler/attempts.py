@@ -4,6 +4,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,11 +31,20 @@ class Outcome:
     result: JsonValue = None
 
 
+async def _unnoted(attempt: int) -> None:
+    return None
+
+
 @dataclass
 class Progress:
-    """Attempts made so far; read when a cancelled run is recorded."""
+    """Attempts made so far (for a resumed run, those its lost replica made too); read
+    when a cancelled run is recorded. `spent_seconds`: how long the run had been going
+    when these attempts began, against `max_retry_seconds`. `note` hears of each retry
+    before it starts, so the row counts it."""
 
     attempts: int = 0
+    spent_seconds: float = 0.0
+    note: Callable[[int], Awaitable[None]] = _unnoted
 
 
 def run_context(run: Run) -> dict[str, str]:
@@ -68,10 +78,14 @@ class Attempts:
 
     async def run(self, job: Job, run: Run, progress: Progress) -> Outcome:
         policy = job.retry
-        budget_end = time.monotonic() + (policy.max_retry_seconds or float("inf"))
+        budget = policy.max_retry_seconds or float("inf")
+        budget_end = time.monotonic() + budget - progress.spent_seconds
         logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run))
+        first = progress.attempts + 1  # its row counts it already (claimed or resumed)
         while True:
             progress.attempts += 1
+            if progress.attempts > first:
+                await progress.note(progress.attempts)
             seconds = min(job.timeout_seconds, budget_end - time.monotonic())
             outcome = await self._attempt(job, run, progress.attempts, seconds, logger)
             if outcome.status is RunStatus.SUCCEEDED or progress.attempts >= policy.max_attempts:

@@ -117,6 +117,7 @@ class Mirror:
             asyncio.create_task(self._apply_changes_forever()),
             asyncio.create_task(self._maintain_forever()),
             asyncio.create_task(self._follow_members_forever()),
+            asyncio.create_task(self._sweep_orphans_forever()),
         ]
 
     def pause(self) -> None:
@@ -239,6 +240,13 @@ class Mirror:
             await self._guarded(self._prune(), "pruning run history")
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
 
+    async def _sweep_orphans_forever(self) -> None:
+        # As often as a standby takes over a tick: a run its replica lost mid-crowd
+        # goes on elsewhere (or is recorded abandoned) within moments, not a reconcile.
+        while True:
+            await asyncio.sleep(self._runner.takeover_seconds)
+            await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
+
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
         """Run `work`; False if it failed, which is logged."""
         try:
@@ -330,17 +338,14 @@ class Mirror:
         await self._store.record_skips(gaps, self._runner.runner_id)
 
     async def _sweep(self) -> None:
-        """Orphaned runs become `abandoned`; jobs with nothing left to fire become
-        completed (a one-time tick nobody ran is recorded as a misfire first). All judged
-        on the database's clock."""
+        """Jobs with nothing left to fire become completed (a one-time tick nobody ran
+        is recorded as a misfire first), judged on the database's clock."""
         ended = await self._store.ended_jobs()
         if ended:
             await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
             now = await self._store.clock()
             for job in ended:
                 await self._store.mutate_job(job.name, _closing_window(now))
-        for run in await self._store.abandon_orphans():
-            log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
 
     async def _prune(self) -> None:
         pruned = await self._store.prune_runs(self._run_history, self._round_seconds)

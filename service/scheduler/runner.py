@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import httpx
 
@@ -48,6 +48,7 @@ from service.store.ports import (
     ClaimOutcome,
     Ledger,
     LockPool,
+    Orphan,
     PinnedSession,
     Skip,
     TickClaim,
@@ -155,6 +156,9 @@ class Runner:
         self._arrived: list[DueTick] = []
         self._dispatch_planned = False
         self._takeover = timedelta(seconds=takeover_seconds)
+        self.takeover_seconds = takeover_seconds
+        self._room = max_in_flight
+        self._resuming: set[UUID] = set()  # orphans being resumed here
         self._standby: Standby[DueTick] = Standby(
             ledger=store,
             takeover_seconds=takeover_seconds,
@@ -502,6 +506,48 @@ class Runner:
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
         await work
+
+    # --- orphans ------------------------------------------------------------------
+
+    async def sweep_orphans(self) -> None:
+        """Runs whose replica died: each whose retry policy allows another attempt gets
+        it here, the same run (id, Idempotency-Key) moved to this replica; the others
+        end `abandoned`. Replicas sweep at once and each takes a share, the row's
+        compare-and-set deciding; at most `_room` resumed runs go at a time here, and the
+        rest wait for the next sweep, still orphaned."""
+        room = self._room - len(self._resuming)
+        orphans = await self._store.orphans(max(room, 1) * 4)
+        now = self._clock.now()
+        for run in await self._store.abandon([o for o in orphans if not o.resumable(now)]):
+            log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
+        resumable = [o for o in orphans if o.resumable(now) and o.run.id not in self._resuming]
+        random.shuffle(resumable)  # racing replicas each win a share, not the same ones
+        for orphan in resumable[: max(room, 0)]:
+            if self.accepting:
+                self._resuming.add(orphan.run.id)
+                self._spawn(self._resume(orphan, now))
+
+    async def _resume(self, orphan: Orphan, now: datetime) -> None:
+        """Take the orphan's run over on a side session and make its next attempts; one
+        another replica took first, or that ended meanwhile, is left alone."""
+        try:
+            async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
+                claim = await session.resume(orphan, self._runner_id)
+                if claim.run is None:
+                    return
+                log.warning(
+                    "run %s resumed here at attempt %d: runner %s stopped mid-run",
+                    claim.run.id,
+                    claim.run.attempts,
+                    orphan.run.runner,
+                    extra={"job": orphan.run.job},
+                )
+                spent = (now - orphan.run.started_at).total_seconds()
+                await self._executor.run(session, orphan.job, claim, spent)
+        except Exception as error:  # noqa: BLE001 - logged; the next sweep finds it again
+            _log_failure(f"resuming run {orphan.run.id}", error)
+        finally:
+            self._resuming.discard(orphan.run.id)
 
     # --- shared -------------------------------------------------------------------
 

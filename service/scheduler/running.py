@@ -9,7 +9,7 @@ recorded through the API pool.
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -93,13 +93,18 @@ class RunExecutor:
         if self._runs.of(name):
             self._deleted.add(name)
 
-    async def run(self, session: PinnedSession, job: Job, claim: Claim) -> Run | None:
+    async def run(
+        self, session: PinnedSession, job: Job, claim: Claim, spent_seconds: float = 0.0
+    ) -> Run | None:
         """Run a claimed tick as `job` stands; whatever happens, record its end and
-        release the job's lock if this session still holds it."""
+        release the job's lock if this session still holds it. A resumed run (its row
+        counting the attempts made before, `spent_seconds` into the run) makes the
+        attempts its retry policy has left."""
         assert claim.run is not None, "only a claimed tick runs"
         pinned = Pinned(session, LockHold(job.lock_key, claim.holds_lock))
+        progress = Progress(claim.run.attempts - 1, spent_seconds, self._noting(claim.run))
         try:
-            return await self._run(pinned, job, claim.run)
+            return await self._run(pinned, job, claim.run, progress)
         finally:
             if pinned.hold.held:
                 await run_to_completion(self._unlock(session, pinned.hold))
@@ -118,13 +123,24 @@ class RunExecutor:
             log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
         session.terminate()
 
-    async def _run(self, pinned: "Pinned", job: Job, run: Run) -> Run | None:
+    def _noting(self, run: Run) -> Callable[[int], Awaitable[None]]:
+        async def note(attempt: int) -> None:
+            # Counted so that a replica resuming the run after a crash makes no more
+            # attempts than the policy allows; if the database is away, the retry goes
+            # ahead all the same.
+            try:
+                await self._store.note_attempt(run.id, attempt)
+            except Exception as error:  # noqa: BLE001 - logged; the attempt is worth more
+                log.warning("attempt %d not counted (%r)", attempt, error, extra=run_context(run))
+
+        return note
+
+    async def _run(self, pinned: "Pinned", job: Job, run: Run, progress: Progress) -> Run | None:
         if run.trigger is not RunTrigger.MANUAL:
             lag = run.started_at - run.scheduled_for
             self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
         self._runs.started(job.name)
         self._metrics.runs_in_flight.inc()
-        progress = Progress()
         attempts = asyncio.create_task(self._attempts.run(job, run, progress))
         fence = LockFence(run, attempts)
         try:
@@ -214,7 +230,7 @@ class RunExecutor:
                     # elsewhere, say): nothing was recorded or released. The end goes
                     # through the API pool; the lock stays held until then (`run`
                     # releases it), so no later tick finds the run still `running`.
-                    return await self._finish_elsewhere(run, end)
+                    return await self._finish_elsewhere(run, end, session.pid)
             else:
                 hold.held = hold.held and not released
                 return finished
@@ -222,9 +238,9 @@ class RunExecutor:
         # dead connection is never unlocked on. Terminating it only tidies up.
         hold.held = False
         session.terminate()
-        return await self._finish_elsewhere(run, end)
+        return await self._finish_elsewhere(run, end, session.pid)
 
-    async def _finish_elsewhere(self, run: Run, end: RunEnd) -> Run | None:
+    async def _finish_elsewhere(self, run: Run, end: RunEnd, backend: int) -> Run | None:
         """Record the end of a run whose own connection died, through the API pool,
         retrying while the database is away (a restart). If it stays away longer than
         RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it
@@ -233,7 +249,7 @@ class RunExecutor:
         backoff, most = _RECORD_BACKOFF_SECONDS
         while True:
             try:
-                return await self._store.finish_run(run.id, end)
+                return await self._store.finish_run(run.id, end, backend)
             except Exception as error:  # noqa: BLE001 - retried, then logged
                 # Whatever went wrong (a pool connection caught mid-break by the same
                 # outage raises asyncpg's internal errors too), the end is worth

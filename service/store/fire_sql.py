@@ -62,6 +62,10 @@ class Skip:
     missed_ticks: int | None = None
 
 
+# The ledger's columns, read from the table named r (where another table is joined).
+_RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
+
+
 def claim_statement(*, counted: bool) -> str:
     """Per tick: try the job's lock, unless this session holds it already ($11: the
     keys it holds, for other runs; a session's locks are re-entrant, so taking one
@@ -183,6 +187,8 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 
 
 # Records runs' ends, each only while it is still `running`: a run is finished once.
+# An end recorded from elsewhere names the backend that held the run ($7): once another
+# replica has taken the run over (an orphan resumed), it is that replica's to record.
 # Times come from the database's clock, like `started_at`. `unlock_key`, where given,
 # is released in the same statement: the ledger row was committed when the run was
 # claimed, so releasing a lock a moment before its end commits lets no one run the
@@ -199,7 +205,8 @@ FINISH = f"""WITH ends AS (
             duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
         FROM ends e
         WHERE r.id = e.run_id AND r.status = 'running'
-        RETURNING {", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))}
+          AND ($7::int IS NULL OR r.backend_pid = $7)
+        RETURNING {_RUN_COLUMNS_OF_R}
     )
     SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
                      THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
@@ -209,8 +216,9 @@ FINISH = f"""WITH ends AS (
 
 
 def finish_arguments(
-    ends: Sequence[tuple[UUID, RunEnd, int | None]],
+    ends: Sequence[tuple[UUID, RunEnd, int | None]], backend: int | None = None
 ) -> tuple[object, ...]:
+    """`backend`: record the ends only of rows that still name this backend."""
     return (
         [run_id for run_id, _, _ in ends],
         [end.status.value for _, end, _ in ends],
@@ -218,6 +226,7 @@ def finish_arguments(
         [end.result for _, end, _ in ends],
         [end.attempts for _, end, _ in ends],
         [unlock for _, _, unlock in ends],
+        backend,
     )
 
 
@@ -287,6 +296,61 @@ RESERVE_PENDING = """WITH taken AS (
     WHERE job = $1 AND NOT EXISTS (SELECT 1 FROM taken)"""
 
 RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
+
+# Orphans: `running` rows whose replica is gone. A run's session holds the job's
+# advisory lock (every overlap mode but "allow") for the whole run, so a row whose backend
+# is gone and whose lock nobody holds lost its replica. Rows younger than a few seconds
+# are left alone: their claim may not be visible to pg_locks' snapshot yet. Each comes
+# with its job as stored, whose retry policy says whether it gets another attempt.
+_ORPHANED = """r.status = 'running'
+    AND r.started_at < clock_timestamp() - interval '2 seconds'
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid)
+    AND NOT (r.locked AND EXISTS (
+        SELECT 1 FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
+          AND l.objid = (r.lock_key & 4294967295)::oid))"""
+
+ORPHANS = f"""SELECT {_RUN_COLUMNS_OF_R},
+        r.backend_pid, r.locked, r.lock_key, {job_document("j")}
+    FROM tickgate_runs r JOIN tickgate_jobs j ON j.name = r.job
+    WHERE {_ORPHANED}
+    ORDER BY r.started_at LIMIT $1"""
+
+# The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error),
+# if still orphaned.
+ABANDONED_ERROR = "the replica running this stopped without finishing it"
+ABANDON = f"""UPDATE tickgate_runs r SET status = 'abandoned',
+        finished_at = clock_timestamp(),
+        duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
+        error = $2
+    WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
+    RETURNING {RUN_COLUMNS}"""
+
+# An orphan's next attempt moves to this session: it takes the job's lock ($3: whether
+# the run holds one, $4 its key), then the row, by compare-and-set on the backend that
+# held it ($2), so of several replicas resuming it at once one wins. Its attempts count
+# the one its replica lost. A lock taken for a row another session won is given back.
+RESUME = f"""WITH gate AS MATERIALIZED (
+        SELECT CASE WHEN $3 THEN pg_try_advisory_lock($4) ELSE true END AS got
+    ), moved AS (
+        UPDATE tickgate_runs r SET runner = $5, backend_pid = pg_backend_pid(),
+            attempts = r.attempts + 1
+        FROM gate
+        WHERE gate.got AND r.id = $1 AND r.backend_pid = $2 AND r.status = 'running'
+          AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $2)
+        RETURNING {_RUN_COLUMNS_OF_R}
+    )
+    SELECT gate.got, gate.got AND moved.id IS NOT NULL AND $3 AS holds_lock,
+           CASE WHEN gate.got AND $3 AND moved.id IS NULL
+                THEN pg_advisory_unlock($4) ELSE false END AS released,
+           moved.*
+    FROM gate LEFT JOIN moved ON true"""
+
+# A retry is about to start: the row counts it, so a replica that resumes the run after
+# a crash knows how many attempts were made.
+NOTE_ATTEMPT = "UPDATE tickgate_runs SET attempts = $2 WHERE id = $1 AND status = 'running'"
 
 # Run once on every new lock-pool connection before it is handed out: statements are
 # prepared and their types known, so a replica's very first runs end as fast as later

@@ -40,12 +40,15 @@ from uuid import UUID, uuid4
 
 from service.domain.jobs import Job, JobState
 from service.domain.runs import Run, RunStatus, RunTrigger
+from service.store.fire_sql import ABANDONED_ERROR
 from service.store.ports import (
     Claim,
+    ClaimOutcome,
     GateFacts,
     JobUpdateFn,
     Ledger,
     LockPool,
+    Orphan,
     PinnedSession,
     RunEnd,
     Skip,
@@ -71,6 +74,7 @@ T = TypeVar("T")
 ClaimHook = Callable[[Sequence[TickClaim]], Awaitable[None]]
 FinishHook = Callable[[Sequence[UUID]], Awaitable[None]]
 _Tick = tuple[str, datetime]
+ORPHAN_AGE = timedelta(seconds=2)  # as the orphan statements' `interval '2 seconds'`
 
 
 class SessionClosedError(ConnectionError):
@@ -149,6 +153,9 @@ class MemoryDatabase:
         self._jobs: dict[str, Job] = {}
         self._runs: dict[_Tick, Run] = {}
         self._run_ticks: dict[UUID, _Tick] = {}
+        # Each running run's session, whether it locks, and its key (its row's
+        # backend_pid, locked and lock_key).
+        self._backends: dict[UUID, tuple[int, bool, int]] = {}
         self._slots: dict[str, _Slot] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
         self._session_ids = count(1)
@@ -279,6 +286,7 @@ class MemoryDatabase:
             self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
         if run is not None:
             self.release_pending(run.job, run.scheduled_for)  # whoever held the slot
+            self._backends[run.id] = (statement.session, tick.lock, tick.job.lock_key)
         key = tick.job.lock_key
         released = got and tick.lock and run is None and self.unlock(statement.session, key)
         facts = GateFacts(
@@ -341,19 +349,85 @@ class MemoryDatabase:
         self._run_ticks[run.id] = tick
         return run
 
+    # --- orphans ---------------------------------------------------------------------
+
+    def orphans(self, most: int) -> list[Orphan]:
+        """As `fire_sql.ORPHANS`: running on a closed session, the job's lock free,
+        older than 2 seconds; the oldest first."""
+        young = self.clock() - ORPHAN_AGE
+        found = [
+            Orphan(run, self._jobs[run.job], *self._backends[run.id])
+            for run in self._runs.values()
+            if run.status is RunStatus.RUNNING and run.started_at < young and self._orphaned(run)
+        ]
+        return sorted(found, key=lambda orphan: orphan.run.started_at)[:most]
+
+    def _orphaned(self, run: Run) -> bool:
+        session, locked, key = self._backends[run.id]
+        free = not locked or self.lock_owner(key) is None
+        return session not in self._sessions and free
+
+    def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
+        end = RunEnd(RunStatus.ABANDONED, ABANDONED_ERROR, None, 0)
+        return [
+            ended
+            for orphan in orphans
+            if self._still_orphaned(orphan.run.id)
+            and (ended := self.finish(orphan.run.id, end, keep_attempts=True)) is not None
+        ]
+
+    def _still_orphaned(self, run_id: UUID) -> bool:
+        run = self._runs.get(self._run_ticks.get(run_id, ("", self.clock())))
+        return run is not None and run.status is RunStatus.RUNNING and self._orphaned(run)
+
+    def resume(self, session: int, orphan: Orphan, runner: str) -> Claim:
+        """As `fire_sql.RESUME`, with the claim's rule for a lock this session holds."""
+        key = orphan.lock_key
+        if orphan.locked and (self.lock_owner(key) is not None or not self.try_lock(session, key)):
+            return Claim(ClaimOutcome.LOCKED)
+        run = self._runs.get(self._run_ticks.get(orphan.run.id, ("", self.clock())))
+        moved = (
+            run is not None
+            and run.status is RunStatus.RUNNING
+            and self._backends[run.id][0] == orphan.backend_pid
+            and orphan.backend_pid not in self._sessions
+        )
+        if run is None or not moved:
+            if orphan.locked:
+                self.unlock(session, key)
+            return Claim(ClaimOutcome.ALREADY_RAN)
+        self._backends[run.id] = (session, orphan.locked, key)
+        resumed = self._write(
+            run.model_copy(update={"runner": runner, "attempts": run.attempts + 1})
+        )
+        return Claim(ClaimOutcome.CLAIMED, resumed, orphan.locked)
+
+    def note_attempt(self, run_id: UUID, attempt: int) -> None:
+        tick = self._run_ticks.get(run_id)
+        run = self._runs.get(tick) if tick else None
+        if run is not None and run.status is RunStatus.RUNNING:
+            self._write(run.model_copy(update={"attempts": attempt}))
+
     # --- ends, skips, slots, jobs --------------------------------------------------
 
-    def finish(self, run_id: UUID, end: RunEnd) -> Run | None:
-        """Record a run's end if it is still running."""
+    def finish(
+        self, run_id: UUID, end: RunEnd, *, keep_attempts: bool = False, backend: int | None = None
+    ) -> Run | None:
+        """Record a run's end if it is still running (on `backend`, if given);
+        `keep_attempts`: as the row counts them, for an end nobody ran to."""
         tick = self._run_ticks.get(run_id)
         run = self._runs.get(tick) if tick else None
         if run is None or run.status is not RunStatus.RUNNING:
+            return None
+        if backend is not None and self._backends[run_id][0] != backend:
             return None
         # Two readings of the clock, as the statement takes them: the end, then the duration.
         finished_at = self.clock()
         duration_ms = _milliseconds(self.clock() - run.started_at)
         ended = {"status": end.status, "error": end.error, "result": end.result}
-        timing = {"finished_at": finished_at, "duration_ms": duration_ms, "attempts": end.attempts}
+        attempts = run.attempts if keep_attempts else end.attempts
+        timing = {"finished_at": finished_at, "duration_ms": duration_ms, "attempts": attempts}
+        self._backends.pop(run_id, None)
         return self._write(run.model_copy(update={**ended, **timing}))
 
     def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
@@ -426,6 +500,10 @@ class MemorySession(PinnedSession):
         self._turn = asyncio.Lock()
 
     @property
+    def pid(self) -> int:
+        return self.id
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -467,6 +545,12 @@ class MemorySession(PinnedSession):
         async with self._turn:
             self.check_open()
             return self._database.unlock(self.id, key)
+
+    async def resume(self, orphan: Orphan, runner: str) -> Claim:
+        await _round_trip()
+        async with self._turn:
+            self.check_open()
+            return self._database.resume(self.id, orphan, runner)
 
     def try_lock(self, key: int) -> bool:
         """pg_try_advisory_lock on this session: what a foreign lock holder does."""
@@ -564,13 +648,25 @@ class MemoryLedger(Ledger):
         await _round_trip()
         return self._database.ticks_without_runs(ticks)
 
-    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
         await _round_trip()
-        return self._database.finish(run_id, end)
+        return self._database.finish(run_id, end, backend=backend)
 
     async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
         await _round_trip()
         self._database.update_jobs(updates)
+
+    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
+        await _round_trip()
+        self._database.note_attempt(run_id, attempt)
+
+    async def orphans(self, most: int) -> list[Orphan]:
+        await _round_trip()
+        return self._database.orphans(most)
+
+    async def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
+        await _round_trip()
+        return self._database.abandon(orphans)
 
 
 async def _round_trip() -> None:

@@ -15,7 +15,7 @@ relies on nothing else. Nothing here talks SQL.
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Protocol
 from uuid import UUID
@@ -31,6 +31,7 @@ __all__ = [
     "JobUpdateFn",
     "Ledger",
     "LockPool",
+    "Orphan",
     "PinnedSession",
     "RunEnd",
     "Skip",
@@ -73,6 +74,27 @@ class Claim:
     run: Run | None = None
     holds_lock: bool = False
     stored_job: Job | None = None
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A `running` run whose replica is gone (its backend ended, its lock free), with
+    its job as stored. The attempt it was making is lost: a crash costs an attempt,
+    not the run, when the job's retry policy allows the next one."""
+
+    run: Run
+    job: Job
+    backend_pid: int
+    locked: bool
+    lock_key: int
+
+    def resumable(self, now: datetime) -> bool:
+        """Whether the next attempt may start now, by the job's retry policy (the lost
+        one counted among `run.attempts`), under the lock its job has now."""
+        if self.job.lock_key != self.lock_key:
+            return False
+        elapsed = max(now - self.run.started_at, timedelta(0)).total_seconds()
+        return self.job.retry.allows_attempt(self.run.attempts + 1, elapsed)
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,12 @@ class PinnedSession(Protocol):
     statements on one connection do; many runs share it, each holding its own lock."""
 
     @property
+    def pid(self) -> int:
+        """Which session this is, as the ledger rows of its runs name it (the
+        backend's pid in PostgreSQL): what orphan detection asks about."""
+        ...
+
+    @property
     def closed(self) -> bool:
         """The session is gone (closed by the server, the network or `terminate`),
         and every lock it held with it. Calls on a closed session raise an error that
@@ -174,6 +202,15 @@ class PinnedSession(Protocol):
         the same step, release `release_lock` once if given. The finished run, or None
         if it was not `running` (the lock is released all the same); and whether this
         session held the lock to release."""
+        ...
+
+    async def resume(self, orphan: Orphan, runner: str) -> Claim:
+        """Make the orphan's next attempt this session's, for `runner`: take the job's
+        lock if the run holds one (never waiting), then the row, only while it is
+        `running` and still names the backend that was lost, counting one more attempt.
+        CLAIMED (holding the lock, if any) with the row as it is now; otherwise LOCKED
+        (the lock is held: whoever holds it is running the job) or ALREADY_RAN (another
+        session resumed it, or it ended), holding nothing."""
         ...
 
     async def unlock(self, key: int) -> bool:
@@ -242,8 +279,24 @@ class Ledger(Protocol):
         """Which of these (job, tick) pairs have no ledger row yet, of any kind."""
         ...
 
-    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
-        """`PinnedSession.finish` without a lock: for a run whose session is gone."""
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+        """`PinnedSession.finish` without a lock: for a run whose session (`backend`,
+        its `pid`) is gone; only while the row still names that session, since a
+        session that resumed the orphan records its end itself."""
+        ...
+
+    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
+        """Attempt number `attempt` of a `running` run starts: its row counts it."""
+        ...
+
+    async def orphans(self, most: int) -> list[Orphan]:
+        """Up to `most` runs that are `running` on a session that is gone, with no
+        session holding the job's lock, and that began more than 2 seconds ago; the
+        oldest first."""
+        ...
+
+    async def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
+        """End as `abandoned` those of `orphans` that are orphaned still; those ended."""
         ...
 
     async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:

@@ -36,7 +36,7 @@ from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.fire_sql import RunEnd, TickClaim
 from service.store.link import Link, deadline, heartbeat
-from service.store.ports import Claim, ClaimOutcome, GateFacts
+from service.store.ports import Claim, ClaimOutcome, GateFacts, Orphan
 from service.store.rows import job_from_row, run_from_row
 from service.store.store import init_connection
 from service.store.turns import Turns
@@ -292,6 +292,22 @@ class RunSession:
                 self._held.discard(ending.release_lock)
             results.append((run_from_row(row) if row["id"] is not None else None, released))
         return results
+
+    async def resume(self, orphan: Orphan, runner: str) -> Claim:
+        """Take over the orphan's run, its lock first (see `fire_sql.RESUME`). A lock
+        this session holds already is another run of the job here: LOCKED, as a claim
+        would answer (the session's locks are re-entrant; the gate is not)."""
+        key, locking = orphan.lock_key, orphan.locked
+        async with self._turns.turn():
+            if locking and key in self._held:
+                return Claim(ClaimOutcome.LOCKED)
+            arguments = (orphan.run.id, orphan.backend_pid, locking, key, runner)
+            [row] = await self._claiming({key} if locking else set(), fire_sql.RESUME, arguments)
+            if row["id"] is None:
+                return Claim(ClaimOutcome.ALREADY_RAN if row["got"] else ClaimOutcome.LOCKED)
+            claim = Claim(ClaimOutcome.CLAIMED, run_from_row(row), bool(row["holds_lock"]))
+            self._took(claim, key)
+            return claim
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""

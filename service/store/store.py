@@ -20,7 +20,7 @@ from service.store.connection import Connection, Pool
 from service.store.fire_sql import RunEnd, Skip
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
-from service.store.ports import JobUpdateFn
+from service.store.ports import JobUpdateFn, Orphan
 from service.store.rows import (
     JOB_COLUMN_TYPES,
     JOB_COLUMNS,
@@ -463,13 +463,14 @@ class Store:
         )
         return {row["name"]: row["tick"] for row in rows if row["tick"] is not None}
 
-    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
-        """Record a run's end through the API pool, for a run whose own connection is
-        gone (with it, the job's lock). None if the run is no longer `running`: it was
-        recorded already, or the orphan sweep marked it `abandoned` meanwhile."""
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+        """Record a run's end through the API pool, for a run whose own connection (the
+        backend `backend`) is gone, and with it the job's lock. None if the run is no
+        longer `running` there: it was recorded already, or the orphan sweep marked it
+        `abandoned` or another replica took it over meanwhile."""
         async with self._bounded() as connection:
             [row] = await connection.fetch(
-                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)])
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)], backend)
             )
         return run_from_row(row) if row["id"] is not None else None
 
@@ -483,33 +484,35 @@ class Store:
             rows = await connection.fetch(fire_sql.RECORD_SKIPS, *arguments)
         return [run_from_row(row) for row in rows]
 
-    async def abandon_orphans(self) -> list[Run]:
-        """Mark `abandoned` the running runs whose runner's session is gone.
+    async def orphans(self, most: int) -> list[Orphan]:
+        """Runs whose replica is gone (see `ports.Ledger.orphans`)."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(fire_sql.ORPHANS, most)
+        return [
+            Orphan(
+                run_from_row(row),
+                job_from_row(row),
+                row["backend_pid"],
+                row["locked"],
+                row["lock_key"],
+            )
+            for row in rows
+        ]
 
-        A run's session holds the job's advisory lock (overlap "skip") for the whole
-        run, so a running row with no such lock and no live backend lost its replica.
-        Runs younger than a few seconds are left alone: their claim may not be visible
-        to pg_locks' snapshot yet.
-        """
-        rows = await self._pool.fetch(
-            f"""UPDATE tickgate_runs r SET status = 'abandoned',
-                    finished_at = clock_timestamp(),
-                    duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
-                    error = 'the replica running this stopped without finishing it'
-                WHERE r.status = 'running'
-                  AND r.started_at < clock_timestamp() - interval '2 seconds'
-                  AND NOT EXISTS (
-                      SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid)
-                  AND NOT (r.locked AND EXISTS (
-                      SELECT 1 FROM pg_locks l
-                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-                        AND l.database = (SELECT oid FROM pg_database
-                                          WHERE datname = current_database())
-                        AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
-                        AND l.objid = (r.lock_key & 4294967295)::oid))
-                RETURNING {RUN_COLUMNS}"""
-        )
+    async def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
+        """End as `abandoned` those of `orphans` still orphaned; those ended."""
+        if not orphans:
+            return []
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                fire_sql.ABANDON, [o.run.id for o in orphans], fire_sql.ABANDONED_ERROR
+            )
         return [run_from_row(row) for row in rows]
+
+    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
+        """A retry of a `running` run starts: its row counts the attempt."""
+        async with self._bounded() as connection:
+            await connection.execute(fire_sql.NOTE_ATTEMPT, run_id, attempt)
 
     async def prune_runs(self, keep: int, every_seconds: float = 0) -> int:
         """Delete runs beyond the newest `keep` per job, sparing every run younger than

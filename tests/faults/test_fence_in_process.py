@@ -64,7 +64,7 @@ class Blocker:
 class UnreachableRecords(Store):
     """A store whose records of a run's end never reach the database."""
 
-    async def finish_run(self, run_id: UUID, end: RunEnd) -> Run | None:
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
         raise ConnectionRefusedError("the database is away")
 
 
@@ -195,7 +195,7 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     assert blocker.cancelled == 1
 
     async def swept() -> bool:
-        return run.id in {orphan.id for orphan in await store.abandon_orphans()}
+        return run.id in {orphan.id for orphan in await store.abandon(await store.orphans(100))}
 
     await eventually_async(swept, 10, "the orphan sweep to take the run")
     assert await status_of(store, run.id) is RunStatus.ABANDONED

@@ -23,7 +23,7 @@ from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
-from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
+from service.store.ports import ClaimOutcome, Orphan, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 
@@ -413,6 +413,79 @@ async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
     assert await backend.locks_on(job.lock_key) == 0
 
 
+async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
+    backend: Backend,
+) -> None:
+    """A run whose session died mid-run (its replica crashed) is an orphan once its
+    lock is free and it is 2 s old. With attempts left, one session takes it over: the
+    same run, one more attempt counted, the lock taken again; any other session that
+    tries is turned away by the lock. Its row counts each retry before it starts, so once the
+    attempts are spent, a second crash leaves an orphan the sweep abandons."""
+    job = await backend.add_job("orphan", retry={"max_attempts": 3})
+    async with (
+        backend.sessions.session(5) as doomed,
+        backend.sessions.session(5) as taker,
+        backend.sessions.session(5) as late,
+    ):
+        [claim] = await doomed.claim([tick(job, tick_now())])
+        assert claim.run is not None
+        doomed.terminate()  # the replica dies: its session and lock go with it
+        await backend.pass_time(2.5)
+        orphan = await _the_orphan(backend)
+        assert (orphan.run.id, orphan.run.attempts, orphan.locked) == (claim.run.id, 1, True)
+        assert orphan.resumable(orphan.run.started_at + timedelta(seconds=3))
+        async with backend.foreign_lock(job.lock_key):
+            assert (await taker.resume(orphan, "b")).outcome is ClaimOutcome.LOCKED
+        resumed = await taker.resume(orphan, "b")
+        assert (resumed.outcome, resumed.holds_lock) == (ClaimOutcome.CLAIMED, True)
+        assert resumed.run is not None
+        assert (resumed.run.id, resumed.run.attempts, resumed.run.runner) == (orphan.run.id, 2, "b")
+        assert (await late.resume(orphan, "c")).outcome is ClaimOutcome.LOCKED
+        assert await backend.locks_on(job.lock_key) == 1
+        assert await backend.ledger.orphans(10) == []  # its session is alive
+        # The replica that lost it records its end no more: the run is the taker's now.
+        assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend_pid) is None
+        await backend.ledger.note_attempt(orphan.run.id, 3)  # the last retry starts
+        taker.terminate()
+        await backend.pass_time(2.5)
+        spent = await _the_orphan(backend)
+        assert spent.run.attempts == 3
+        assert not spent.resumable(spent.run.started_at + timedelta(seconds=3))
+        [abandoned] = await backend.ledger.abandon([spent])
+        assert (abandoned.status, abandoned.attempts) == (RunStatus.ABANDONED, 3)
+        assert await backend.ledger.abandon([spent]) == []
+        assert await backend.ledger.orphans(10) == []
+
+
+async def test_of_two_sessions_resuming_a_lockless_orphan_one_wins(backend: Backend) -> None:
+    """An "allow" job's run holds no lock: the row's compare-and-set alone decides."""
+    job = await backend.add_job("free-orphan", overlap="allow", retry={"max_attempts": 2})
+    async with backend.sessions.session(5) as doomed, backend.sessions.session(5) as other:
+        [claim] = await doomed.claim([tick(job, tick_now(), lock=False)])
+        assert claim.run is not None
+        doomed.terminate()
+        await backend.pass_time(2.5)
+        orphan = await _the_orphan(backend)
+        async with backend.sessions.session(5) as racing:
+            won, lost = await asyncio.gather(other.resume(orphan, "b"), racing.resume(orphan, "c"))
+        outcomes = sorted([won.outcome.value, lost.outcome.value])
+        assert outcomes == [ClaimOutcome.ALREADY_RAN.value, ClaimOutcome.CLAIMED.value]
+        assert (won.holds_lock, lost.holds_lock) == (False, False)
+        assert await backend.advisory_locks() == (0, 0)
+
+
+async def _the_orphan(backend: Backend) -> Orphan:
+    """The one orphan, once the database shows its session gone."""
+    found: list[Orphan] = []
+
+    async def one() -> bool:
+        found[:] = await backend.ledger.orphans(10)
+        return len(found) == 1
+
+    await eventually_async(one, 30, "the run to be orphaned")
+    return found[0]
+
+
 async def test_terminate_drops_the_sessions_locks_and_trips_its_fence(backend: Backend) -> None:
     job = await backend.add_job("killed")
     first, second = tick_now() - timedelta(seconds=1), tick_now()
@@ -448,11 +521,13 @@ async def test_a_run_ends_through_the_ledger_once(backend: Backend) -> None:
     async with backend.sessions.session(5) as session:
         [claim] = await session.claim([tick(job, tick_now())])
         assert claim.run is not None
-        ended = await backend.ledger.finish_run(claim.run.id, SUCCEEDED)
+        # Only as the session that holds the run: another one's end is not recorded.
+        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid + 1) is None
+        ended = await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid)
         assert ended is not None
         assert (ended.status, ended.result) == (RunStatus.SUCCEEDED, {"ok": True})
-        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED) is None
-        assert await backend.ledger.finish_run(uuid4(), SUCCEEDED) is None
+        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid) is None
+        assert await backend.ledger.finish_run(uuid4(), SUCCEEDED, session.pid) is None
         # The lock is the session's to give back: an end elsewhere leaves it held.
         assert await session.finish(claim.run.id, SUCCEEDED, job.lock_key) == (None, True)
     assert await backend.locks_on(job.lock_key) == 0

@@ -80,6 +80,26 @@ async def test_retries_back_off_and_keep_one_idempotency_key(
     assert gaps[1] >= 0.4  # the wait doubled
 
 
+async def test_a_retry_is_counted_on_the_run_before_it_starts(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    """While the second attempt is in flight, the run already says 2 attempts: a
+    replica that takes the run over after a crash knows what the policy has left."""
+    receiver.respond("/counted", delay=1.5)
+    receiver.fail_first("/counted", 1)
+    retry = {"max_attempts": 3, "min_backoff_seconds": 0.1}
+    job = log_job("counted", task="http", args={"url": f"{receiver.url}/counted"}, retry=retry)
+    assert (await client.post("/v1/jobs", json=job)).status_code == 201
+    started = (await client.post("/v1/jobs/counted/trigger")).json()
+    await eventually_async(
+        lambda: len(receiver.receipts("counted")) == 2, 30, "the second attempt to be sent"
+    )
+    during = (await client.get(f"/v1/runs/{started['id']}")).json()
+    assert (during["status"], during["attempts"]) == ("running", 2)
+    run = await finished_run(client, started["id"])
+    assert (run["status"], run["attempts"]) == ("succeeded", 2)
+
+
 async def test_retries_stop_at_max_attempts_and_at_the_budget(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:

@@ -340,7 +340,7 @@ async def test_orphaned_runs_become_abandoned(store: Store, database_url: str) -
     try:
 
         async def abandoned() -> bool:
-            return [r.job for r in await store.abandon_orphans()] == ["orphan"]
+            return [r.job for r in await store.abandon(await store.orphans(100))] == ["orphan"]
 
         await eventually_async(abandoned, 30, "the orphan to be abandoned")
         assert (await runs_of(store, "orphan"))[0].status is RunStatus.ABANDONED

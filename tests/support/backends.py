@@ -44,6 +44,7 @@ from service.store.ports import (
     ClaimOutcome,
     Ledger,
     LockPool,
+    Orphan,
     PinnedSession,
     RunEnd,
     TickClaim,
@@ -463,6 +464,10 @@ class RecordingSession:
     claims: list[tuple[str, datetime, ClaimOutcome]]
 
     @property
+    def pid(self) -> int:
+        return self.inner.pid
+
+    @property
     def closed(self) -> bool:
         return self.inner.closed
 
@@ -479,6 +484,9 @@ class RecordingSession:
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
         return await self.inner.finish(run_id, outcome, release_lock)
+
+    async def resume(self, orphan: Orphan, runner: str) -> Claim:
+        return await self.inner.resume(orphan, runner)
 
     async def unlock(self, key: int) -> bool:
         return await self.inner.unlock(key)

@@ -1,0 +1,81 @@
+"""A crash in a crowd costs an attempt, not the run.
+
+Three replicas, 3,000 one-time webhook jobs due at one instant with two attempts each,
+and `kill -9` of one replica just after that instant. Whatever the dead replica had
+claimed (sent or not) goes on on a survivor, as the same run: every reminder is
+delivered at least once, every delivery of a tick carries the run's one
+Idempotency-Key, and every tick has its outcome within the takeover time plus 10 s.
+"""
+
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+from harness.accounting import rfc3339
+from harness.cluster import serve_many
+from harness.postgres import Sql
+from harness.receiver import Receiver
+from harness.waiting import eventually
+from tests.support.cluster import http_job, report, sleep_until
+
+CROWD = 3000
+TAKEOVER_SECONDS = 3
+# Each call is answered after this long, so the kill surely finds calls in flight.
+ANSWER_SECONDS = 0.5
+KILL_AFTER_SECONDS = 0.3
+# Ahead of the instant: the bulk apply and every replica's load of the crowd.
+LEAD_SECONDS = 12
+ENV = {"TICKGATE_TAKEOVER_SECONDS": str(TAKEOVER_SECONDS)}
+TWO_ATTEMPTS = {"max_attempts": 2, "min_backoff_seconds": 1}
+
+LEDGER = """SELECT job, id::text AS id, status, attempts, runner,
+                   extract(epoch FROM finished_at)::float8 AS finished
+            FROM tickgate_runs WHERE job LIKE 'remind-%'"""
+
+
+def test_a_kill_9_mid_crowd_costs_an_attempt_not_the_reminder(
+    database_url: str, tmp_path: Path, receiver: Receiver, sql: Sql
+) -> None:
+    with serve_many(tmp_path, 3, database_url=database_url, env=ENV) as replicas:
+        instant = math.ceil(time.time()) + LEAD_SECONDS
+        once = {"kind": "once", "at": rfc3339(instant)}
+        specs = [
+            http_job(f"remind-{i:04d}", receiver, once, seconds=ANSWER_SECONDS, retry=TWO_ATTEMPTS)
+            for i in range(CROWD)
+        ]
+        applied = httpx.put(f"{replicas[0].url}/v1/jobs", json={"jobs": specs}, timeout=120)
+        assert applied.status_code == 200, applied.text
+        assert time.time() < instant - 1, "the crowd took too long to create: raise LEAD_SECONDS"
+        sleep_until(instant + KILL_AFTER_SECONDS)
+        victim = replicas[1]
+        victim.kill()
+        rows = eventually(
+            lambda: _all_ended(sql), TAKEOVER_SECONDS + 30, "every tick of the crowd to end"
+        )
+        survivors = [r for r in replicas if r is not victim]
+        deliveries = defaultdict(set)
+        for receipt in receiver.receipts():
+            deliveries[receipt.job].add(receipt.idempotency_key)
+        problems = [
+            f"{row['job']}: {row['status']} after {row['attempts']} attempts, keys "
+            f"{sorted(map(str, deliveries[row['job']]))} (run {row['id']})"
+            for row in rows
+            if row["status"] != "succeeded" or deliveries[row["job"]] != {row["id"]}
+        ]
+        assert not problems, report(problems, survivors)
+        resumed = [row for row in rows if row["attempts"] == 2]
+        assert resumed, "the kill caught no run in flight: the test proved nothing"
+        assert {row["runner"] for row in resumed} <= {r.runner_id for r in survivors}
+        late = [row["job"] for row in rows if row["finished"] > instant + TAKEOVER_SECONDS + 10]
+        assert not late, f"{len(late)} ticks ended later than takeover + 10 s: {late[:5]}"
+
+
+def _all_ended(sql: Sql) -> list[dict[str, object]] | None:
+    """The crowd's ledger once every tick has a row and none is running."""
+    rows = [dict(row) for row in sql.fetch(LEDGER)]
+    if len(rows) < CROWD or any(row["status"] == "running" for row in rows):
+        return None
+    return rows
