@@ -37,8 +37,9 @@ from service.domain.runs import Run, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.admission import Admission
 from service.scheduler.attempts import Attempts
+from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
-from service.scheduler.running import RunExecutor
+from service.scheduler.running import RECORD_ELSEWHERE_SECONDS, RunExecutor
 from service.scheduler.shielding import run_to_completion
 from service.scheduler.standby import Standby
 from service.store.coalesce import Coalescer
@@ -82,6 +83,12 @@ BACKFILL_WAIT_SECONDS = 30.0
 # as misfires at once rather than queued without bound.
 WAITING_LIMIT = 20_000
 SKIP_LINGER_SECONDS = 0.01
+# A replica that lost a run's session (not its life) records the run's end itself, trying
+# for RECORD_ELSEWHERE_SECONDS; the orphan sweep leaves the run to it this long.
+ORPHAN_GRACE_SECONDS = RECORD_ELSEWHERE_SECONDS + 5.0
+# Skips whose record waits for the database to come back, at most (a bound on memory
+# through a long outage; what is past it is logged).
+UNRECORDED_SKIPS = 100_000
 _RETRY_AFTER_FAILURE_SECONDS = 0.5
 _HELD_BY_NO_RUN = "the job's lock stayed held by a session that ran no tick of it"
 
@@ -159,6 +166,7 @@ class Runner:
         self.takeover_seconds = takeover_seconds
         self._room = max_in_flight
         self._resuming: set[UUID] = set()  # orphans being resumed here
+        self._unrecorded_skips = 0  # skips waiting for the database to come back
         self._standby: Standby[DueTick] = Standby(
             ledger=store,
             takeover_seconds=takeover_seconds,
@@ -407,10 +415,28 @@ class Runner:
         self._spawn(self._submit_skips(skips))
 
     async def _submit_skips(self, skips: list[Skip]) -> None:
-        try:
-            await asyncio.gather(*(self._skips.submit(skip) for skip in skips))
-        except Exception as error:  # noqa: BLE001 - logged: these ticks lost their record
-            _log_failure(f"record of {len(skips)} skipped ticks", error)
+        """Record the skips, again and again while the database is away (an outage is
+        when misfires pile up): the ledger's uniqueness makes a repeat harmless, and a
+        tick settled here has no other way to its row. At most UNRECORDED_SKIPS wait
+        for the database at once; past that, and on any other error, they are logged."""
+        backoff = Backoff()
+        while True:
+            try:
+                await asyncio.gather(*(self._skips.submit(skip) for skip in skips))
+                return
+            except Exception as error:  # noqa: BLE001 - retried while the database is away
+                if not self._may_retry_skips(skips, error):
+                    _log_failure(f"record of {len(skips)} skipped ticks", error)
+                    return
+            self._unrecorded_skips += len(skips)
+            try:
+                await backoff.pause()
+            finally:
+                self._unrecorded_skips -= len(skips)
+
+    def _may_retry_skips(self, skips: list[Skip], error: Exception) -> bool:
+        room = self._unrecorded_skips + len(skips) <= UNRECORDED_SKIPS
+        return is_unavailable(error) and self.accepting and room
 
     async def _record_skips(self, skips: Sequence[Skip]) -> list[None]:
         jobs = {skip.job.name: skip.job for skip in skips}
@@ -512,11 +538,14 @@ class Runner:
     async def sweep_orphans(self) -> None:
         """Runs whose replica died: each whose retry policy allows another attempt gets
         it here, the same run (id, Idempotency-Key) moved to this replica; the others
-        end `abandoned`. Replicas sweep at once and each takes a share, the row's
+        end `abandoned`. A run whose runner is alive (it lost only the run's session) is
+        left to it for ORPHAN_GRACE_SECONDS: it records the run's end itself. Replicas
+        sweep at once and each takes a share, the row's
         compare-and-set deciding; at most `_room` resumed runs go at a time here, and the
         rest wait for the next sweep, still orphaned."""
         room = self._room - len(self._resuming)
-        orphans = await self._store.orphans(max(room, 1) * 4)
+        found = await self._store.orphans(max(room, 1) * 4)
+        orphans = [orphan for orphan in found if orphan.due(ORPHAN_GRACE_SECONDS)]
         now = self._clock.now()
         for run in await self._store.abandon([o for o in orphans if not o.resumable(now)]):
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)

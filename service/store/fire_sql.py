@@ -16,6 +16,7 @@ from pydantic import JsonValue
 
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.rows import RUN_COLUMNS, job_document
 
 
@@ -297,11 +298,14 @@ RESERVE_PENDING = """WITH taken AS (
 
 RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
 
-# Orphans: `running` rows whose replica is gone. A run's session holds the job's
+# Orphans: `running` rows whose session is gone. A run's session holds the job's
 # advisory lock (every overlap mode but "allow") for the whole run, so a row whose backend
-# is gone and whose lock nobody holds lost its replica. Rows younger than a few seconds
-# are left alone: their claim may not be visible to pg_locks' snapshot yet. Each comes
-# with its job as stored, whose retry policy says whether it gets another attempt.
+# is gone and whose lock nobody holds lost its session. Rows younger than a few seconds
+# are left alone: their claim may not be visible to pg_locks' snapshot yet. The first
+# sweep to find one stamps it `orphaned_at`; each comes with how long ago that was,
+# whether its runner is still a live member (then it is recording the run's end itself,
+# the run fenced), and its job as stored, whose retry policy says whether it gets
+# another attempt.
 _ORPHANED = """r.status = 'running'
     AND r.started_at < clock_timestamp() - interval '2 seconds'
     AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid)
@@ -312,11 +316,23 @@ _ORPHANED = """r.status = 'running'
           AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
           AND l.objid = (r.lock_key & 4294967295)::oid))"""
 
-ORPHANS = f"""SELECT {_RUN_COLUMNS_OF_R},
-        r.backend_pid, r.locked, r.lock_key, {job_document("j")}
-    FROM tickgate_runs r JOIN tickgate_jobs j ON j.name = r.job
-    WHERE {_ORPHANED}
-    ORDER BY r.started_at LIMIT $1"""
+ORPHANS = f"""WITH found AS (
+        SELECT r.id FROM tickgate_runs r WHERE {_ORPHANED} ORDER BY r.started_at LIMIT $1
+    ), stamped AS (
+        UPDATE tickgate_runs r SET orphaned_at = clock_timestamp() FROM found
+        WHERE r.id = found.id AND r.orphaned_at IS NULL
+        RETURNING r.id, r.orphaned_at
+    )
+    SELECT {_RUN_COLUMNS_OF_R}, r.backend_pid, r.locked, r.lock_key, stored.job AS stored_job,
+        extract(epoch FROM clock_timestamp() - COALESCE(s.orphaned_at, r.orphaned_at))::float8
+            AS orphaned_seconds,
+        EXISTS (SELECT 1 FROM tickgate_members m
+                WHERE m.runner_id = r.runner AND {MEMBER_IS_LIVE}) AS runner_live
+    FROM found JOIN tickgate_runs r ON r.id = found.id
+        JOIN LATERAL (SELECT {job_document("j")} FROM tickgate_jobs j WHERE j.name = r.job)
+            AS stored ON true
+        LEFT JOIN stamped s ON s.id = r.id
+    ORDER BY r.started_at"""
 
 # The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error),
 # if still orphaned.
@@ -336,7 +352,7 @@ RESUME = f"""WITH gate AS MATERIALIZED (
         SELECT CASE WHEN $3 THEN pg_try_advisory_lock($4) ELSE true END AS got
     ), moved AS (
         UPDATE tickgate_runs r SET runner = $5, backend_pid = pg_backend_pid(),
-            attempts = r.attempts + 1
+            attempts = r.attempts + 1, orphaned_at = NULL
         FROM gate
         WHERE gate.got AND r.id = $1 AND r.backend_pid = $2 AND r.status = 'running'
           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $2)

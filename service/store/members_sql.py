@@ -29,7 +29,8 @@ MEMBER_COLUMNS = (
     " m.last_sync"
 )
 
-_LIVE = f"""EXISTS (SELECT 1 FROM pg_locks l
+# Whether the member of the row named m is live (its session holds its seed's lock).
+MEMBER_IS_LIVE = f"""EXISTS (SELECT 1 FROM pg_locks l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND l.classid = {MEMBER_LOCK_CLASS}::oid AND l.objid = m.seed::oid)"""
@@ -47,7 +48,9 @@ JOIN = f"""WITH drawn AS (
     RETURNING seed"""
 
 # Live members in seed order.
-LIVE_MEMBERS = f"SELECT {MEMBER_COLUMNS} FROM tickgate_members m WHERE {_LIVE} ORDER BY m.seed"
+LIVE_MEMBERS = (
+    f"SELECT {MEMBER_COLUMNS} FROM tickgate_members m WHERE {MEMBER_IS_LIVE} ORDER BY m.seed"
+)
 
 # $1 seed, $2 runs in flight, $3 last sync. Writes this member's row, deletes a bounded
 # batch of long-dead members' rows (SKIP LOCKED: two members sweeping at once never wait
@@ -61,7 +64,7 @@ HEARTBEAT = f"""WITH beat AS (
     dead AS (
         SELECT m.seed FROM tickgate_members m
         WHERE m.heartbeat_at < clock_timestamp() - interval '{DEAD_MEMBER_RETENTION}'
-          AND NOT {_LIVE}
+          AND NOT {MEMBER_IS_LIVE}
         ORDER BY m.seed LIMIT {DEAD_MEMBERS_PER_HEARTBEAT}
         FOR UPDATE SKIP LOCKED),
     swept AS (

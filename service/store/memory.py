@@ -156,6 +156,7 @@ class MemoryDatabase:
         # Each running run's session, whether it locks, and its key (its row's
         # backend_pid, locked and lock_key).
         self._backends: dict[UUID, tuple[int, bool, int]] = {}
+        self._orphaned_at: dict[UUID, datetime] = {}  # the orphans' stamps
         self._slots: dict[str, _Slot] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
         self._session_ids = count(1)
@@ -354,13 +355,21 @@ class MemoryDatabase:
     def orphans(self, most: int) -> list[Orphan]:
         """As `fire_sql.ORPHANS`: running on a closed session, the job's lock free,
         older than 2 seconds; the oldest first."""
-        young = self.clock() - ORPHAN_AGE
-        found = [
-            Orphan(run, self._jobs[run.job], *self._backends[run.id])
+        now = self.clock()
+        runs = [
+            run
             for run in self._runs.values()
-            if run.status is RunStatus.RUNNING and run.started_at < young and self._orphaned(run)
+            if run.status is RunStatus.RUNNING
+            and run.started_at < now - ORPHAN_AGE
+            and self._orphaned(run)
         ]
-        return sorted(found, key=lambda orphan: orphan.run.started_at)[:most]
+        found = []
+        for run in sorted(runs, key=lambda run: run.started_at)[:most]:
+            since = self._orphaned_at.setdefault(run.id, now)
+            age = (now - since).total_seconds()
+            # No members here: every runner counts as gone.
+            found.append(Orphan(run, self._jobs[run.job], *self._backends[run.id], age))
+        return found
 
     def _orphaned(self, run: Run) -> bool:
         session, locked, key = self._backends[run.id]
@@ -397,6 +406,7 @@ class MemoryDatabase:
                 self.unlock(session, key)
             return Claim(ClaimOutcome.ALREADY_RAN)
         self._backends[run.id] = (session, orphan.locked, key)
+        self._orphaned_at.pop(run.id, None)
         resumed = self._write(
             run.model_copy(update={"runner": runner, "attempts": run.attempts + 1})
         )

@@ -87,6 +87,15 @@ class Orphan:
     backend_pid: int
     locked: bool
     lock_key: int
+    # How long ago a sweep first found it orphaned, and whether its runner is alive.
+    orphaned_seconds: float = 0.0
+    runner_live: bool = False
+
+    def due(self, grace_seconds: float) -> bool:
+        """Whether a sweep deals with it now. A live runner lost only the run's session
+        (a restart, a cut link): it fenced the run and records the end itself, within
+        `grace_seconds`; the run of a runner that died is dealt with at once."""
+        return not self.runner_live or self.orphaned_seconds > grace_seconds
 
     def resumable(self, now: datetime) -> bool:
         """Whether the next attempt may start now, by the job's retry policy (the lost

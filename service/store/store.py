@@ -491,10 +491,12 @@ class Store:
         return [
             Orphan(
                 run_from_row(row),
-                job_from_row(row),
+                job_from_row({"job": row["stored_job"]}),
                 row["backend_pid"],
                 row["locked"],
                 row["lock_key"],
+                row["orphaned_seconds"],
+                row["runner_live"],
             )
             for row in rows
         ]

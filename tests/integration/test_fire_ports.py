@@ -8,8 +8,9 @@ hoped for.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -23,7 +24,7 @@ from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
-from service.store.ports import ClaimOutcome, Orphan, RunEnd, Skip, TickClaim
+from service.store.ports import ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 
@@ -432,7 +433,12 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         doomed.terminate()  # the replica dies: its session and lock go with it
         await backend.pass_time(2.5)
         orphan = await _the_orphan(backend)
-        assert (orphan.run.id, orphan.run.attempts, orphan.locked) == (claim.run.id, 1, True)
+        assert (orphan.run.id, orphan.run.job, orphan.job.name) == (
+            claim.run.id,
+            "orphan",
+            "orphan",
+        )
+        assert (orphan.run.attempts, orphan.locked) == (1, True)
         assert orphan.resumable(orphan.run.started_at + timedelta(seconds=3))
         async with backend.foreign_lock(job.lock_key):
             assert (await taker.resume(orphan, "b")).outcome is ClaimOutcome.LOCKED
@@ -778,6 +784,48 @@ async def test_a_run_whose_session_dies_stops_and_the_next_tick_runs_elsewhere(
         (second, RunStatus.SUCCEEDED, None, "b"),
     ]
     assert b.outcomes("fenced", second) == [ClaimOutcome.CLAIMED]
+
+
+class RefusingSkips:
+    """The backend's ledger, but the database is away for its first `refusals` skip
+    records (what a restart answers); everything else goes through."""
+
+    def __init__(self, inner: Ledger, refusals: int) -> None:
+        self._inner = inner
+        self.refusals = refusals
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        if self.refusals:
+            self.refusals -= 1
+            raise ConnectionRefusedError("the database is away")
+        return await self._inner.record_skips(skips, runner)
+
+
+async def test_a_misfire_the_database_refused_is_recorded_once_it_answers(
+    backend: Backend, gates: Gates
+) -> None:
+    """A tick past its grace is settled as a misfire; if the database is away when its
+    row is written, the write is tried again until it answers: the tick keeps its one
+    recorded outcome (it used to be logged and lost)."""
+    job = await backend.add_job("refused", misfire_grace_seconds=5)
+    late = tick_now() - timedelta(minutes=2)
+    ledger = RefusingSkips(backend.ledger, refusals=2)
+    async with (
+        backend.lock_pool() as pool,
+        running(ledger, pool, gates, Metrics(), runner_id="a") as runner,
+    ):
+        runner.fire(job, late, RunTrigger.SCHEDULE)
+
+        async def recorded() -> bool:
+            return [(r.scheduled_for, r.skip_reason) for r in await backend.runs_of("refused")] == [
+                (late, SkipReason.MISFIRE)
+            ]
+
+        await eventually_async(recorded, 30, "the misfire's row")
+    assert ledger.refusals == 0
 
 
 # --- many runs on a few long-lived sessions -------------------------------------------

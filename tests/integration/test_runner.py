@@ -14,7 +14,9 @@ from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
-from service.store import Store
+from service.scheduler.runner import ORPHAN_GRACE_SECONDS
+from service.store import Store, members_sql
+from service.store.ports import Orphan
 from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
 from tests.support.db import advisory_locks_on
 from tests.support.fire import (
@@ -347,6 +349,44 @@ async def test_orphaned_runs_become_abandoned(store: Store, database_url: str) -
         assert (await runs_of(store, "alive"))[0].status is RunStatus.RUNNING
     finally:
         await live_runner.close()
+
+
+async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
+    store: Store, database_url: str
+) -> None:
+    """A run whose session died while its replica lives on (a restart, a cut link) is
+    fenced there, and that replica records its end: the sweep finds the orphan, stamps
+    when it first did, and leaves it alone until the grace has passed. A dead
+    replica's orphan is due at once."""
+    await add_job(store, "fenced-here")
+    await add_job(store, "died-there")
+    member = await asyncpg.connect(database_url)
+    lost = await asyncpg.connect(database_url)
+    insert = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
+                runner, job_version, lock_key, locked, backend_pid)
+                VALUES ($1, $2, now() - interval '1 minute', 'schedule', 'running',
+                        now() - interval '1 minute', $3, 1, 0, false, pg_backend_pid())"""
+    try:
+        assert await member.fetchval(members_sql.JOIN, "alive", "test", "2025a") is not None
+        await lost.execute(insert, uuid4(), "fenced-here", "alive")
+        await lost.execute(insert, uuid4(), "died-there", "gone")
+        await lost.close()  # the runs' session dies; runner "alive" lives on
+
+        async def both() -> list[Orphan] | None:
+            ours = {"fenced-here", "died-there"}  # the database may hold others' too
+            found = [o for o in await store.orphans(10) if o.run.job in ours]
+            return found if len(found) == 2 else None
+
+        first = {o.run.job: o for o in await eventually_async(both, 30, "the two orphans")}
+        assert (first["fenced-here"].runner_live, first["died-there"].runner_live) == (True, False)
+        assert not first["fenced-here"].due(ORPHAN_GRACE_SECONDS)
+        assert first["died-there"].due(ORPHAN_GRACE_SECONDS)
+        await asyncio.sleep(1.1)
+        [later] = [o for o in await store.orphans(10) if o.run.job == "fenced-here"]
+        assert later.orphaned_seconds >= first["fenced-here"].orphaned_seconds + 1  # one stamp
+        assert later.due(0.5)
+    finally:
+        await member.close()
 
 
 async def test_retention_keeps_newest_and_the_fence(store: Store, database_url: str) -> None:
