@@ -138,8 +138,8 @@ class Settings(BaseSettings):
         ge=0.5,
         le=600,
         description="A job's standby replica claims a tick that still has no ledger row "
-        "this long after it was due (its owner died or stalls); every replica looks this "
-        "often for runs whose replica died, to resume (retries left) or record abandoned.",
+        "this long after it was due (its owner died or stalls); every replica looks twice "
+        "as often for runs whose replica died, to resume (retries left) or record abandoned.",
     )
     db_link_timeout_seconds: float = Field(
         30,

@@ -241,10 +241,10 @@ class Mirror:
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
 
     async def _sweep_orphans_forever(self) -> None:
-        # As often as a standby takes over a tick: a run its replica lost mid-crowd
-        # goes on elsewhere (or is recorded abandoned) within moments, not a reconcile.
+        # Twice per takeover period: a run its replica lost mid-crowd goes on elsewhere
+        # (or is recorded abandoned) within seconds, not a reconcile.
         while True:
-            await asyncio.sleep(self._runner.takeover_seconds)
+            await asyncio.sleep(self._runner.orphan_sweep_seconds)
             await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
 
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:

@@ -86,6 +86,9 @@ SKIP_LINGER_SECONDS = 0.01
 # A replica that lost a run's session (not its life) records the run's end itself, trying
 # for RECORD_ELSEWHERE_SECONDS; the orphan sweep leaves the run to it this long.
 ORPHAN_GRACE_SECONDS = RECORD_ELSEWHERE_SECONDS + 5.0
+# How long an orphan whose runner is not a member now is given for it to come back as one
+# (a PostgreSQL restart ends every member's session too); a dead replica never does.
+REJOIN_GRACE_SECONDS = 5.0
 # Skips whose record waits for the database to come back, at most (a bound on memory
 # through a long outage; what is past it is logged).
 UNRECORDED_SKIPS = 100_000
@@ -164,6 +167,8 @@ class Runner:
         self._dispatch_planned = False
         self._takeover = timedelta(seconds=takeover_seconds)
         self.takeover_seconds = takeover_seconds
+        # How often the orphan sweep runs: twice per takeover period.
+        self.orphan_sweep_seconds = takeover_seconds / 2
         self._room = max_in_flight
         self._resuming: set[UUID] = set()  # orphans being resumed here
         self._unrecorded_skips = 0  # skips waiting for the database to come back
@@ -539,13 +544,14 @@ class Runner:
         """Runs whose replica died: each whose retry policy allows another attempt gets
         it here, the same run (id, Idempotency-Key) moved to this replica; the others
         end `abandoned`. A run whose runner is alive (it lost only the run's session) is
-        left to it for ORPHAN_GRACE_SECONDS: it records the run's end itself. Replicas
-        sweep at once and each takes a share, the row's
-        compare-and-set deciding; at most `_room` resumed runs go at a time here, and the
-        rest wait for the next sweep, still orphaned."""
+        left to it for ORPHAN_GRACE_SECONDS, and one whose runner is not a member now
+        for REJOIN_GRACE_SECONDS (see `Orphan.awaits_its_replica`). Replicas sweep at
+        once and each takes a share, the row's compare-and-set deciding; at most `_room`
+        resumed runs go at a time here, and the rest wait for the next sweep."""
         room = self._room - len(self._resuming)
         found = await self._store.orphans(max(room, 1) * 4)
-        orphans = [orphan for orphan in found if orphan.due(ORPHAN_GRACE_SECONDS)]
+        graces = (REJOIN_GRACE_SECONDS, ORPHAN_GRACE_SECONDS)
+        orphans = [orphan for orphan in found if not orphan.awaits_its_replica(*graces)]
         now = self._clock.now()
         for run in await self._store.abandon([o for o in orphans if not o.resumable(now)]):
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)

@@ -91,11 +91,15 @@ class Orphan:
     orphaned_seconds: float = 0.0
     runner_live: bool = False
 
-    def due(self, grace_seconds: float) -> bool:
-        """Whether a sweep deals with it now. A live runner lost only the run's session
-        (a restart, a cut link): it fenced the run and records the end itself, within
-        `grace_seconds`; the run of a runner that died is dealt with at once."""
-        return not self.runner_live or self.orphaned_seconds > grace_seconds
+    def awaits_its_replica(self, rejoin_seconds: float, record_seconds: float) -> bool:
+        """Whether sweeps leave it alone yet. Its replica may have lost only the run's
+        connection (a PostgreSQL restart, a cut link), not its life: it fenced the run
+        and records the end itself. A replica that is a live member gets
+        `record_seconds` for that; one that is not yet gets `rejoin_seconds` to come
+        back (after a restart every member's session went too), counted from when a
+        sweep first found the orphan. A replica that died never comes back."""
+        grace = record_seconds if self.runner_live else rejoin_seconds
+        return self.orphaned_seconds <= grace
 
     def resumable(self, now: datetime) -> bool:
         """Whether the next attempt may start now, by the job's retry policy (the lost

@@ -14,7 +14,7 @@ from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
-from service.scheduler.runner import ORPHAN_GRACE_SECONDS
+from service.scheduler.runner import ORPHAN_GRACE_SECONDS, REJOIN_GRACE_SECONDS
 from service.store import Store, members_sql
 from service.store.ports import Orphan
 from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
@@ -356,8 +356,9 @@ async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
 ) -> None:
     """A run whose session died while its replica lives on (a restart, a cut link) is
     fenced there, and that replica records its end: the sweep finds the orphan, stamps
-    when it first did, and leaves it alone until the grace has passed. A dead
-    replica's orphan is due at once."""
+    when it first did, and leaves it alone until the grace has passed. A replica that
+    is no member now gets a shorter grace to come back (a restart ends members'
+    sessions too); then its orphan is due."""
     await add_job(store, "fenced-here")
     await add_job(store, "died-there")
     member = await asyncpg.connect(database_url)
@@ -379,12 +380,18 @@ async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
 
         first = {o.run.job: o for o in await eventually_async(both, 30, "the two orphans")}
         assert (first["fenced-here"].runner_live, first["died-there"].runner_live) == (True, False)
-        assert not first["fenced-here"].due(ORPHAN_GRACE_SECONDS)
-        assert first["died-there"].due(ORPHAN_GRACE_SECONDS)
+        # Just found: each is left to its replica, live or maybe coming back.
+        graces = (REJOIN_GRACE_SECONDS, ORPHAN_GRACE_SECONDS)
+        assert first["fenced-here"].awaits_its_replica(*graces)
+        assert first["died-there"].awaits_its_replica(*graces)
         await asyncio.sleep(1.1)
-        [later] = [o for o in await store.orphans(10) if o.run.job == "fenced-here"]
-        assert later.orphaned_seconds >= first["fenced-here"].orphaned_seconds + 1  # one stamp
-        assert later.due(0.5)
+        later = {o.run.job: o for o in await store.orphans(10)}
+        # One stamp, the first: the time since then grows.
+        assert later["fenced-here"].orphaned_seconds >= first["fenced-here"].orphaned_seconds + 1
+        # Past the rejoin grace only the dead replica's orphan is due.
+        assert not later["died-there"].awaits_its_replica(1.0, ORPHAN_GRACE_SECONDS)
+        assert later["fenced-here"].awaits_its_replica(1.0, ORPHAN_GRACE_SECONDS)
+        assert not later["fenced-here"].awaits_its_replica(1.0, 1.0)
     finally:
         await member.close()
 
