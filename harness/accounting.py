@@ -9,6 +9,7 @@ read from it. `analyze_delivery` is the receiver-only view (no ledger): what arr
 how late, against what should have.
 """
 
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,65 @@ class HasReceipts(Protocol):
 
 def rfc3339(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# Each job's fence and tick cursor (migration 0014), and its scheduled outcomes.
+CURSORS = """SELECT j.name AS job, extract(epoch FROM j.fire_after)::float8 AS fence,
+           extract(epoch FROM k.tick)::float8 AS cursor
+    FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+    WHERE j.name = ANY($1::text[])"""
+OUTCOMES = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks
+    FROM tickgate_runs
+    WHERE job = ANY($1::text[]) AND trigger IN ('schedule', 'catchup')"""
+
+
+def cursor_problems(sql: Fetches, periods: Mapping[str, int]) -> list[str]:
+    """The tick cursor's invariant, read from the database alone: for each job, every
+    nominal tick after its fence and before its cursor has exactly one row, or is one of
+    the ticks without a row that the misfire row ending their run counts."""
+    jobs = list(periods)
+    return judge_cursors(sql.fetch(CURSORS, jobs), sql.fetch(OUTCOMES, jobs), periods)
+
+
+def judge_cursors(
+    cursors: Iterable[Any], outcomes: Iterable[Any], periods: Mapping[str, int]
+) -> list[str]:
+    """`cursor_problems` of rows already read (CURSORS and OUTCOMES)."""
+    counted: dict[str, dict[float, int]] = {job: {} for job in periods}
+    for row in outcomes:
+        counted[row["job"]][row["at"]] = row["missed_ticks"] or 1
+    return [
+        problem
+        for row in cursors
+        for problem in _cursor_problems(
+            row["job"], periods[row["job"]], row["fence"], row["cursor"], counted[row["job"]]
+        )
+    ]
+
+
+def _cursor_problems(
+    job: str, period: int, fence: float, cursor: float, outcomes: dict[float, int]
+) -> list[str]:
+    if not math.isfinite(cursor):
+        raise ValueError(f"{job}'s cursor is past its last tick: not a job of a period")
+    problems, rowless = [], 0
+    at = (math.floor(fence / period) + 1) * period  # the first tick strictly after the fence
+    while at < cursor:
+        if (counts := outcomes.get(at)) is not None:
+            if counts != rowless + 1:
+                problems.append(
+                    f"{job} tick {rfc3339(at)} counts {counts} ticks, not {rowless + 1}"
+                )
+            rowless = 0
+        else:
+            rowless += 1
+        at += period
+    if rowless:
+        problems.append(
+            f"{job}: {rowless} ticks before its cursor {rfc3339(cursor)} have no outcome"
+        )
+    strays = [t for t in outcomes if fence < t < cursor and t % period]
+    return problems + [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in strays]
 
 
 def nominal_ticks(periods: Mapping[str, int], first: int, last: int) -> list[Tick]:

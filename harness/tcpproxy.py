@@ -50,7 +50,11 @@ class Upstream:
         if self.unix_path is not None:
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.settimeout(5)
-            upstream.connect(self.unix_path)
+            try:
+                upstream.connect(self.unix_path)
+            except OSError:
+                upstream.close()  # PostgreSQL is down (restarting): nothing to forward to
+                raise
         else:
             upstream = socket.create_connection((self.host or "127.0.0.1", self.port), timeout=5)
         upstream.settimeout(None)

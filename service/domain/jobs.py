@@ -6,9 +6,9 @@ store can run it inside a row-locked transaction and the rules live in one place
 
 import hashlib
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated
 from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -199,6 +199,12 @@ class Job(JobSpec):
         tick = next_fire_after(self.schedule, self.zone, floor)
         return None if tick is None or (self.end_at and tick > self.end_at) else tick
 
+    @cached_property
+    def first_tick(self) -> datetime | None:
+        """The job's first nominal tick after its fence: the one a cursor still at the
+        fence waits for. Worked out once per revision read."""
+        return self.tick_after(self.fire_after)
+
     def tick_at_or_before(self, at: datetime) -> datetime | None:
         """The latest nominal tick at or before `at` that may fire."""
         ceiling = min(at, self.end_at) if self.end_at else at
@@ -236,19 +242,6 @@ class Job(JobSpec):
         `jitter_seconds` after it, and may start up to the grace after that."""
         return timedelta(seconds=self.misfire_grace_seconds + self.jitter_seconds)
 
-    def ticks_missed(self, after: datetime, before: datetime, most: int) -> "MissedTicks | None":
-        """The ticks this job may fire strictly between `after` and `before`: the first,
-        the last and how many, or None if there are none. Counting stops at `most`
-        (then `count` is a lower bound), so a long outage costs bounded time."""
-        first = self.tick_after(after)
-        last = self.tick_at_or_before(before - _INSTANT)
-        if first is None or last is None or last < first:
-            return None
-        count, tick = 1, self.tick_after(first)
-        while count < most and tick is not None and tick <= last:
-            count, tick = count + 1, self.tick_after(tick)
-        return MissedTicks(first, last, count)
-
     def upcoming(self, now: datetime, count: int) -> list[datetime]:
         """The next `count` nominal ticks, the same on every replica for the same `now`."""
         if self.state is not JobState.ACTIVE:
@@ -273,15 +266,6 @@ class Job(JobSpec):
 
 
 _INSTANT = timedelta(microseconds=1)
-
-
-@dataclass(frozen=True)
-class MissedTicks:
-    """A run of consecutive ticks nobody ran, summed up; `count` may stop short."""
-
-    first: datetime
-    last: datetime
-    count: int
 
 
 def ticks_between(job: Job, start: datetime, end: datetime, limit: int) -> list[datetime]:

@@ -64,7 +64,9 @@ class Run(BaseModel):
         None, description="Why the tick did not run; set exactly when status is `skipped`."
     )
     missed_ticks: int | None = Field(
-        None, description="A `misfire` skip that sums up this many ticks missed together."
+        None,
+        description="A `misfire` skip that sums up this many ticks missed in a row, ending"
+        " at this one; the ticks before it that it counts have no row of their own.",
     )
 
 

@@ -22,6 +22,7 @@ from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.ownership import Members
 from service.domain.runs import RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
+from service.scheduler.audit import audit_cursors
 from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import WakeExecutor
@@ -40,9 +41,6 @@ log = logging.getLogger(__name__)
 
 # The id of the one APScheduler job: it wakes the mirror when a tick falls due.
 _WAKE = "tickgate-wake"
-# Counting a long outage's ticks one by one stops here (a one-second job down for
-# more than a quarter of an hour); the summary row says so.
-MAX_GAP_TICKS = 1000
 
 
 class Mirror:
@@ -118,6 +116,7 @@ class Mirror:
             asyncio.create_task(self._maintain_forever()),
             asyncio.create_task(self._follow_members_forever()),
             asyncio.create_task(self._sweep_orphans_forever()),
+            asyncio.create_task(self._audit_forever()),
         ]
 
     def pause(self) -> None:
@@ -247,6 +246,17 @@ class Mirror:
             await asyncio.sleep(self._runner.orphan_sweep_seconds)
             await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
 
+    async def _audit_forever(self) -> None:
+        # Once per takeover period, cluster-wide: a tick nobody decided is recorded a
+        # moment after its reach, not a reconcile later.
+        while True:
+            await asyncio.sleep(self._runner.takeover_seconds)
+            await self._guarded(self._audit(), "auditing tick cursors")
+
+    async def _audit(self) -> None:
+        every = self._runner.takeover_seconds * 0.9
+        await audit_cursors(self._store, every, self._runner.runner_id, self._runner.metrics)
+
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
         """Run `work`; False if it failed, which is logged."""
         try:
@@ -281,9 +291,6 @@ class Mirror:
                 self._roles.assign(name, role)
                 if self._put(job):
                     loaded.append(job)
-        # Gaps first: each is counted up to the newest row, which a catch-up run would
-        # otherwise become.
-        await self._account_for_gaps(loaded)
         await self._catch_up(loaded)
 
     def _put(self, job: Job) -> bool:
@@ -319,24 +326,6 @@ class Mirror:
                 standby = self._roles.stands_by(name)
                 self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP, standby=standby)
 
-    async def _account_for_gaps(self, jobs: list[Job]) -> None:
-        """Sum up, in one `misfire` row per job, the ticks that fell while no replica was
-        up: after the job's newest ledger row (or its fence), past their deadline, and
-        before the tick this replica catches up. Live replicas record each tick they
-        see themselves, so only a gap in the cluster's life remains. Every replica may
-        do this at once; the ledger keeps one row."""
-        if not jobs:
-            return
-        now = await self._store.clock()
-        latest = await self._store.latest_ticks([job.name for job in jobs])
-        gaps = []
-        for index, job in enumerate(jobs):
-            if (skip := _gap(job, latest.get(job.name), now)) is not None:
-                gaps.append(skip)
-            if index % 100 == 99:
-                await asyncio.sleep(0)  # counting is CPU work: let ticks fire meanwhile
-        await self._store.record_skips(gaps, self._runner.runner_id)
-
     async def _sweep(self) -> None:
         """Jobs with nothing left to fire become completed (a one-time tick nobody ran
         is recorded as a misfire first), judged on the database's clock."""
@@ -367,25 +356,6 @@ def _supersedes(job: Job, current: Job) -> bool:
     """A later revision: another incarnation (the name was deleted and created anew;
     versions start again at 1) or a higher version of the same one."""
     return job.incarnation != current.incarnation or job.version > current.version
-
-
-def _gap(job: Job, latest: datetime | None, now: datetime) -> Skip | None:
-    """The ticks after the job's newest row that no replica can run any more (past
-    their deadline) and this one will not fire or catch up, as one misfire at the last
-    of them (so the next count starts after it)."""
-    before = now - job.reach
-    if job.catchup is Catchup.LATEST and (caught := job.tick_in_grace(now)) is not None:
-        before = min(before, caught)
-    missed = job.ticks_missed(latest or job.fire_after, before, MAX_GAP_TICKS)
-    if missed is None:
-        return None
-    stopped = "at least " if missed.count == MAX_GAP_TICKS else ""
-    note = (
-        f"not started within its misfire grace: {stopped}{missed.count} ticks from"
-        f" {missed.first.isoformat()} to {missed.last.isoformat()} fell while no replica"
-        " was up"
-    )
-    return Skip(job, missed.last, RunTrigger.SCHEDULE, SkipReason.MISFIRE, note, missed.count)
 
 
 def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:

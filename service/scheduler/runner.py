@@ -193,6 +193,10 @@ class Runner:
     def runner_id(self) -> str:
         return self._runner_id
 
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics
+
     # --- gather -------------------------------------------------------------------
 
     def fire(

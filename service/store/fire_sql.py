@@ -67,6 +67,29 @@ class Skip:
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
 
 
+# A claim's view of each job: the row and its cursor, and its reach (grace + jitter: how
+# long after a tick the cursor may wait for it before it lags).
+_CURSORED_JOB = """j.name, j.incarnation, j.version, j.state, j.max_runs, j.runs_started,
+    j.fire_after, j.misfire_grace_seconds + j.jitter_seconds AS reach, k.tick AS cursor"""
+
+
+def _passed(tick: str, job: str) -> str:
+    """A scheduled tick before its job's cursor: it has its outcome, whatever the ledger
+    shows now."""
+    return f"({tick}.trigger IN ('schedule', 'catchup') AND {tick}.scheduled_for < {job}.cursor)"
+
+
+def _advance(ticks: str, written: str) -> str:
+    """Move each cursor standing at a scheduled tick just written (`written`: its rows)
+    on to the tick after it (`ticks`: following, opens, fire_after, reach). A cursor
+    that stands elsewhere stays: an earlier tick is still undecided, or the job changed."""
+    return f"""UPDATE tickgate_cursors k SET tick = coalesce(t.following, 'infinity'),
+            overdue_at = coalesce(t.following + make_interval(secs => t.reach), 'infinity')
+        FROM {written} w JOIN {ticks} t ON t.id = w.id
+        WHERE k.job = w.job AND w.trigger IN ('schedule', 'catchup')
+          AND (k.tick = w.scheduled_for OR (t.opens AND k.tick = t.fire_after))"""
+
+
 def claim_statement(*, counted: bool) -> str:
     """Per tick: try the job's lock, unless this session holds it already ($11: the
     keys it holds, for other runs; a session's locks are re-entrant, so taking one
@@ -85,6 +108,13 @@ def claim_statement(*, counted: bool) -> str:
     A claimed tick releases the queue_one slot that names it, whoever reserved it. A
     claimed tick that takes any version (manual, backfill) comes back with the job as
     stored (`stored_job`): the definition it runs, of the version its row names.
+
+    The job's cursor (migration 0014) is read under a key-share lock, which the audit's
+    update waits for, and waits for it: a scheduled tick before the cursor has its
+    outcome (`ticked`), and a claimed one at the cursor moves it on to the tick after
+    ($12; `opens` $13: the tick is the job's first after its fence, where a cursor
+    starts). Manual runs and backfills are no nominal ticks: they neither wait for the
+    cursor nor move it.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -97,9 +127,9 @@ def claim_statement(*, counted: bool) -> str:
     return f"""WITH ticks AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::bigint[], $6::boolean[], $7::uuid[], $8::bigint[],
-                             $9::boolean[])
+                             $9::boolean[], $12::timestamptz[], $13::boolean[])
             WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
-                                 incarnation, version, any_version, n)
+                                 incarnation, version, any_version, following, opens, n)
     ), gated AS MATERIALIZED (
         -- CASE, not AND: the lock must not be tried for a key this session holds.
         SELECT ticks.*, CASE WHEN NOT locking THEN true
@@ -110,14 +140,16 @@ def claim_statement(*, counted: bool) -> str:
                          AND p.expires_at > clock_timestamp()) AS queued_before
         FROM ticks
     ), current AS MATERIALIZED (
-        SELECT name, incarnation, version, state, max_runs, runs_started
-        FROM tickgate_jobs WHERE name = ANY($1::text[]) ORDER BY name {row_lock}
+        SELECT {_CURSORED_JOB}
+        FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+        WHERE j.name = ANY($1::text[]) ORDER BY j.name {row_lock} OF j FOR KEY SHARE OF k
     ), admitted AS (
-        SELECT g.*, c.version AS current_version FROM gated g JOIN current c ON c.name = g.job
+        SELECT g.*, c.version AS current_version, c.fire_after, c.reach
+        FROM gated g JOIN current c ON c.name = g.job
         WHERE g.got AND c.incarnation = g.incarnation
           AND (g.any_version OR (c.version = g.version AND c.state = 'active'))
           AND (c.max_runs IS NULL OR c.runs_started < c.max_runs OR g.trigger = 'manual')
-          AND NOT g.queued_before
+          AND NOT g.queued_before AND NOT {_passed("g", "c")}
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
             runner, job_version, lock_key, locked, backend_pid)
@@ -138,13 +170,16 @@ def claim_statement(*, counted: bool) -> str:
         -- reserved it (a replica that died waiting would hold it until it expired).
         DELETE FROM tickgate_pending p USING claimed c
         WHERE p.job = c.job AND p.scheduled_for = c.scheduled_for
+    ), advanced AS (
+        {_advance("admitted", "claimed")}
     ){counting}
     SELECT g.got, c.name IS NOT NULL AS job_exists,
            COALESCE(c.incarnation = g.incarnation, false) AS same_incarnation,
            COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
                AS same_revision,
            COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,
-           claimed.id IS NULL AND ticked.found IS NOT NULL AS ticked,
+           claimed.id IS NULL
+               AND (ticked.found IS NOT NULL OR COALESCE({_passed("g", "c")}, false)) AS ticked,
            (NOT g.got AND running.found IS NOT NULL)
                OR (claimed.id IS NULL AND g.queued_before) AS busy,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
@@ -170,8 +205,18 @@ CLAIM = claim_statement(counted=False)
 CLAIM_COUNTED = claim_statement(counted=True)
 
 
+def cursor_moves(job: Job, at: datetime, trigger: RunTrigger) -> tuple[datetime | None, bool]:
+    """Where the job's cursor goes once the tick `at` is decided, and whether `at` is the
+    job's first tick (a cursor still at the fence waits for it). Manual runs and
+    backfills move no cursor."""
+    if trigger in {RunTrigger.MANUAL, RunTrigger.BACKFILL}:
+        return None, False
+    return job.tick_after(at), job.first_tick == at
+
+
 def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> tuple[object, ...]:
     """The claim's arguments; `held`: the lock keys the claiming session holds now."""
+    moves = [cursor_moves(tick.job, tick.scheduled_for, tick.trigger) for tick in ticks]
     return (
         [tick.job.name for tick in ticks],
         [tick.run_id for tick in ticks],
@@ -184,6 +229,8 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
         [tick.any_version for tick in ticks],
         ticks[0].runner if ticks else "",
         list(held),
+        [following for following, _ in moves],
+        [opens for _, opens in moves],
     )
 
 
@@ -244,30 +291,44 @@ UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
 
 # Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a tick
 # the only one. The job row is read under a key-share lock, so a job deleted meanwhile
-# loses only its own skips, never the statement.
+# loses only its own skips, never the statement; its cursor too, as a claim reads it: a
+# scheduled tick before it is not recorded again, and one at it moves it on ($10
+# following; $11 opens, for a skip of the job's version $12 only).
 RECORD_SKIPS = f"""WITH skips AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
-                             $5::text[], $6::text[], $7::uuid[], $9::int[])
+                             $5::text[], $6::text[], $7::uuid[], $9::int[],
+                             $10::timestamptz[], $11::boolean[], $12::bigint[])
             WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
-                                 missed_ticks, n)
+                                 missed_ticks, following, opens, version, n)
     ), jobs AS MATERIALIZED (
-        SELECT name, incarnation, version, lock_key FROM tickgate_jobs
-        WHERE name = ANY($1::text[]) ORDER BY name FOR KEY SHARE
+        SELECT {_CURSORED_JOB}, j.lock_key
+        FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+        WHERE j.name = ANY($1::text[]) ORDER BY j.name FOR KEY SHARE OF j, k
+    ), moves AS (
+        SELECT s.id, s.following, s.opens AND s.version = j.version AS opens, j.fire_after,
+            j.reach
+        FROM skips s JOIN jobs j ON j.name = s.job
+    ), inserted AS (
+        INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
+            missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
+            lock_key, locked, backend_pid)
+        SELECT s.id, s.job, s.scheduled_for, s.trigger, 'skipped', s.reason, s.note,
+            s.missed_ticks,
+            clock_timestamp(), clock_timestamp(), 0, 0, $8, j.version, j.lock_key, false,
+            pg_backend_pid()
+        FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
+        WHERE NOT {_passed("s", "j")}
+        ORDER BY s.job, s.scheduled_for
+        ON CONFLICT (job, scheduled_for) DO NOTHING
+        RETURNING {RUN_COLUMNS}
+    ), advanced AS (
+        {_advance("moves", "inserted")}
     )
-    INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
-        missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
-        lock_key, locked, backend_pid)
-    SELECT s.id, s.job, s.scheduled_for, s.trigger, 'skipped', s.reason, s.note,
-        s.missed_ticks,
-        clock_timestamp(), clock_timestamp(), 0, 0, $8, j.version, j.lock_key, false,
-        pg_backend_pid()
-    FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
-    ORDER BY s.job, s.scheduled_for
-    ON CONFLICT (job, scheduled_for) DO NOTHING
-    RETURNING {RUN_COLUMNS}"""
+    SELECT * FROM inserted"""
 
 
 def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> tuple[object, ...]:
+    moves = [cursor_moves(skip.job, skip.scheduled_for, skip.trigger) for skip in skips]
     return (
         [skip.job.name for skip in skips],
         list(ids),
@@ -278,6 +339,9 @@ def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> t
         [skip.job.incarnation for skip in skips],
         runner,
         [skip.missed_ticks for skip in skips],
+        [following for following, _ in moves],
+        [opens for _, opens in moves],
+        [skip.job.version for skip in skips],
     )
 
 

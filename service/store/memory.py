@@ -40,7 +40,7 @@ from uuid import UUID, uuid4
 
 from service.domain.jobs import Job, JobState
 from service.domain.runs import Run, RunStatus, RunTrigger
-from service.store.fire_sql import ABANDONED_ERROR
+from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
 from service.store.ports import (
     Claim,
     ClaimOutcome,
@@ -158,6 +158,8 @@ class MemoryDatabase:
         self._backends: dict[UUID, tuple[int, bool, int]] = {}
         self._orphaned_at: dict[UUID, datetime] = {}  # the orphans' stamps
         self._slots: dict[str, _Slot] = {}
+        # Each job's tick cursor (migration 0014): every scheduled tick before it is decided.
+        self._cursors: dict[str, datetime] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
         self._session_ids = count(1)
         self._sessions: dict[int, MemorySession] = {}  # open ones
@@ -168,16 +170,28 @@ class MemoryDatabase:
     # --- what the API and tests do -------------------------------------------------
 
     def put_job(self, job: Job) -> None:
-        self._jobs[job.name] = job
+        self._write_job(job)
 
     def delete_job(self, name: str) -> None:
         self._jobs.pop(name, None)
         self._slots.pop(name, None)
+        self._cursors.pop(name, None)
         for tick in [tick for tick in self._runs if tick[0] == name]:
             del self._run_ticks[self._runs.pop(tick).id]
 
     def job(self, name: str) -> Job | None:
         return self._jobs.get(name)
+
+    def cursor(self, name: str) -> datetime | None:
+        return self._cursors.get(name)
+
+    def _write_job(self, job: Job) -> None:
+        """Store `job`; a new fence (a new job, schedule or resume) starts its cursor
+        again there, as the jobs table's trigger does."""
+        before = self._jobs.get(job.name)
+        if before is None or before.fire_after != job.fire_after:
+            self._cursors[job.name] = job.fire_after
+        self._jobs[job.name] = job
 
     def runs(self, job: str) -> list[Run]:
         """The job's ledger rows, newest first (as `Store.list_runs`)."""
@@ -281,8 +295,11 @@ class MemoryDatabase:
     def _gate(self, statement: "_Statement", tick: TickClaim, got: bool, job: Job | None) -> Claim:
         """One tick's way through the gate: one row of the claim statement."""
         queued_before = self._queued_before(tick)
-        claimed = got and _admits(tick, job) and not queued_before
+        passed = self._passed(tick.job.name, tick.scheduled_for, tick.trigger)
+        claimed = got and _admits(tick, job) and not queued_before and not passed
         run = self._insert_claimed(tick, job, statement.runner) if claimed else None
+        if run is not None:
+            self._advance(tick.job, run, opens=True)
         if run is not None and job is not None and statement.counts(run):
             self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
         if run is not None:
@@ -296,7 +313,7 @@ class MemoryDatabase:
             same_incarnation=job is not None and job.incarnation == tick.job.incarnation,
             same_revision=job is not None and job.revision == tick.job.revision,
             capped=_capped(tick, job),
-            ticked=run is None and _tick_of(tick) in statement.began,
+            ticked=run is None and (_tick_of(tick) in statement.began or passed),
             busy=(not got and _busy(tick, statement.began.values()))
             or (run is None and queued_before),
             released=released,
@@ -304,6 +321,23 @@ class MemoryDatabase:
             stored_job=job if run is not None and tick.any_version else None,
         )
         return facts.claim(tick)
+
+    def _passed(self, job: str, at: datetime, trigger: RunTrigger) -> bool:
+        """A scheduled tick before its job's cursor has its outcome."""
+        cursor = self._cursors.get(job)
+        scheduled = trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP}
+        return scheduled and cursor is not None and _utc(at) < cursor
+
+    def _advance(self, job: Job, run: Run, *, opens: bool) -> None:
+        """The cursor standing at the scheduled tick just written moves on (`opens`: the
+        tick, if the job's first, may move it from the fence; see fire_sql._advance)."""
+        following, first = cursor_moves(job, run.scheduled_for, run.trigger)
+        cursor, current = self._cursors.get(run.job), self._jobs.get(run.job)
+        at_fence = opens and first and current is not None and cursor == current.fire_after
+        if run.trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP} and (
+            cursor == run.scheduled_for or at_fence
+        ):
+            self._cursors[run.job] = following or _NO_TICK_LEFT
 
     def _queued_before(self, tick: TickClaim) -> bool:
         """An earlier tick of the job holds its queue_one slot: this one may not pass it."""
@@ -449,8 +483,10 @@ class MemoryDatabase:
         tick = (skip.job.name, _utc(skip.scheduled_for))
         if job is None or job.incarnation != skip.job.incarnation or tick in self._runs:
             return None
+        if self._passed(job.name, tick[1], skip.trigger):
+            return None
         started, finished = self.clock(), self.clock()  # two readings, as in the statement
-        return self._write(
+        run = self._write(
             Run(
                 id=uuid4(),
                 job=job.name,
@@ -468,6 +504,8 @@ class MemoryDatabase:
                 missed_ticks=skip.missed_ticks,
             )
         )
+        self._advance(skip.job, run, opens=skip.job.version == job.version)
+        return run
 
     def reserve_pending(self, job: str, tick: datetime, runner: str, expires_in: float) -> datetime:
         if job not in self._jobs:
@@ -495,7 +533,7 @@ class MemoryDatabase:
         now = self.clock()
         for name in sorted(updates):
             if (job := self._jobs.get(name)) is not None:
-                self._jobs[name] = updates[name](job, now)
+                self._write_job(updates[name](job, now))
 
 
 class MemorySession(PinnedSession):
@@ -689,6 +727,10 @@ def _check_batch(ticks: Sequence[TickClaim]) -> None:
         raise ValueError("a claim takes at most one tick per job")
     if len(ticks) > 1 and any(tick.counted for tick in ticks):
         raise ValueError("a claim that counts runs goes alone")
+
+
+# A cursor past the job's last tick ('infinity' in PostgreSQL).
+_NO_TICK_LEFT = datetime.max.replace(tzinfo=UTC)
 
 
 def _admits(tick: TickClaim, job: Job | None) -> bool:

@@ -15,8 +15,9 @@ from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
 from service.domain.ownership import Member, Members, Role
 from service.domain.runs import Run, RunStatus, SkipReason
-from service.store import chores_sql, fire_sql, members_sql
+from service.store import chores_sql, cursor_sql, cursors, fire_sql, members_sql
 from service.store.connection import Connection, Pool
+from service.store.cursors import Audited
 from service.store.fire_sql import RunEnd, Skip
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
@@ -349,11 +350,24 @@ class Store:
         rows = await self._pool.fetch(chores_sql.ACTIVE_JOBS_PAGE, after, limit)
         return [job_from_row(row) for row in rows]
 
-    async def claim_overdue_check(self, every_seconds: float) -> bool:
-        """Take this round of the overdue check, unless one began in the last
-        `every_seconds` (on any replica)."""
-        taken = await self._pool.fetchval(chores_sql.CLAIM_CHORE, "overdue", every_seconds)
+    async def claim_chore(self, name: str, every_seconds: float) -> bool:
+        """Take this round of a cluster-wide chore (`overdue`, `audit`), unless one
+        began in the last `every_seconds` (on any replica)."""
+        async with self._bounded() as connection:
+            taken = await connection.fetchval(chores_sql.CLAIM_CHORE, name, every_seconds)
         return bool(taken)
+
+    async def audit_cursors(self, most: int, runner: str) -> list[Audited]:
+        """Move up to `most` cursors lagging past their job's reach, recording the ticks
+        they pass that have no row as misfires (`cursors.audit`), in one transaction."""
+        async with self._bounded() as connection, connection.transaction():
+            return await cursors.audit(connection, most, runner)
+
+    async def cursor(self, job: str) -> datetime | None:
+        """The job's tick cursor: every scheduled tick before it has its outcome."""
+        async with self._bounded() as connection:
+            tick: datetime | None = await connection.fetchval(cursor_sql.CURSOR, job)
+        return tick
 
     async def file_overdue(self, ticks: Sequence[tuple[str, datetime]]) -> None:
         """Replace the overdue book with these (job, missed tick) pairs."""
@@ -451,17 +465,6 @@ class Store:
                 [reason.value for reason in unrun],
             )
         return {(row["job"], row["tick"]) for row in rows}
-
-    async def latest_ticks(self, names: Sequence[str]) -> dict[str, datetime]:
-        """Each job's newest ledger row's tick, for the jobs that have one (one index
-        probe per job)."""
-        rows = await self._pool.fetch(
-            """SELECT n.name, (SELECT r.scheduled_for FROM tickgate_runs r WHERE r.job = n.name
-                               ORDER BY r.scheduled_for DESC LIMIT 1) AS tick
-               FROM unnest($1::text[]) AS n (name)""",
-            list(names),
-        )
-        return {row["name"]: row["tick"] for row in rows if row["tick"] is not None}
 
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
         """Record a run's end through the API pool, for a run whose own connection (the

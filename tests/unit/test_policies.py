@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from service.domain.cursors import audit_cursor
 from service.domain.jobs import (
     Job,
     JobSpec,
@@ -173,17 +174,19 @@ def _once(at: datetime) -> OnceSchedule:
     return OnceSchedule(kind="once", at=at)
 
 
-def test_ticks_missed_sums_up_a_gap_and_stops_counting_at_most() -> None:
+def test_the_audit_counts_each_run_of_ticks_without_a_row_and_stops_at_most() -> None:
     every_minute = job()
-    after, before = T0, T0 + timedelta(minutes=10)
-    missed = every_minute.ticks_missed(after, before, most=100)
-    assert missed is not None
-    assert (missed.first, missed.last, missed.count) == (
-        T0 + timedelta(minutes=1),
-        T0 + timedelta(minutes=9),
-        9,
-    )
-    capped = every_minute.ticks_missed(after, before, most=3)
-    assert capped is not None
-    assert (capped.last, capped.count) == (T0 + timedelta(minutes=9), 3)
-    assert every_minute.ticks_missed(after, T0 + timedelta(seconds=30), most=100) is None
+    minute = timedelta(minutes=1)
+    decided = {T0 + 4 * minute}
+    # A cursor between ticks (a fence, say) waits for the next.
+    done = audit_cursor(every_minute, T0 + minute / 2, T0 + 10 * minute, decided, 100)
+    assert done.cursor == T0 + 10 * minute  # the first tick not before the horizon
+    assert [(m.first, m.last, m.count) for m in done.missed] == [
+        (T0 + minute, T0 + 3 * minute, 3),
+        (T0 + 5 * minute, T0 + 9 * minute, 5),
+    ]
+    capped = audit_cursor(every_minute, T0 + 5 * minute, T0 + 10 * minute, decided, 2)
+    assert capped.cursor == T0 + 7 * minute  # the rest is the next round's
+    assert [(m.first, m.count) for m in capped.missed] == [(T0 + 5 * minute, 2)]
+    # A cursor standing at a tick counts it; one within reach moves nowhere.
+    assert audit_cursor(every_minute, T0 + 9 * minute, T0 + 9 * minute, (), 100).missed == []

@@ -1,0 +1,51 @@
+"""Every statement of the tick cursors' audit (migration 0014), one constant each.
+
+The audit runs in one transaction per batch: lock the lagging cursors, read the rows of
+the ticks they wait for, then write the misfires and move the cursors. Claims and skips
+read a cursor under a key-share lock, which the audit's lock waits for and makes them
+wait for: no tick is claimed while the audit counts it as missed.
+"""
+
+from service.store.rows import job_document
+
+# The cursors lagging past their job's reach, the most overdue first, with their jobs as
+# they stand. Rows a claim, a skip, an edit or a delete holds are skipped (never waited
+# for): this round leaves them to the next.
+LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now
+    FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
+    WHERE k.overdue_at < clock_timestamp() AND j.state = 'active'
+    ORDER BY k.overdue_at LIMIT $1
+    FOR UPDATE OF k SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"""
+
+# The ledger rows of each job ($1) from its cursor ($2) to before its horizon ($3): one
+# range of the (job, scheduled_for) index per job.
+DECIDED = """SELECT r.job, r.scheduled_for
+    FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS c (job, cursor, horizon)
+    JOIN tickgate_runs r ON r.job = c.job AND r.scheduled_for >= c.cursor
+        AND r.scheduled_for < c.horizon"""
+
+# The misfire rows of the runs of ticks nobody started ($1 jobs, $2 ids, $3 each run's
+# last tick, $4 how many, $5 notes; $6 the runner), and each cursor's new place ($7
+# jobs, $8 ticks, NULL for none left; $9 their reach in seconds).
+MOVE_CURSORS = """WITH misfires AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[])
+            AS m (job, id, tick, missed, note)
+    ), recorded AS (
+        INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
+            missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
+            lock_key, locked, backend_pid)
+        SELECT m.id, m.job, m.tick, 'schedule', 'skipped', 'misfire', m.note, m.missed,
+            clock_timestamp(), clock_timestamp(), 0, 0, $6, j.version, j.lock_key, false,
+            pg_backend_pid()
+        FROM misfires m JOIN tickgate_jobs j ON j.name = m.job
+        ORDER BY m.job, m.tick
+        ON CONFLICT (job, scheduled_for) DO NOTHING
+        RETURNING job
+    )
+    UPDATE tickgate_cursors k SET tick = coalesce(c.tick, 'infinity'),
+        overdue_at = coalesce(c.tick + make_interval(secs => c.reach), 'infinity')
+    FROM unnest($7::text[], $8::timestamptz[], $9::float8[]) AS c (job, tick, reach)
+    WHERE k.job = c.job"""
+
+# A job's cursor, for the API and the tests.
+CURSOR = "SELECT tick FROM tickgate_cursors WHERE job = $1"

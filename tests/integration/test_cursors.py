@@ -1,0 +1,174 @@
+"""The tick cursor (migration 0014) on PostgreSQL: kept by every write of a job, moved by
+claims and skips of the tick it stands at, and by the audit past every tick nobody
+decided; the invariant read back from the database alone (`cursor_problems`)."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from harness.accounting import CURSORS, OUTCOMES, judge_cursors
+from harness.waiting import eventually_async
+from service.app import create_app
+from service.config import Settings
+from service.domain.jobs import Job, JobSpec, create_job, pause_job, resume_job
+from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.store import Store
+from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
+from service.store.sessions import RunSessions
+from tests.support.fire import EVERY_SECOND, runs_of
+
+SECOND = timedelta(seconds=1)
+SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, None, 1)
+
+
+def _claim(job: Job, at: datetime) -> TickClaim:
+    return TickClaim(job, at, RunTrigger.SCHEDULE, "r", uuid4(), True)
+
+
+def _whole_second(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
+
+
+async def test_a_new_job_s_cursor_is_its_fence_and_its_first_claim_moves_it(
+    store: Store, sessions: RunSessions
+) -> None:
+    job = await _made(store, "fresh", timedelta(minutes=10))
+    assert await store.cursor("fresh") == job.fire_after
+    first = job.first_tick
+    assert first is not None
+    async with sessions.session(5) as session:
+        [claimed] = await session.claim([_claim(job, first)])
+        assert claimed.run is not None
+        await session.finish(claimed.run.id, SUCCEEDED, job.lock_key)
+        assert await store.cursor("fresh") == first + SECOND
+        # A later tick claimed while the one at the cursor is undecided leaves it there.
+        [later] = await session.claim([_claim(job, first + 5 * SECOND)])
+        assert later.run is not None
+        await session.finish(later.run.id, SUCCEEDED, job.lock_key)
+    assert await store.cursor("fresh") == first + SECOND
+
+
+async def test_a_skip_at_the_cursor_moves_it_and_one_before_it_is_not_recorded(
+    store: Store,
+) -> None:
+    job = await _made(store, "skipping", timedelta(minutes=10))
+    first = job.first_tick
+    assert first is not None
+    skips = [
+        Skip(job, first + n * SECOND, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "busy")
+        for n in (0, 1)
+    ]
+    assert len(await store.record_skips(skips, "r")) == 2
+    # Both rows went in; the cursor moved past the first, and on past the second once
+    # the audit finds it decided (skips of one job in one statement move it once).
+    assert await store.cursor("skipping") in {first + SECOND, first + 2 * SECOND}
+    [again] = await store.record_skips([skips[0]], "r") or [None]
+    assert again is None
+
+
+async def test_the_audit_records_every_tick_nobody_decided_and_no_claim_passes_it(
+    store: Store, sessions: RunSessions, database_url: str
+) -> None:
+    """Finding 1: a 1 s job whose ticks fell with no replica up, one of them skipped.
+    The audit writes a misfire row per run of rowless ticks, counting them, and moves
+    the cursor to the first tick still within reach; the ticks it passed are decided:
+    a late claim of one finds it so."""
+    job = await _made(store, "gap", timedelta(seconds=30), misfire_grace_seconds=2)
+    first = job.first_tick
+    assert first is not None
+    skipped = first + 10 * SECOND
+    await store.record_skips(
+        [Skip(job, skipped, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "x")], "r"
+    )
+    audited = await store.audit_cursors(100, "auditor")
+    assert [a.job for a in audited] == ["gap"]
+    cursor = await store.cursor("gap")
+    assert cursor is not None
+    now = datetime.now(UTC)
+    assert now - 4 * SECOND <= cursor <= now  # the first tick within the grace
+    assert await _problems(database_url, {"gap": 1}) == []
+    misfires = sorted(
+        (run.scheduled_for, run.missed_ticks)
+        for run in await runs_of(store, "gap")
+        if run.skip_reason is SkipReason.MISFIRE
+    )
+    after = (cursor - skipped) // SECOND - 1
+    assert misfires == [(skipped - SECOND, 10), (cursor - SECOND, after)]
+    async with sessions.session(5) as session:
+        [late] = await session.claim([_claim(job, skipped + timedelta(seconds=5))])
+    assert (late.outcome, late.run) == (ClaimOutcome.ALREADY_RAN, None)
+    assert await store.audit_cursors(100, "auditor") == []  # nothing lags any more
+
+
+async def test_a_resumed_job_s_cursor_starts_at_its_new_fence(
+    store: Store, database_url: str
+) -> None:
+    job = await _made(store, "paused", timedelta(seconds=30), misfire_grace_seconds=1)
+    await store.mutate_job("paused", lambda current: current and pause_job(current, _now()))
+    assert await store.audit_cursors(100, "auditor") == []  # a paused job has no ticks
+    assert await store.cursor("paused") == job.fire_after
+    change = await store.mutate_job(
+        "paused", lambda current: current and resume_job(current, _now())
+    )
+    assert change.after is not None
+    assert await store.cursor("paused") == change.after.fire_after
+    assert await _problems(database_url, {"paused": 1}) == []
+
+
+async def test_a_deleted_job_takes_its_cursor_with_it(store: Store, database_url: str) -> None:
+    await _made(store, "gone", timedelta(seconds=30))
+    await store.mutate_job("gone", lambda _: None)
+    assert await store.cursor("gone") is None
+    connection = await asyncpg.connect(database_url)
+    try:
+        assert await connection.fetchval("SELECT count(*) FROM tickgate_cursors") == 0
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize("catchup", ["latest", "none"])
+async def test_after_an_outage_past_the_grace_every_tick_has_its_outcome(
+    settings: Settings, store: Store, database_url: str, catchup: str
+) -> None:
+    """Finding 1: a 1 s job, grace 3 s, whose last 30 s fell with no replica up. Before
+    the cursor, the ticks within the grace at load (but the caught-up one) got no row;
+    now every tick up to the cursor has one, or is counted in a misfire row."""
+    await _made(store, "outage", timedelta(seconds=30), misfire_grace_seconds=3, catchup=catchup)
+    started = _now()
+    app = create_app(settings.model_copy(update={"scheduler": True, "takeover_seconds": 1}))
+    async with app.router.lifespan_context(app):
+
+        async def passed_the_start() -> bool:
+            cursor = await store.cursor("outage")
+            return cursor is not None and cursor > started + 2 * SECOND
+
+        await eventually_async(passed_the_start, 60, "the cursor to pass the replica's start")
+    assert await _problems(database_url, {"outage": 1}) == []
+    rows = await runs_of(store, "outage")
+    assert sum(run.missed_ticks or 0 for run in rows if run.skip_reason is SkipReason.MISFIRE) >= 25
+
+
+async def _problems(database_url: str, periods: dict[str, int]) -> list[str]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        jobs = list(periods)
+        cursors = await connection.fetch(CURSORS, jobs)
+        return judge_cursors(cursors, await connection.fetch(OUTCOMES, jobs), periods)
+    finally:
+        await connection.close()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _made(store: Store, name: str, ago: timedelta, **spec: Any) -> Job:
+    """A 1 s job made `ago`, with no replica up since."""
+    fields: dict[str, Any] = {"schedule": EVERY_SECOND, "task": "log", "args": {}} | spec
+    made = create_job(name, JobSpec(**fields), _now() - ago)
+    change = await store.mutate_job(name, lambda _: made)
+    assert change.after is not None
+    return change.after
