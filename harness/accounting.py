@@ -50,14 +50,15 @@ def rfc3339(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# Each job's fence and tick cursor (migration 0014), and its scheduled outcomes.
+# Each job's fence and tick cursor (migration 0014), and its ticks' outcomes: every row
+# but a manual run's.
 CURSORS = """SELECT j.name AS job, extract(epoch FROM j.fire_after)::float8 AS fence,
            extract(epoch FROM k.tick)::float8 AS cursor
     FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
     WHERE j.name = ANY($1::text[])"""
 OUTCOMES = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks
     FROM tickgate_runs
-    WHERE job = ANY($1::text[]) AND trigger IN ('schedule', 'catchup')"""
+    WHERE job = ANY($1::text[]) AND trigger <> 'manual'"""
 
 
 def cursor_problems(sql: Fetches, periods: Mapping[str, int]) -> list[str]:

@@ -38,12 +38,13 @@ class CursorAudit:
 def audit_cursor(
     job: Job, cursor: datetime, horizon: datetime, decided: Collection[datetime], most: int
 ) -> CursorAudit:
-    """Walk the job's ticks at or after `cursor` and before `horizon` (the database's
-    clock less the job's reach), at most `most` of them; `decided`: the ticks among them
-    that have a ledger row."""
+    """Walk the job's ticks from `cursor`, at most `most` of them: every tick before
+    `horizon` (the database's clock less the job's reach), and after it every tick that
+    is decided already, so that the cursor ends at the first tick still open and the
+    claims that follow meet it there. `decided`: the walked ticks that have a row."""
     runs: list[list[datetime]] = [[]]  # the ticks without a row, in runs
     walked, tick = 0, job.tick_after(cursor - _INSTANT)
-    while tick is not None and tick < horizon and walked < most:
+    while tick is not None and (tick < horizon or tick in decided) and walked < most:
         if tick in decided:
             runs.append([])
         else:

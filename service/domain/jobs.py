@@ -6,10 +6,11 @@ store can run it inside a row-locked transaction and the rules live in one place
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated
+from typing import Annotated, Any, Self
 from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -202,8 +203,13 @@ class Job(JobSpec):
     @cached_property
     def first_tick(self) -> datetime | None:
         """The job's first nominal tick after its fence: the one a cursor still at the
-        fence waits for. Worked out once per revision read."""
+        fence waits for. Worked out once per job read (`model_copy` forgets it)."""
         return self.tick_after(self.fire_after)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("first_tick", None)  # its schedule or fence may be another
+        return copied
 
     def tick_at_or_before(self, at: datetime) -> datetime | None:
         """The latest nominal tick at or before `at` that may fire."""

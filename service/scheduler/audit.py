@@ -20,7 +20,7 @@ from service.store import Store
 log = logging.getLogger(__name__)
 
 # Cursors per transaction, and batches per round at most (the rest wait a round).
-AUDIT_BATCH = 100
+AUDIT_BATCH = 50
 MOST_BATCHES = 50
 
 

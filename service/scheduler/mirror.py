@@ -159,7 +159,9 @@ class Mirror:
         """A tick fell due: hand over every tick due by now, then sleep until the next."""
         for due in self._timetable.due(datetime.now(UTC)):
             standby = self._roles.stands_by(due.job.name)
-            self._runner.fire(due.job, due.tick, RunTrigger.SCHEDULE, standby=standby)
+            self._runner.fire(
+                due.job, due.tick, RunTrigger.SCHEDULE, standby=standby, following=due.following
+            )
         self._armed_at = self._timetable.earliest
 
     def _arm(self, at: datetime | None) -> None:

@@ -47,8 +47,10 @@ from service.store.errors import is_unavailable
 from service.store.ports import (
     Claim,
     ClaimOutcome,
+    Following,
     Ledger,
     LockPool,
+    NextTick,
     Orphan,
     PinnedSession,
     Skip,
@@ -200,14 +202,20 @@ class Runner:
     # --- gather -------------------------------------------------------------------
 
     def fire(
-        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, standby: bool = False
+        self,
+        job: Job,
+        scheduled_for: datetime,
+        trigger: RunTrigger,
+        *,
+        standby: bool = False,
+        following: NextTick = Following.UNKNOWN,
     ) -> None:
         """Hand over one due tick of `job`; it is claimed once it is due here (if this
         replica is the job's `standby`, only if it still has no ledger row the takeover
         time after that). Never raises. Ticks that fall due together are claimed
         together, in batches, in this replica's own random order, so racing replicas
         each win a share."""
-        tick = self._due_tick(job, scheduled_for, trigger)
+        tick = self._due_tick(job, scheduled_for, trigger, following)
         wait = self._hold_back_seconds(job, scheduled_for)
         if standby:
             self._standby.hold(tick, wait)
@@ -216,10 +224,13 @@ class Runner:
         else:
             self._arrive(tick)
 
-    def _due_tick(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> DueTick:
+    def _due_tick(
+        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, following: NextTick
+    ) -> DueTick:
         deadline = job.deadline(scheduled_for)
         patience = min(job.due(scheduled_for) + OVERLAP_PATIENCE, deadline)
-        return DueTick(self._claim_of(job, scheduled_for, trigger), deadline, patience)
+        claim = replace(self._claim_of(job, scheduled_for, trigger), following=following)
+        return DueTick(claim, deadline, patience)
 
     def _hold_back_seconds(self, job: Job, scheduled_for: datetime) -> float:
         """Jitter spreads a job's fires the same way on every replica; the test-only
@@ -379,7 +390,8 @@ class Runner:
             jobs = await self._store.get_jobs([tick.job_name])
             current = jobs[0] if jobs else None
             if current is not None and current.is_tick(tick.scheduled_for):
-                again = replace(tick, claim=replace(tick.claim, job=current))
+                claim = replace(tick.claim, job=current, following=Following.UNKNOWN)
+                again = replace(tick, claim=claim)
                 self._again([again], 0.0, "the job kept changing")
             else:
                 self._settled(tick)
@@ -420,7 +432,10 @@ class Runner:
     def _skip(self, ticks: Sequence[DueTick], reason: SkipReason, note: str) -> None:
         for tick in ticks:
             self._settled(tick)
-        skips = [Skip(t.job, t.claim.scheduled_for, t.claim.trigger, reason, note) for t in ticks]
+        skips = [
+            Skip(t.job, t.scheduled_for, t.claim.trigger, reason, note, following=t.claim.following)
+            for t in ticks
+        ]
         self._spawn(self._submit_skips(skips))
 
     async def _submit_skips(self, skips: list[Skip]) -> None:

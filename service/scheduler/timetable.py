@@ -35,8 +35,12 @@ class _Entry:
 
 @dataclass(frozen=True)
 class ScheduledTick:
+    """A due tick, and the job's tick after it (None: none left), worked out once here
+    for the timetable and the tick's cursor both."""
+
     job: Job
     tick: datetime
+    following: datetime | None
 
 
 class Timetable:
@@ -81,9 +85,10 @@ class Timetable:
         while self._heap and self._heap[0].at <= now:
             entry = heapq.heappop(self._heap)
             if self._jobs.get(entry.job.name) is entry.job:
-                taken.append(ScheduledTick(entry.job, entry.tick))
+                following = entry.job.tick_after(entry.tick)
+                taken.append(ScheduledTick(entry.job, entry.tick, following))
                 local_now = self._clock.local(now)
-                self._file(entry.job, next_tick(entry.job, entry.tick, local_now))
+                self._file(entry.job, next_tick(entry.job, following, local_now))
         return taken
 
     def _file(self, job: Job, tick: datetime | None) -> datetime | None:
@@ -108,9 +113,14 @@ def first_tick(job: Job, now: datetime) -> datetime | None:
     return job.tick_after(now - timedelta(seconds=job.jitter_seconds))
 
 
-def next_tick(job: Job, previous: datetime, now: datetime) -> datetime | None:
-    """The tick after `previous` that is still due at `now` (this replica's clock)."""
-    return job.tick_after(max(previous, now - job.reach - _INSTANT))
+def next_tick(job: Job, following: datetime | None, now: datetime) -> datetime | None:
+    """The first tick from `following` (the one after the tick just due) that is still
+    due at `now` (this replica's clock): after a stall, ticks already past their reach
+    are never produced."""
+    stale = now - job.reach - _INSTANT
+    if following is None or following > stale:
+        return following
+    return job.tick_after(stale)
 
 
 # tick_after is strict: a tick exactly at the grace's edge is still due.

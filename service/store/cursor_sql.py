@@ -2,27 +2,31 @@
 
 The audit runs in one transaction per batch: lock the lagging cursors, read the rows of
 the ticks they wait for, then write the misfires and move the cursors. Claims and skips
-read a cursor under a key-share lock, which the audit's lock waits for and makes them
-wait for: no tick is claimed while the audit counts it as missed.
+lock a job's cursor too, so the audit's lock and theirs wait for each other: no tick is
+claimed while the audit counts it as missed.
 """
 
 from service.store.rows import job_document
 
-# The cursors lagging past their job's reach, the most overdue first, with their jobs as
-# they stand. Rows a claim, a skip, an edit or a delete holds are skipped (never waited
-# for): this round leaves them to the next.
+# The cursors whose `overdue_at` passed (they may lag past their job's reach, or their
+# claims moved them on since), the longest passed first, with their jobs as they stand.
+# Rows a claim, a skip, an edit or a delete holds are skipped (never waited for): this
+# round leaves them to the next.
 LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
-    WHERE k.overdue_at < clock_timestamp() AND j.state = 'active'
+    WHERE k.overdue_at < clock_timestamp() AND j.state = 'active' AND k.tick < 'infinity'
     ORDER BY k.overdue_at LIMIT $1
     FOR UPDATE OF k SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"""
 
-# The ledger rows of each job ($1) from its cursor ($2) to before its horizon ($3): one
-# range of the (job, scheduled_for) index per job.
-DECIDED = """SELECT r.job, r.scheduled_for
-    FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS c (job, cursor, horizon)
-    JOIN tickgate_runs r ON r.job = c.job AND r.scheduled_for >= c.cursor
-        AND r.scheduled_for < c.horizon"""
+# The ticks of each job ($1) from its cursor ($2) on that have a ledger row, the first
+# $3 of each: one range of the (job, scheduled_for) index per job. A manual run is no
+# tick's outcome, whenever it was asked for; a backfill run is the outcome of its tick.
+DECIDED = """SELECT c.job, r.scheduled_for
+    FROM unnest($1::text[], $2::timestamptz[]) AS c (job, cursor)
+    CROSS JOIN LATERAL (
+        SELECT scheduled_for FROM tickgate_runs
+        WHERE job = c.job AND scheduled_for >= c.cursor AND trigger <> 'manual'
+        ORDER BY scheduled_for LIMIT $3) AS r"""
 
 # The misfire rows of the runs of ticks nobody started ($1 jobs, $2 ids, $3 each run's
 # last tick, $4 how many, $5 notes; $6 the runner), and each cursor's new place ($7

@@ -12,8 +12,9 @@ from service.store.connection import Connection
 from service.store.rows import job_from_row
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
-# several batches, each a short transaction, with the event loop free between them.
-TICKS_PER_CURSOR = 200
+# several batches, each a short transaction (its cursors' claims wait for it) of at most
+# AUDIT_BATCH x TICKS_PER_CURSOR schedule steps, with the event loop free between them.
+TICKS_PER_CURSOR = 100
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ async def audit(connection: Connection, most: int, runner: str) -> list[Audited]
         return []
     now: datetime = rows[0]["now"]
     lagging = [(job_from_row(row), row["cursor"]) for row in rows]
-    decided = await _decided(connection, lagging, now)
+    decided = await _decided(connection, lagging)
     audits = [
         (job, audit_cursor(job, cursor, now - job.reach, decided[job.name], TICKS_PER_CURSOR))
         for job, cursor in lagging
@@ -41,13 +42,13 @@ async def audit(connection: Connection, most: int, runner: str) -> list[Audited]
 
 
 async def _decided(
-    connection: Connection, lagging: list[tuple[Job, datetime]], now: datetime
+    connection: Connection, lagging: list[tuple[Job, datetime]]
 ) -> dict[str, set[datetime]]:
     rows = await connection.fetch(
         cursor_sql.DECIDED,
         [job.name for job, _ in lagging],
         [cursor for _, cursor in lagging],
-        [now - job.reach for job, _ in lagging],
+        TICKS_PER_CURSOR,
     )
     decided: dict[str, set[datetime]] = defaultdict(set)
     for row in rows:

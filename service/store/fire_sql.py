@@ -10,6 +10,8 @@ ticks were given (`n`).
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
+from typing import Literal
 from uuid import UUID
 
 from pydantic import JsonValue
@@ -18,6 +20,17 @@ from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.rows import RUN_COLUMNS, job_document
+
+
+class Following(Enum):
+    """A tick's `following` not known when it was asked for: worked out with the
+    statement's arguments."""
+
+    UNKNOWN = "unknown"
+
+
+# The job's tick after this one (None: none left), where the asker knows it already.
+NextTick = datetime | None | Literal[Following.UNKNOWN]
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,7 @@ class TickClaim:
     run_id: UUID
     lock: bool
     any_version: bool = False
+    following: NextTick = Following.UNKNOWN
 
     @property
     def counted(self) -> bool:
@@ -61,16 +75,16 @@ class Skip:
     reason: SkipReason
     note: str
     missed_ticks: int | None = None
+    following: NextTick = Following.UNKNOWN
 
 
 # The ledger's columns, read from the table named r (where another table is joined).
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
 
 
-# A claim's view of each job: the row and its cursor, and its reach (grace + jitter: how
-# long after a tick the cursor may wait for it before it lags).
+# A claim's view of each job: the row and its cursor.
 _CURSORED_JOB = """j.name, j.incarnation, j.version, j.state, j.max_runs, j.runs_started,
-    j.fire_after, j.misfire_grace_seconds + j.jitter_seconds AS reach, k.tick AS cursor"""
+    j.fire_after, k.tick AS cursor"""
 
 
 def _passed(tick: str, job: str) -> str:
@@ -79,15 +93,22 @@ def _passed(tick: str, job: str) -> str:
     return f"({tick}.trigger IN ('schedule', 'catchup') AND {tick}.scheduled_for < {job}.cursor)"
 
 
-def _advance(ticks: str, written: str) -> str:
-    """Move each cursor standing at a scheduled tick just written (`written`: its rows)
-    on to the tick after it (`ticks`: following, opens, fire_after, reach). A cursor
-    that stands elsewhere stays: an earlier tick is still undecided, or the job changed."""
-    return f"""UPDATE tickgate_cursors k SET tick = coalesce(t.following, 'infinity'),
-            overdue_at = coalesce(t.following + make_interval(secs => t.reach), 'infinity')
-        FROM {written} w JOIN {ticks} t ON t.id = w.id
-        WHERE k.job = w.job AND w.trigger IN ('schedule', 'catchup')
-          AND (k.tick = w.scheduled_for OR (t.opens AND k.tick = t.fire_after))"""
+def _advance(decided: str) -> str:
+    """Move each cursor standing at a scheduled tick of `decided` on to the tick after it
+    (`decided`: job, scheduled_for, trigger, following, opens, fire_after). Every tick
+    there ends the statement with a row, this statement's or one already there (the
+    conflict that kept this one out), so the cursor may pass it either way. A cursor
+    that stands elsewhere stays: an earlier tick is still undecided, or the job changed.
+
+    Only `tick` moves, an update PostgreSQL makes in place (no index names it), so a
+    cursor costs a claim little; `overdue_at` falls behind, and the audit, finding it
+    passed, sets it again from the tick (or accounts for a cursor that does lag). A job
+    left with no tick never lags."""
+    return f"""UPDATE tickgate_cursors k SET tick = coalesce(d.following, 'infinity'),
+            overdue_at = CASE WHEN d.following IS NULL THEN 'infinity' ELSE k.overdue_at END
+        FROM {decided} d
+        WHERE k.job = d.job AND d.trigger IN ('schedule', 'catchup')
+          AND (k.tick = d.scheduled_for OR (d.opens AND k.tick = d.fire_after))"""
 
 
 def claim_statement(*, counted: bool) -> str:
@@ -109,12 +130,13 @@ def claim_statement(*, counted: bool) -> str:
     claimed tick that takes any version (manual, backfill) comes back with the job as
     stored (`stored_job`): the definition it runs, of the version its row names.
 
-    The job's cursor (migration 0014) is read under a key-share lock, which the audit's
-    update waits for, and waits for it: a scheduled tick before the cursor has its
-    outcome (`ticked`), and a claimed one at the cursor moves it on to the tick after
-    ($12; `opens` $13: the tick is the job's first after its fence, where a cursor
-    starts). Manual runs and backfills are no nominal ticks: they neither wait for the
-    cursor nor move it.
+    The job's cursor (migration 0014) is locked too, for the update that may follow, in
+    name order (claims of "allow" jobs, which take no advisory lock, may meet on it; in
+    one order they wait, never in a cycle): the audit's lock waits for it, and it for the
+    audit's. A scheduled tick before the cursor has its outcome (`ticked`), and an
+    admitted one at the cursor moves it on to the tick after ($12; `opens` $13: the tick
+    is the job's first after its fence, where a cursor starts). Manual runs and
+    backfills are no nominal ticks: they neither wait for the cursor nor move it.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -142,9 +164,9 @@ def claim_statement(*, counted: bool) -> str:
     ), current AS MATERIALIZED (
         SELECT {_CURSORED_JOB}
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name = ANY($1::text[]) ORDER BY j.name {row_lock} OF j FOR KEY SHARE OF k
+        WHERE j.name = ANY($1::text[]) ORDER BY j.name {row_lock} OF j FOR NO KEY UPDATE OF k
     ), admitted AS (
-        SELECT g.*, c.version AS current_version, c.fire_after, c.reach
+        SELECT g.*, c.version AS current_version, c.fire_after
         FROM gated g JOIN current c ON c.name = g.job
         WHERE g.got AND c.incarnation = g.incarnation
           AND (g.any_version OR (c.version = g.version AND c.state = 'active'))
@@ -171,7 +193,7 @@ def claim_statement(*, counted: bool) -> str:
         DELETE FROM tickgate_pending p USING claimed c
         WHERE p.job = c.job AND p.scheduled_for = c.scheduled_for
     ), advanced AS (
-        {_advance("admitted", "claimed")}
+        {_advance("admitted")}
     ){counting}
     SELECT g.got, c.name IS NOT NULL AS job_exists,
            COALESCE(c.incarnation = g.incarnation, false) AS same_incarnation,
@@ -205,18 +227,22 @@ CLAIM = claim_statement(counted=False)
 CLAIM_COUNTED = claim_statement(counted=True)
 
 
-def cursor_moves(job: Job, at: datetime, trigger: RunTrigger) -> tuple[datetime | None, bool]:
-    """Where the job's cursor goes once the tick `at` is decided, and whether `at` is the
-    job's first tick (a cursor still at the fence waits for it). Manual runs and
-    backfills move no cursor."""
+def cursor_moves(
+    job: Job, at: datetime, trigger: RunTrigger, following: NextTick = Following.UNKNOWN
+) -> tuple[datetime | None, bool]:
+    """Where the job's cursor goes once the tick `at` is decided (`following`, where
+    known), and whether `at` is the job's first tick (a cursor still at the fence waits
+    for it). Manual runs and backfills move no cursor."""
     if trigger in {RunTrigger.MANUAL, RunTrigger.BACKFILL}:
         return None, False
-    return job.tick_after(at), job.first_tick == at
+    if following is Following.UNKNOWN:
+        following = job.tick_after(at)
+    return following, job.first_tick == at
 
 
 def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> tuple[object, ...]:
     """The claim's arguments; `held`: the lock keys the claiming session holds now."""
-    moves = [cursor_moves(tick.job, tick.scheduled_for, tick.trigger) for tick in ticks]
+    moves = [cursor_moves(t.job, t.scheduled_for, t.trigger, t.following) for t in ticks]
     return (
         [tick.job.name for tick in ticks],
         [tick.run_id for tick in ticks],
@@ -291,7 +317,7 @@ UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
 
 # Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a tick
 # the only one. The job row is read under a key-share lock, so a job deleted meanwhile
-# loses only its own skips, never the statement; its cursor too, as a claim reads it: a
+# loses only its own skips, never the statement; its cursor locked, as a claim locks it: a
 # scheduled tick before it is not recorded again, and one at it moves it on ($10
 # following; $11 opens, for a skip of the job's version $12 only).
 RECORD_SKIPS = f"""WITH skips AS (
@@ -303,32 +329,33 @@ RECORD_SKIPS = f"""WITH skips AS (
     ), jobs AS MATERIALIZED (
         SELECT {_CURSORED_JOB}, j.lock_key
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name = ANY($1::text[]) ORDER BY j.name FOR KEY SHARE OF j, k
-    ), moves AS (
-        SELECT s.id, s.following, s.opens AND s.version = j.version AS opens, j.fire_after,
-            j.reach
-        FROM skips s JOIN jobs j ON j.name = s.job
+        WHERE j.name = ANY($1::text[]) ORDER BY j.name FOR KEY SHARE OF j FOR NO KEY UPDATE OF k
+    ), recordable AS (
+        -- Each of these ends the statement with a row: this one, or the one already there.
+        SELECT s.id, s.job, s.scheduled_for, s.trigger, s.reason, s.note, s.missed_ticks,
+            s.following, s.opens AND s.version = j.version AS opens, j.fire_after,
+            j.version AS job_version, j.lock_key
+        FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
+        WHERE NOT {_passed("s", "j")}
     ), inserted AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
             lock_key, locked, backend_pid)
-        SELECT s.id, s.job, s.scheduled_for, s.trigger, 'skipped', s.reason, s.note,
-            s.missed_ticks,
-            clock_timestamp(), clock_timestamp(), 0, 0, $8, j.version, j.lock_key, false,
+        SELECT id, job, scheduled_for, trigger, 'skipped', reason, note, missed_ticks,
+            clock_timestamp(), clock_timestamp(), 0, 0, $8, job_version, lock_key, false,
             pg_backend_pid()
-        FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
-        WHERE NOT {_passed("s", "j")}
-        ORDER BY s.job, s.scheduled_for
+        FROM recordable
+        ORDER BY job, scheduled_for
         ON CONFLICT (job, scheduled_for) DO NOTHING
         RETURNING {RUN_COLUMNS}
     ), advanced AS (
-        {_advance("moves", "inserted")}
+        {_advance("recordable")}
     )
     SELECT * FROM inserted"""
 
 
 def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> tuple[object, ...]:
-    moves = [cursor_moves(skip.job, skip.scheduled_for, skip.trigger) for skip in skips]
+    moves = [cursor_moves(s.job, s.scheduled_for, s.trigger, s.following) for s in skips]
     return (
         [skip.job.name for skip in skips],
         list(ids),

@@ -298,8 +298,8 @@ class MemoryDatabase:
         passed = self._passed(tick.job.name, tick.scheduled_for, tick.trigger)
         claimed = got and _admits(tick, job) and not queued_before and not passed
         run = self._insert_claimed(tick, job, statement.runner) if claimed else None
-        if run is not None:
-            self._advance(tick.job, run, opens=True)
+        if claimed:  # the tick has a row now: this claim's, or the one that kept it out
+            self._advance(tick.job, tick.scheduled_for, tick.trigger, opens=True)
         if run is not None and job is not None and statement.counts(run):
             self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
         if run is not None:
@@ -328,16 +328,17 @@ class MemoryDatabase:
         scheduled = trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP}
         return scheduled and cursor is not None and _utc(at) < cursor
 
-    def _advance(self, job: Job, run: Run, *, opens: bool) -> None:
-        """The cursor standing at the scheduled tick just written moves on (`opens`: the
-        tick, if the job's first, may move it from the fence; see fire_sql._advance)."""
-        following, first = cursor_moves(job, run.scheduled_for, run.trigger)
-        cursor, current = self._cursors.get(run.job), self._jobs.get(run.job)
+    def _advance(self, job: Job, at: datetime, trigger: RunTrigger, *, opens: bool) -> None:
+        """The cursor standing at the scheduled tick `at`, which has its row now, moves on
+        (`opens`: the tick, if the job's first, may move it from the fence; see
+        fire_sql._advance)."""
+        following, first = cursor_moves(job, at, trigger)
+        cursor, current = self._cursors.get(job.name), self._jobs.get(job.name)
         at_fence = opens and first and current is not None and cursor == current.fire_after
-        if run.trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP} and (
-            cursor == run.scheduled_for or at_fence
+        if trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP} and (
+            cursor == _utc(at) or at_fence
         ):
-            self._cursors[run.job] = following or _NO_TICK_LEFT
+            self._cursors[job.name] = following or _NO_TICK_LEFT
 
     def _queued_before(self, tick: TickClaim) -> bool:
         """An earlier tick of the job holds its queue_one slot: this one may not pass it."""
@@ -481,9 +482,12 @@ class MemoryDatabase:
     def _record_skip(self, skip: Skip, runner: str) -> Run | None:
         job = self._jobs.get(skip.job.name)
         tick = (skip.job.name, _utc(skip.scheduled_for))
-        if job is None or job.incarnation != skip.job.incarnation or tick in self._runs:
+        if job is None or job.incarnation != skip.job.incarnation:
             return None
         if self._passed(job.name, tick[1], skip.trigger):
+            return None
+        if tick in self._runs:  # decided already: the cursor may pass it all the same
+            self._advance(skip.job, tick[1], skip.trigger, opens=skip.job.version == job.version)
             return None
         started, finished = self.clock(), self.clock()  # two readings, as in the statement
         run = self._write(
@@ -504,7 +508,7 @@ class MemoryDatabase:
                 missed_ticks=skip.missed_ticks,
             )
         )
-        self._advance(skip.job, run, opens=skip.job.version == job.version)
+        self._advance(skip.job, tick[1], skip.trigger, opens=skip.job.version == job.version)
         return run
 
     def reserve_pending(self, job: str, tick: datetime, runner: str, expires_in: float) -> datetime:

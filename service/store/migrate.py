@@ -35,8 +35,9 @@ def head_version() -> int:
     return available_migrations()[-1].version
 
 
-async def migrate(connection: Connection) -> list[Migration]:
-    """Apply every pending migration in one transaction; return those applied.
+async def migrate(connection: Connection, through: int | None = None) -> list[Migration]:
+    """Apply every pending migration (up to version `through`, if given) in one
+    transaction; return those applied.
 
     Replicas that start together all call this. The transaction-scoped advisory lock
     makes the losers wait (blocking is right here, unlike on the fire path); when the
@@ -51,7 +52,11 @@ async def migrate(connection: Connection) -> list[Migration]:
                    applied_at timestamptz NOT NULL DEFAULT now())"""
         )
         applied = await applied_versions(connection)
-        pending = [m for m in available_migrations() if m.version not in applied]
+        pending = [
+            m
+            for m in available_migrations()
+            if m.version not in applied and (through is None or m.version <= through)
+        ]
         for migration in pending:
             log.info("applying migration %04d_%s", migration.version, migration.name)
             await connection.execute(migration.sql)

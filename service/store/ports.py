@@ -22,15 +22,17 @@ from uuid import UUID
 
 from service.domain.jobs import Job
 from service.domain.runs import Run
-from service.store.fire_sql import RunEnd, Skip, TickClaim
+from service.store.fire_sql import Following, NextTick, RunEnd, Skip, TickClaim
 
 __all__ = [
     "Claim",
     "ClaimOutcome",
+    "Following",
     "GateFacts",
     "JobUpdateFn",
     "Ledger",
     "LockPool",
+    "NextTick",
     "Orphan",
     "PinnedSession",
     "RunEnd",

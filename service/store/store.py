@@ -253,10 +253,11 @@ class Store:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def migrate(self) -> int:
-        """Apply pending migrations; return how many were applied."""
+    async def migrate(self, through: int | None = None) -> int:
+        """Apply pending migrations (up to version `through`: a database as an older
+        release left it, for tests); return how many were applied."""
         async with self._pool.acquire() as connection:
-            return len(await migrate(connection))
+            return len(await migrate(connection, through))
 
     async def schema_versions(self) -> set[int]:
         async with self._pool.acquire() as connection:

@@ -188,5 +188,10 @@ def test_the_audit_counts_each_run_of_ticks_without_a_row_and_stops_at_most() ->
     capped = audit_cursor(every_minute, T0 + 5 * minute, T0 + 10 * minute, decided, 2)
     assert capped.cursor == T0 + 7 * minute  # the rest is the next round's
     assert [(m.first, m.count) for m in capped.missed] == [(T0 + 5 * minute, 2)]
+    # Past the horizon it walks on over ticks decided already, to the first still open:
+    # the claims that follow meet the cursor there.
+    ahead = audit_cursor(every_minute, T0 + minute / 2, T0 + 2 * minute, {T0 + 2 * minute}, 100)
+    assert ahead.cursor == T0 + 3 * minute
+    assert [(m.first, m.count) for m in ahead.missed] == [(T0 + minute, 1)]
     # A cursor standing at a tick counts it; one within reach moves nowhere.
     assert audit_cursor(every_minute, T0 + 9 * minute, T0 + 9 * minute, (), 100).missed == []

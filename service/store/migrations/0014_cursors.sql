@@ -12,15 +12,20 @@
 --
 -- `tick` is the next undecided tick itself, or a bound at or before it: the job's fence
 -- (`fire_after`, never a tick) until its first tick is decided, or, after this
--- migration, the newest scheduled row's tick. `overdue_at` is when the cursor lags past
--- the job's reach (tick + misfire grace + jitter: no replica may start that tick any
--- more), 'infinity' for a job that is not active or has no tick left; the audit reads
--- the lagging cursors by its index, so a round costs the lagging jobs, not all of them.
+-- migration, the newest scheduled row's tick. `overdue_at` is at or before the moment the
+-- cursor lags past the job's reach (tick + misfire grace + jitter: no replica may start
+-- that tick any more), 'infinity' for a job that is not active or has no tick left. The
+-- audit reads the cursors whose `overdue_at` passed by its index: it accounts for those
+-- that lag, and sets it again from the tick for the others. Claims move `tick` alone,
+-- an update made in place (a heap-only tuple: no index names `tick`, and half of each
+-- page is kept free for it), so the cursor costs a claim little, and the audit visits a
+-- job at most once per reach or tick, whichever is longer: a round costs in proportion
+-- to the fire rate, never to the number of jobs.
 CREATE TABLE tickgate_cursors (
     job        text COLLATE "C" PRIMARY KEY REFERENCES tickgate_jobs (name) ON DELETE CASCADE,
     tick       timestamptz NOT NULL,
     overdue_at timestamptz NOT NULL
-);
+) WITH (fillfactor = 50);
 CREATE INDEX tickgate_cursors_overdue ON tickgate_cursors (overdue_at);
 
 -- Every write of a job keeps its cursor, whichever statement makes it (a create, a bulk
