@@ -129,17 +129,18 @@ class Settings(BaseSettings):
     )
     ownership: bool = Field(
         True,
-        description="Share the jobs out: each job's owner claims its ticks and its standby takes "
-        "over (see Ownership in docs/concepts.md). `off`: every replica mirrors and "
-        "claims every job (more work per replica, no takeover wait).",
+        description="Share the jobs out: each job's owner claims its ticks, and any replica "
+        "takes over a tick its owner left (see Ownership in docs/concepts.md). `off`: every "
+        "replica mirrors and claims every job (more work per replica, no takeover wait).",
     )
     takeover_seconds: float = Field(
         3,
         ge=0.5,
         le=600,
-        description="A job's standby replica claims a tick that still has no ledger row "
-        "this long after it was due (its owner died or stalls); every replica looks twice "
-        "as often for runs whose replica died, to resume (retries left) or record abandoned.",
+        description="A tick whose job's cursor has not passed it this long after it was due "
+        "(its owner died or stalls) is claimed by whichever replica's audit finds it; every "
+        "replica audits the cursors, and looks for runs whose replica died (to resume, "
+        "retries left, or record abandoned), twice per this period.",
     )
     db_link_timeout_seconds: float = Field(
         30,

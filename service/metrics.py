@@ -63,6 +63,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.ticks_taken_over = Counter(
+            "tickgate_ticks_taken_over",
+            "Ticks this replica's audit handed to its claims because their job's cursor "
+            "lagged past TICKGATE_TAKEOVER_SECONDS (the owner died, stalls, or never had "
+            "the job); each is still claimed through the gate.",
+            registry=self.registry,
+        )
         self.jobs = Gauge(
             "tickgate_jobs", "Jobs in the database, by state.", ["state"], registry=exported_if_read
         )

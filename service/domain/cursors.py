@@ -1,14 +1,19 @@
 """What the audit makes of a lagging tick cursor: pure schedule math, no I/O.
 
 A job's cursor is the instant before which every nominal tick has its outcome (see
-migration 0014). When it lags past the job's reach, no replica may start the ticks it
-waits for any more; the audit walks them, tick by tick: a tick with a ledger row is
-decided, and each run of ticks without one becomes one misfire row, at its last tick,
-counting them all (`missed_ticks`). The cursor then moves to the first tick it did not
-walk.
+migration 0014). The audit reads a cursor once the tick it waits for is due longer
+ago than the takeover time, and walks the job's ticks from it, tick by tick:
+- a tick with a ledger row is decided, and passed over;
+- a tick past the job's reach (misfire grace + jitter) can start nowhere any more: each
+  run of such ticks without a row becomes one misfire row, at its last tick, counting
+  them all (`missed_ticks`);
+- a tick within reach, due longer ago than the takeover time, is owed: its owner left
+  it (died, stalls, or never had the job), and the auditing replica claims it.
+The cursor then stands at the first tick not passed, and the audit looks again once the
+first tick it did not hand over is owed in its turn (`due_at`).
 """
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -27,27 +32,76 @@ class MissedTicks:
 
 
 @dataclass(frozen=True)
+class OwedTick:
+    """A tick its owner left, to claim now; `following` is the job's next tick (None:
+    none), where the claim moves the cursor."""
+
+    tick: datetime
+    following: datetime | None
+
+
+@dataclass(frozen=True)
 class CursorAudit:
-    """One cursor's audit: the runs of ticks to record as misfires, and where the
-    cursor goes (None: the job has no tick left)."""
+    """One cursor's audit: the runs of ticks to record as misfires, where the cursor
+    goes (None: the job has no tick left), the ticks owed, and when to look again (a
+    bound at or before the due time of the first tick not handed over; None: never)."""
 
     cursor: datetime | None
     missed: list[MissedTicks] = field(default_factory=list)
+    owed: list[OwedTick] = field(default_factory=list)
+    due_at: datetime | None = None
+
+
+@dataclass
+class _Walk:
+    """The audit's walk over one job's ticks, at most `most` of them."""
+
+    job: Job
+    tick: datetime | None
+    decided: Collection[datetime]
+    most: int
+    walked: int = 0
+
+    def at(self, before: Callable[[datetime], bool]) -> bool:
+        """Whether the walk goes on at a tick for which `before` holds."""
+        return self.tick is not None and self.walked < self.most and before(self.tick)
+
+    def step(self) -> datetime:
+        tick = self.tick
+        assert tick is not None
+        self.tick, self.walked = self.job.tick_after(tick), self.walked + 1
+        return tick
 
 
 def audit_cursor(
-    job: Job, cursor: datetime, horizon: datetime, decided: Collection[datetime], most: int
+    job: Job,
+    cursor: datetime,
+    *,
+    now: datetime,
+    takeover: timedelta,
+    decided: Collection[datetime],
+    most: int,
 ) -> CursorAudit:
-    """Walk the job's ticks from `cursor`, at most `most` of them: every tick before
-    `horizon` (the database's clock less the job's reach), and after it every tick that
-    is decided already, so that the cursor ends at the first tick still open and the
-    claims that follow meet it there. `decided`: the walked ticks that have a row."""
-    runs: list[list[datetime]] = [[]]  # the ticks without a row, in runs
-    walked, tick = 0, job.tick_after(cursor - _INSTANT)
-    while tick is not None and (tick < horizon or tick in decided) and walked < most:
+    """Walk the job's ticks from `cursor` at `now` (the database's clock), at most
+    `most` of them: every tick past the reach, then every tick decided or owed, so that
+    the cursor ends at the first tick still open and the claims that follow meet it
+    there. `decided`: the walked ticks that have a row."""
+    walk = _Walk(job, job.tick_after(cursor - _INSTANT), decided, most)
+    horizon = now - job.reach
+    runs: list[list[datetime]] = [[]]  # the ticks past reach without a row, in runs
+    while walk.at(lambda tick: tick < horizon):
+        tick = walk.step()
         if tick in decided:
             runs.append([])
         else:
             runs[-1].append(tick)
-        tick, walked = job.tick_after(tick), walked + 1
-    return CursorAudit(tick, [MissedTicks(run[0], run[-1], len(run)) for run in runs if run])
+    while walk.at(lambda tick: tick in decided):
+        walk.step()
+    at, owed = walk.tick, []
+    while walk.at(lambda tick: tick in decided or job.due(tick) + takeover <= now):
+        tick = walk.step()
+        if tick not in decided:
+            owed.append(OwedTick(tick, walk.tick))
+    due_at = job.due(walk.tick) if walk.tick is not None else None
+    missed = [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]
+    return CursorAudit(at, missed, owed, due_at)

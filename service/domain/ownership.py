@@ -1,43 +1,17 @@
-"""Which replica fires which job: the cluster's live members, and a replica's role for
-a job among them.
+"""Which replica fires which job: the cluster's live members, as one replica sees them.
 
 Ownership only saves work. Any replica may claim any tick, and the gate (the job's
 advisory lock plus its ledger row) lets one claim through whoever makes it. A stale view,
-or two replicas that disagree, costs duplicate claims the gate refuses, or a tick its
-standby claims late; never a second run. Ownership itself is computed by PostgreSQL (see
+or two replicas that disagree, costs duplicate claims the gate refuses, or a tick that
+the audit of the tick cursors takes over late (`service/scheduler/audit.py`); never a
+second run. Ownership itself is computed by PostgreSQL (see
 `service/store/members_sql.py`), so every replica ranks members the same way.
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Self
-
-
-class Role(StrEnum):
-    """A replica's part in firing one job.
-
-    OWNER claims the job's ticks when they are due. STANDBY claims a tick only if it
-    still has no ledger row `TICKGATE_TAKEOVER_SECONDS` after it was due: its owner died
-    or stalls. A replica that is neither does not mirror the job at all.
-    """
-
-    OWNER = "owner"
-    STANDBY = "standby"
-
-    @classmethod
-    def of_rank(cls, rank: int) -> "Role | None":
-        """
-        The role of a replica that ranks `rank` for a job.
-
-        :param rank: how many live members score higher for the job than this replica
-        :return: OWNER for rank 0, STANDBY for rank 1, None beyond (not mirrored here)
-        """
-        return _ROLES_BY_RANK.get(rank)
-
-
-_ROLES_BY_RANK = {0: Role.OWNER, 1: Role.STANDBY}
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,28 @@
-"""The audit: the tick cursors that lag past their job's reach move on, and every tick
-they pass without a ledger row is recorded, as a misfire.
+"""The audit: takeover and accounting from the tick cursors.
 
-A cursor lags when a tick it waits for was decided by nobody: all replicas were down
-past the grace, a job's owner and its standby went together, a loop stalled, or a skip
-could not be written. No replica may start such a tick any more, so once it is past
-the reach (misfire grace + jitter) only its record is missing; the audit writes it.
-One replica per round audits (a chore, as the overdue check), a batch of cursors per
-transaction, from the cursors' `overdue_at` index: a round costs the lagging jobs,
-not all of them. Whoever audits, on the database's clock, the rows are the same.
+A cursor lags when the tick it waits for is due longer ago than the takeover time and
+nobody decided it: its owner died or stalls, never loaded the job, all replicas were
+down, or a skip could not be written. Every replica audits twice per takeover period,
+from the cursors' `due_at` index, a batch of cursors per transaction, each cursor locked
+by the one replica auditing it (others skip it): a round costs the lagging jobs and
+those whose ticks moved on since the last, never all of them. Per lagging cursor:
+- the ticks past the job's reach without a row are recorded, as misfires;
+- the ticks owed (within reach, due longer ago than the takeover time) are claimed by
+  this replica, through the gate like any: an owner that is only late meets the row.
+No standby mirrors the job for this: the cursor in the database is all it takes.
 """
 
 import asyncio
 import logging
+from collections.abc import Callable
+from datetime import timedelta
 
+from service.domain.cursors import OwedTick
+from service.domain.jobs import Job
 from service.domain.runs import SkipReason
 from service.metrics import Metrics
 from service.store import Store
+from service.store.cursors import Audited
 
 log = logging.getLogger(__name__)
 
@@ -23,26 +30,42 @@ log = logging.getLogger(__name__)
 AUDIT_BATCH = 50
 MOST_BATCHES = 50
 
+TakeOver = Callable[[Job, OwedTick], None]
 
-async def audit_cursors(store: Store, every_seconds: float, runner: str, metrics: Metrics) -> int:
-    """Do this round of the audit, unless a replica began one in the last
-    `every_seconds`; how many cursors it moved."""
-    if not await store.claim_chore("audit", every_seconds):
-        return 0
+
+async def audit_cursors(
+    store: Store, takeover: timedelta, runner: str, metrics: Metrics, take_over: TakeOver
+) -> int:
+    """Do one round of the audit on this replica; how many lagging cursors it moved."""
+    await store.refresh_cursors(takeover)
     moved = 0
     for _ in range(MOST_BATCHES):
-        audited = await store.audit_cursors(AUDIT_BATCH, runner)
+        audited = await store.audit_cursors(AUDIT_BATCH, runner, takeover)
         for cursor in audited:
-            for missed in cursor.missed:
-                log.warning(
-                    "%d ticks of %s from %s misfired",
-                    missed.count,
-                    cursor.job,
-                    missed.first.isoformat(),
-                )
-                metrics.ticks_skipped.labels(SkipReason.MISFIRE.value).inc(missed.count)
+            _account(cursor, metrics)
+            for owed in cursor.owed:
+                take_over(cursor.job, owed)
         moved += len(audited)
         if len(audited) < AUDIT_BATCH:
             break
         await asyncio.sleep(0)  # the walk is CPU work: let ticks fire between batches
     return moved
+
+
+def _account(cursor: Audited, metrics: Metrics) -> None:
+    for missed in cursor.missed:
+        log.warning(
+            "%d ticks of %s from %s misfired",
+            missed.count,
+            cursor.job.name,
+            missed.first.isoformat(),
+        )
+        metrics.ticks_skipped.labels(SkipReason.MISFIRE.value).inc(missed.count)
+    if cursor.owed:
+        metrics.ticks_taken_over.inc(len(cursor.owed))
+        log.info(
+            "taking over %d ticks of %s from %s",
+            len(cursor.owed),
+            cursor.job.name,
+            cursor.owed[0].tick.isoformat(),
+        )

@@ -1,13 +1,13 @@
 """Leaving the cluster on SIGTERM without leaving a gap.
 
-A replica that stopped firing at once would leave its jobs' ticks to their standbys,
-which claim them only the takeover time late. Instead it leaves the membership at once
-(its peers then promote their standbys) and goes on firing for LEAVE_SECONDS, longer
+A replica that stopped firing at once would leave its jobs' ticks to the audit, which
+takes them over only the takeover time late. Instead it leaves the membership at once
+(its peers then load the jobs they own now) and goes on firing for LEAVE_SECONDS, longer
 than a peer takes to see the change and take its jobs over; only then does it stop
 producing ticks. With nobody to hand over to it stops at once: alone when SIGTERM
 came, or once no other member is live (the whole cluster is stopping, as on a
 scale-down to zero or an uninstall). That check only saves waiting: a peer missed by it
-still claims the ticks, as a standby does, through the gate.
+still takes the ticks over from their cursors, through the gate.
 """
 
 import asyncio

@@ -5,15 +5,16 @@ Changes arrive by LISTEN/NOTIFY within moments; a periodic full reconcile, compa
 revisions, covers notifications lost while the listener was down. Loads and reconciles
 run one at a time: each then applies a later state of the database than the one before.
 
-A replica mirrors only the jobs it owns or stands by for among the live members (see
-`service/domain/ownership.py`); a change of members reconciles at once, and `Roles`
-hands jobs over without a gap.
+A replica mirrors only the jobs it owns among the live members (see
+`service/domain/ownership.py`); a change of members reconciles at once, and `Handover`
+hands jobs over without a gap. A tick whose owner died or stalls is taken over from its
+tick cursor by the audit (`service/scheduler/audit.py`), by any replica.
 """
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -26,8 +27,8 @@ from service.scheduler.audit import audit_cursors
 from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.executor import WakeExecutor
+from service.scheduler.handover import Handover
 from service.scheduler.overdue import check_overdue
-from service.scheduler.roles import Roles
 from service.scheduler.runner import Runner
 from service.scheduler.timetable import Timetable
 from service.scheduler.trigger import NextDue
@@ -65,7 +66,7 @@ class Mirror:
         self._run_history = run_history
         self._timetable = Timetable(self._clock)
         self._members = members
-        self._roles = Roles(on_dropped=self._timetable.drop)
+        self._handover = Handover(on_dropped=self._timetable.drop)
         self._members_changed = asyncio.Event()
         self._armed_at: datetime | None = None  # when the wake-up job fires next
         self._changed: set[str] = set()
@@ -139,14 +140,12 @@ class Mirror:
         self._members_changed.set()
 
     async def reconcile(self) -> None:
-        """Make the mirror equal the active jobs ranked here, by revision and role."""
+        """Make the mirror equal the active jobs owned here, by revision."""
         async with self._loading:
             owned = await self._store.owned_versions(self._members())
             for name in self._timetable.revisions():
-                self._roles.assign(name, owned[name][1] if name in owned else None)
-            stale = [
-                name for name, (revision, _) in owned.items() if self._revision(name) != revision
-            ]
+                self._handover.assign(name, name in owned)
+            stale = [name for name, revision in owned.items() if self._revision(name) != revision]
             if stale:
                 await self._apply(stale)
             self.last_sync = datetime.now(UTC)
@@ -158,10 +157,7 @@ class Mirror:
     def _wake_up(self) -> None:
         """A tick fell due: hand over every tick due by now, then sleep until the next."""
         for due in self._timetable.due(datetime.now(UTC)):
-            standby = self._roles.stands_by(due.job.name)
-            self._runner.fire(
-                due.job, due.tick, RunTrigger.SCHEDULE, standby=standby, following=due.following
-            )
+            self._runner.fire(due.job, due.tick, RunTrigger.SCHEDULE, following=due.following)
         self._armed_at = self._timetable.earliest
 
     def _arm(self, at: datetime | None) -> None:
@@ -249,15 +245,19 @@ class Mirror:
             await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
 
     async def _audit_forever(self) -> None:
-        # Once per takeover period, cluster-wide: a tick nobody decided is recorded a
-        # moment after its reach, not a reconcile later.
+        # Twice per takeover period, on every replica: a tick its owner left is claimed
+        # within one and a half takeover periods of its due time, and one nobody can
+        # start any more is recorded a moment after its reach, not a reconcile later.
         while True:
-            await asyncio.sleep(self._runner.takeover_seconds)
+            await asyncio.sleep(self._runner.takeover_seconds / 2)
             await self._guarded(self._audit(), "auditing tick cursors")
 
     async def _audit(self) -> None:
-        every = self._runner.takeover_seconds * 0.9
-        await audit_cursors(self._store, every, self._runner.runner_id, self._runner.metrics)
+        takeover = timedelta(seconds=self._runner.takeover_seconds)
+        runner = self._runner
+        await audit_cursors(
+            self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
+        )
 
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
         """Run `work`; False if it failed, which is logged."""
@@ -282,15 +282,15 @@ class Mirror:
         found = {job.name: (job, role) for job, role in ranked}
         loaded = []
         for name in names:
-            job, role = found.get(name, (None, None))
+            job, owned = found.get(name, (None, False))
             if job is None:
                 self._drop(name)
                 self._runner.job_deleted(name)
             elif job.state is not JobState.ACTIVE:
                 self._drop(name)
-            elif role is not None or self._timetable.get(name) is not None:
-                # A job leaving the rank is kept up to date while it is handed over.
-                self._roles.assign(name, role)
+            elif owned or self._timetable.get(name) is not None:
+                # A job owned elsewhere now is kept up to date while it is handed over.
+                self._handover.assign(name, owned)
                 if self._put(job):
                     loaded.append(job)
         await self._catch_up(loaded)
@@ -306,7 +306,7 @@ class Mirror:
 
     def _drop(self, name: str) -> None:
         self._timetable.drop(name)
-        self._roles.forget(name)
+        self._handover.forget(name)
 
     async def _catch_up(self, jobs: Iterable[Job]) -> None:
         """Fire, once, the latest tick of each job that nobody ran and is still in grace.
@@ -325,8 +325,7 @@ class Mirror:
                 due[(job.name, tick)] = job
         if due:
             for name, tick in await self._store.ticks_without_runs(list(due)):
-                standby = self._roles.stands_by(name)
-                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP, standby=standby)
+                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
 
     async def _sweep(self) -> None:
         """Jobs with nothing left to fire become completed (a one-time tick nobody ran

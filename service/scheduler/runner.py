@@ -31,6 +31,7 @@ from uuid import UUID, uuid4
 
 import httpx
 
+from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict, NotFound
 from service.domain.jobs import Job, Overlap
 from service.domain.runs import Run, RunTrigger, SkipReason
@@ -41,7 +42,6 @@ from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.running import RECORD_ELSEWHERE_SECONDS, RunExecutor
 from service.scheduler.shielding import run_to_completion
-from service.scheduler.standby import Standby
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.ports import (
@@ -174,13 +174,6 @@ class Runner:
         self._room = max_in_flight
         self._resuming: set[UUID] = set()  # orphans being resumed here
         self._unrecorded_skips = 0  # skips waiting for the database to come back
-        self._standby: Standby[DueTick] = Standby(
-            ledger=store,
-            takeover_seconds=takeover_seconds,
-            claim=self._taken_over,
-            settled=self._settled,
-            spawn=self._spawn,
-        )
         self.accepting = True
 
     def job_deleted(self, name: str) -> None:
@@ -207,19 +200,14 @@ class Runner:
         scheduled_for: datetime,
         trigger: RunTrigger,
         *,
-        standby: bool = False,
         following: NextTick = Following.UNKNOWN,
     ) -> None:
-        """Hand over one due tick of `job`; it is claimed once it is due here (if this
-        replica is the job's `standby`, only if it still has no ledger row the takeover
-        time after that). Never raises. Ticks that fall due together are claimed
-        together, in batches, in this replica's own random order, so racing replicas
-        each win a share."""
+        """Hand over one due tick of `job`; it is claimed once it is due here. Never
+        raises. Ticks that fall due together are claimed together, in batches, in this
+        replica's own random order, so racing replicas each win a share."""
         tick = self._due_tick(job, scheduled_for, trigger, following)
         wait = self._hold_back_seconds(job, scheduled_for)
-        if standby:
-            self._standby.hold(tick, wait)
-        elif wait > 0:
+        if wait > 0:
             asyncio.get_running_loop().call_later(wait, self._arrive, tick)
         else:
             self._arrive(tick)
@@ -238,11 +226,13 @@ class Runner:
         wait = (job.due(scheduled_for) - self._clock.now()).total_seconds()
         return max(0.0, wait) + self._fire_delay.total_seconds()
 
-    def _taken_over(self, tick: DueTick) -> None:
-        """A standby claims a tick its owner left. A run of the job in progress then
-        most likely means the owner is alive, only late (a stall, a clock behind the
-        standby's), and will claim this tick itself once that run ends: the overlap
-        policy judges a BUSY tick only after the takeover time again."""
+    def take_over(self, job: Job, owed: OwedTick) -> None:
+        """Claim a tick its owner left (the audit found its cursor lagging). A run of
+        the job in progress then most likely means the owner is alive, only late (a
+        stall, a clock behind this replica's), and will claim this tick itself once
+        that run ends: the overlap policy judges a BUSY tick only after the takeover
+        time again."""
+        tick = self._due_tick(job, owed.tick, RunTrigger.SCHEDULE, owed.following)
         patience = self._clock.now() + max(OVERLAP_PATIENCE, self._takeover)
         self._arrive(replace(tick, patience_until=min(patience, tick.deadline)))
 

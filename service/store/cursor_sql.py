@@ -1,21 +1,35 @@
 """Every statement of the tick cursors' audit (migration 0014), one constant each.
 
-The audit runs in one transaction per batch: lock the lagging cursors, read the rows of
-the ticks they wait for, then write the misfires and move the cursors. Claims and skips
+The audit runs in one transaction per batch: set `due_at` again where claims moved the
+cursor on, lock the lagging cursors, read the rows of the ticks they wait for, then write
+the misfires and move the cursors (the owed ticks are claimed afterwards, as any). Claims and skips
 lock a job's cursor too, so the audit's lock and theirs wait for each other: no tick is
 claimed while the audit counts it as missed.
 """
 
 from service.store.rows import job_document
 
-# The cursors whose `overdue_at` passed (they may lag past their job's reach, or their
-# claims moved them on since), the longest passed first, with their jobs as they stand.
-# Rows a claim, a skip, an edit or a delete holds are skipped (never waited for): this
-# round leaves them to the next.
+# The cursors whose `due_at` is more than $2 seconds (the takeover time) behind the
+# database's clock and whose claims moved them on since (the tick is no longer behind),
+# at most $1 of them: `due_at` is set again from the tick, no schedule math needed. Rows
+# a claim, a skip, an edit or another audit holds are skipped, never waited for.
+REFRESH = """WITH moved AS (
+        SELECT job FROM tickgate_cursors
+        WHERE due_at < clock_timestamp() - make_interval(secs => $2)
+          AND tick >= clock_timestamp() - make_interval(secs => $2)
+        ORDER BY due_at LIMIT $1
+        FOR UPDATE SKIP LOCKED)
+    UPDATE tickgate_cursors k SET due_at = k.tick FROM moved WHERE k.job = moved.job"""
+
+# The cursors that do lag: the tick they wait for is due more than $2 seconds ago, the
+# longest lagging first, at most $1, with their jobs as they stand, locked, skipping
+# (never waiting for) rows others hold: this round leaves them to the next.
 LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
-    WHERE k.overdue_at < clock_timestamp() AND j.state = 'active' AND k.tick < 'infinity'
-    ORDER BY k.overdue_at LIMIT $1
+    WHERE k.due_at < clock_timestamp() - make_interval(secs => $2)
+      AND k.tick < clock_timestamp() - make_interval(secs => $2)
+      AND j.state = 'active'
+    ORDER BY k.due_at LIMIT $1
     FOR UPDATE OF k SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"""
 
 # The ticks of each job ($1) from its cursor ($2) on that have a ledger row, the first
@@ -30,7 +44,7 @@ DECIDED = """SELECT c.job, r.scheduled_for
 
 # The misfire rows of the runs of ticks nobody started ($1 jobs, $2 ids, $3 each run's
 # last tick, $4 how many, $5 notes; $6 the runner), and each cursor's new place ($7
-# jobs, $8 ticks, NULL for none left; $9 their reach in seconds).
+# jobs, $8 ticks, NULL for none left; $9 when to look again, NULL for never).
 MOVE_CURSORS = """WITH misfires AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[])
             AS m (job, id, tick, missed, note)
@@ -47,8 +61,8 @@ MOVE_CURSORS = """WITH misfires AS (
         RETURNING job
     )
     UPDATE tickgate_cursors k SET tick = coalesce(c.tick, 'infinity'),
-        overdue_at = coalesce(c.tick + make_interval(secs => c.reach), 'infinity')
-    FROM unnest($7::text[], $8::timestamptz[], $9::float8[]) AS c (job, tick, reach)
+        due_at = coalesce(c.due_at, 'infinity')
+    FROM unnest($7::text[], $8::timestamptz[], $9::timestamptz[]) AS c (job, tick, due_at)
     WHERE k.job = c.job"""
 
 # A job's cursor, for the API and the tests.

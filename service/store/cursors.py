@@ -2,10 +2,10 @@
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import uuid4
 
-from service.domain.cursors import CursorAudit, MissedTicks, audit_cursor
+from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, audit_cursor
 from service.domain.jobs import Job
 from service.store import cursor_sql
 from service.store.connection import Connection
@@ -15,30 +15,51 @@ from service.store.rows import job_from_row
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
 # AUDIT_BATCH x TICKS_PER_CURSOR schedule steps, with the event loop free between them.
 TICKS_PER_CURSOR = 100
+# Cursors whose due_at one statement sets again from their tick, at most.
+REFRESH_BATCH = 10_000
 
 
 @dataclass(frozen=True)
 class Audited:
-    """One cursor the audit moved: its job, and the runs of ticks it recorded missed."""
+    """One lagging cursor the audit moved: its job as it stands, the runs of ticks it
+    recorded missed, and the ticks owed, for the auditing replica to claim."""
 
-    job: str
+    job: Job
     missed: list[MissedTicks]
+    owed: list[OwedTick]
 
 
-async def audit(connection: Connection, most: int, runner: str) -> list[Audited]:
-    """Audit up to `most` lagging cursors, in the caller's transaction."""
-    rows = await connection.fetch(cursor_sql.LAGGING, most)
+async def refresh(connection: Connection, takeover: timedelta) -> int:
+    """Set `due_at` again from the tick, for cursors that only look as if they lag
+    (claims moved them on); how many."""
+    status = await connection.execute(cursor_sql.REFRESH, REFRESH_BATCH, takeover.total_seconds())
+    return int(status.split()[-1])
+
+
+async def audit(
+    connection: Connection, most: int, runner: str, takeover: timedelta
+) -> list[Audited]:
+    """Audit up to `most` cursors lagging more than `takeover`, in the caller's
+    transaction."""
+    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.total_seconds())
     if not rows:
         return []
     now: datetime = rows[0]["now"]
     lagging = [(job_from_row(row), row["cursor"]) for row in rows]
     decided = await _decided(connection, lagging)
     audits = [
-        (job, audit_cursor(job, cursor, now - job.reach, decided[job.name], TICKS_PER_CURSOR))
-        for job, cursor in lagging
+        (job, _audit_one(job, cursor, now, takeover, decided[job.name])) for job, cursor in lagging
     ]
     await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner))
-    return [Audited(job.name, done.missed) for job, done in audits]
+    return [Audited(job, done.missed, done.owed) for job, done in audits]
+
+
+def _audit_one(
+    job: Job, cursor: datetime, now: datetime, takeover: timedelta, decided: set[datetime]
+) -> CursorAudit:
+    return audit_cursor(
+        job, cursor, now=now, takeover=takeover, decided=decided, most=TICKS_PER_CURSOR
+    )
 
 
 async def _decided(
@@ -67,7 +88,7 @@ def _pass_arguments(audits: list[tuple[Job, CursorAudit]], runner: str) -> tuple
         runner,
         [job.name for job, _ in audits],
         [done.cursor for _, done in audits],
-        [job.reach.total_seconds() for job, _ in audits],
+        [done.due_at for _, done in audits],
     )
 
 

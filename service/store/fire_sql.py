@@ -101,11 +101,11 @@ def _advance(decided: str) -> str:
     that stands elsewhere stays: an earlier tick is still undecided, or the job changed.
 
     Only `tick` moves, an update PostgreSQL makes in place (no index names it), so a
-    cursor costs a claim little; `overdue_at` falls behind, and the audit, finding it
-    passed, sets it again from the tick (or accounts for a cursor that does lag). A job
+    cursor costs a claim little; `due_at` falls behind, and the audit, finding it
+    passed, sets it again from the tick (or takes over a cursor that does lag). A job
     left with no tick never lags."""
     return f"""UPDATE tickgate_cursors k SET tick = coalesce(d.following, 'infinity'),
-            overdue_at = CASE WHEN d.following IS NULL THEN 'infinity' ELSE k.overdue_at END
+            due_at = CASE WHEN d.following IS NULL THEN 'infinity' ELSE k.due_at END
         FROM {decided} d
         WHERE k.job = d.job AND d.trigger IN ('schedule', 'catchup')
           AND (k.tick = d.scheduled_for OR (d.opens AND k.tick = d.fire_after))"""

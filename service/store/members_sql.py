@@ -9,11 +9,12 @@ stops being live the moment PostgreSQL ends its session, with nothing to expire.
 Advisory locks are per database, so only this database's locks count.
 
 Ownership is rendezvous hashing over the live members: member `seed` scores
-`hashtextextended(job name, seed)` for a job; the highest score owns the job, the next
-stands by. A member's rank for a job is how many other live members outscore it. Rank
-depends only on the job and the set of members, so a member leaving moves only its own
-jobs (each to its standby), and one joining takes a fair share from everyone. The
-database computes it, so every replica ranks alike.
+`hashtextextended(job name, seed)` for a job, and the highest score owns the job. A
+member's rank for a job is how many other live members outscore it: 0 for its owner.
+Rank depends only on the job and the set of members, so a member leaving moves only its
+own jobs (each to the member that ranked next), and one joining takes a fair share from
+everyone. The database computes it, so every replica ranks alike. Nobody stands by for
+a job: a tick its owner leaves is taken over from the tick cursor by any replica.
 """
 
 from service.store.rows import job_document
@@ -79,12 +80,12 @@ _RANKED = """CROSS JOIN LATERAL (
         WHERE (hashtextextended(j.name, other.seed), other.seed)
             > (hashtextextended(j.name, $2::integer), $2::integer)) AS ranked"""
 
-# The revision and rank of each active job the member $2 owns or stands by for.
-OWNED_VERSIONS = f"""SELECT j.name, j.incarnation, j.version, ranked.rank
+# The revision of each active job the member $2 owns.
+OWNED_VERSIONS = f"""SELECT j.name, j.incarnation, j.version
     FROM tickgate_jobs j {_RANKED}
-    WHERE j.state = 'active' AND ranked.rank < 2"""
+    WHERE j.state = 'active' AND ranked.rank = 0"""
 
-# The jobs of the names $3 (any state), each with the member $2's rank for it.
-RANKED_JOBS = f"""SELECT {job_document("j")}, ranked.rank
+# The jobs of the names $3 (any state), each with whether the member $2 owns it.
+RANKED_JOBS = f"""SELECT {job_document("j")}, ranked.rank = 0 AS owned
     FROM tickgate_jobs j {_RANKED}
     WHERE j.name = ANY($3::text[])"""

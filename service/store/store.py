@@ -5,7 +5,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 from uuid import UUID, uuid4
 
@@ -13,7 +13,7 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.ownership import Member, Members, Role
+from service.domain.ownership import Member, Members
 from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, cursor_sql, cursors, fire_sql, members_sql
 from service.store.connection import Connection, Pool
@@ -358,11 +358,17 @@ class Store:
             taken = await connection.fetchval(chores_sql.CLAIM_CHORE, name, every_seconds)
         return bool(taken)
 
-    async def audit_cursors(self, most: int, runner: str) -> list[Audited]:
-        """Move up to `most` cursors lagging past their job's reach, recording the ticks
-        they pass that have no row as misfires (`cursors.audit`), in one transaction."""
+    async def refresh_cursors(self, takeover: timedelta) -> int:
+        """Set `due_at` again where claims moved cursors on (`cursors.refresh`)."""
+        async with self._bounded() as connection:
+            return await cursors.refresh(connection, takeover)
+
+    async def audit_cursors(self, most: int, runner: str, takeover: timedelta) -> list[Audited]:
+        """Audit up to `most` cursors lagging more than `takeover`: the ticks they pass
+        past reach without a row recorded as misfires, the owed ones returned to claim
+        (`cursors.audit`), in one transaction."""
         async with self._bounded() as connection, connection.transaction():
-            return await cursors.audit(connection, most, runner)
+            return await cursors.audit(connection, most, runner, takeover)
 
     async def cursor(self, job: str) -> datetime | None:
         """The job's tick cursor: every scheduled tick before it has its outcome."""
@@ -413,21 +419,20 @@ class Store:
             )
         return [self._shared.job_from_row(row) for row in rows]
 
-    async def owned_versions(self, members: Members) -> dict[str, tuple[tuple[UUID, int], Role]]:
-        """Name to revision and role of every active job this replica owns or stands by
-        for among `members` (see `members_sql`): what its mirror should hold. Alone, or
-        with no view yet, that is every active job, each as OWNER."""
+    async def owned_versions(self, members: Members) -> dict[str, tuple[UUID, int]]:
+        """Name to revision of every active job this replica owns among `members` (see
+        `members_sql`): what its mirror should hold. Alone, or with no view yet, that is
+        every active job."""
         rows = await self._pool.fetch(members_sql.OWNED_VERSIONS, *_ranking(members))
-        return {row["name"]: ((row["incarnation"], row["version"]), _role(row)) for row in rows}
+        return {row["name"]: (row["incarnation"], row["version"]) for row in rows}
 
     async def get_ranked_jobs(
         self, names: Sequence[str], members: Members
-    ) -> list[tuple[Job, Role | None]]:
-        """The jobs of these names that exist (in any state), each with this replica's
-        role for it among `members` (None: neither owner nor standby); shared parts held
-        once, as by `get_jobs`."""
+    ) -> list[tuple[Job, bool]]:
+        """The jobs of these names that exist (in any state), each with whether this
+        replica owns it among `members`; shared parts held once, as by `get_jobs`."""
         rows = await self._pool.fetch(members_sql.RANKED_JOBS, *_ranking(members), list(names))
-        return [(self._shared.job_from_row(row), Role.of_rank(row["rank"])) for row in rows]
+        return [(self._shared.job_from_row(row), row["owned"]) for row in rows]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(
@@ -770,13 +775,6 @@ def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object],
 def _ranking(members: Members) -> tuple[list[int], int | None]:
     """The ranking statements' arguments: the other live members, and this replica."""
     return list(members.others), members.own
-
-
-def _role(row: Mapping[str, Any]) -> Role:
-    role = Role.of_rank(row["rank"])
-    if role is None:  # the statements return ranks 0 and 1 only
-        raise ValueError(f"rank {row['rank']} is neither owner nor standby")
-    return role
 
 
 # A bulk apply's rows, locked in name order: the jobs it names and, when it prunes ($2),

@@ -53,7 +53,7 @@ def test_a_kill_9_mid_crowd_costs_an_attempt_not_the_reminder(
         sleep_until(instant)
         victim = replicas[1]
         # Just after the instant, once the victim has runs in flight (a loaded box may
-        # start its share late; its standbys would then carry it, proving nothing).
+        # start its share late; takeovers would then carry it, proving nothing).
         eventually(
             lambda: sql.value(IN_FLIGHT, victim.runner_id) > 0, 30, "the victim's runs to start"
         )

@@ -64,7 +64,7 @@ def test_a_slow_replica_and_skewed_clocks_cause_no_duplicate(
                 " FROM tickgate_runs GROUP BY runner"
             )
         }
-        # With ownership, a tick a replica's skewed clock left to its standby runs a
+        # With ownership, a tick a replica's skewed clock left to be taken over runs a
         # few seconds late and may find the next one busy: an overlap skip, recorded.
         statuses = {
             row["status"]: row["count"]

@@ -14,8 +14,11 @@ from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
+from service.domain.cursors import OwedTick
 from service.domain.jobs import Job, JobSpec, create_job, pause_job, resume_job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.metrics import Metrics
+from service.scheduler.audit import audit_cursors
 from service.store import Store
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
 from service.store.sessions import RunSessions
@@ -23,6 +26,7 @@ from tests.support.db import TemplateDatabases
 from tests.support.fire import EVERY_SECOND, runs_of
 
 SECOND = timedelta(seconds=1)
+TAKEOVER = timedelta(seconds=1)
 SUCCEEDED = RunEnd(RunStatus.SUCCEEDED, None, None, 1)
 
 
@@ -85,8 +89,8 @@ async def test_the_audit_records_every_tick_nobody_decided_and_no_claim_passes_i
     await store.record_skips(
         [Skip(job, skipped, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "x")], "r"
     )
-    audited = await store.audit_cursors(100, "auditor")
-    assert [a.job for a in audited] == ["gap"]
+    audited = await store.audit_cursors(100, "auditor", TAKEOVER)
+    assert [a.job.name for a in audited] == ["gap"]
     cursor = await store.cursor("gap")
     assert cursor is not None
     now = datetime.now(UTC)
@@ -102,8 +106,61 @@ async def test_the_audit_records_every_tick_nobody_decided_and_no_claim_passes_i
     async with sessions.session(5) as session:
         [late] = await session.claim([_claim(job, skipped + timedelta(seconds=5))])
     assert (late.outcome, late.run) == (ClaimOutcome.ALREADY_RAN, None)
-    again = await store.audit_cursors(100, "auditor")  # it may visit; it finds nothing
+    again = await store.audit_cursors(100, "auditor", TAKEOVER)  # it may visit; finds nothing
     assert [audited.missed for audited in again] in ([], [[]])
+
+
+async def test_the_audit_hands_over_the_ticks_an_owner_left_within_reach(
+    store: Store, sessions: RunSessions, database_url: str
+) -> None:
+    """A 1 s job, grace 10 s, whose owner ran one tick 5 s ago and then nothing: the
+    audit hands over each tick without a row that is within reach and due longer ago
+    than the takeover time, none twice across rounds, and leaves the cursor at the
+    first of them until they are claimed; their claims move it on."""
+    job = await _made(store, "left", timedelta(seconds=30), misfire_grace_seconds=10)
+    now = _whole_second(_now())
+    ran = now - 5 * SECOND
+    async with sessions.session(5) as session:
+        [claimed] = await session.claim([_claim(job, ran)])
+        assert claimed.run is not None
+        await session.finish(claimed.run.id, SUCCEEDED, job.lock_key)
+    handed: list[datetime] = []
+
+    def take_over(owner_left: Job, owed: OwedTick) -> None:
+        assert owner_left.name == "left"
+        assert owed.following == owed.tick + SECOND
+        handed.append(owed.tick)
+
+    await audit_cursors(store, TAKEOVER, "auditor", Metrics(), take_over)
+    audit_time = _now()
+    assert handed, "no tick was handed over"
+    assert ran not in handed
+    assert all(tick > now - 10 * SECOND and tick + TAKEOVER <= audit_time for tick in handed)
+    # The ticks between the grace and the audit, but the one that ran, every one of them.
+    expected = [tick for tick in _seconds(handed[0], handed[-1]) if tick != ran]
+    assert handed == expected
+    assert await store.cursor("left") == handed[0]
+    await audit_cursors(store, TAKEOVER, "auditor", Metrics(), take_over)
+    assert handed == expected, "a tick was handed over twice"
+    async with sessions.session(5) as session:
+        for tick in expected:
+            [claimed] = await session.claim([_claim(job, tick)])
+            assert claimed.run is not None, tick
+            await session.finish(claimed.run.id, SUCCEEDED, job.lock_key)
+
+    async def passed_them() -> bool:
+        # Claims move the cursor tick by tick up to the tick A ran (its claim found the
+        # cursor elsewhere); the audit walks past it once it lags again.
+        await audit_cursors(store, TAKEOVER, "auditor", Metrics(), take_over)
+        cursor = await store.cursor("left")
+        return cursor is not None and cursor > expected[-1]
+
+    await eventually_async(passed_them, 30, "the cursor to pass the ticks taken over")
+    assert await _problems(database_url, {"left": 1}) == []
+
+
+def _seconds(first: datetime, last: datetime) -> list[datetime]:
+    return [first + n * SECOND for n in range(int((last - first) / SECOND) + 1)]
 
 
 async def test_a_resumed_job_s_cursor_starts_at_its_new_fence(
@@ -111,7 +168,7 @@ async def test_a_resumed_job_s_cursor_starts_at_its_new_fence(
 ) -> None:
     job = await _made(store, "paused", timedelta(seconds=30), misfire_grace_seconds=1)
     await store.mutate_job("paused", lambda current: current and pause_job(current, _now()))
-    assert await store.audit_cursors(100, "auditor") == []  # a paused job has no ticks
+    assert await store.audit_cursors(100, "auditor", TAKEOVER) == []  # paused: no ticks
     assert await store.cursor("paused") == job.fire_after
     change = await store.mutate_job(
         "paused", lambda current: current and resume_job(current, _now())
@@ -222,12 +279,12 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
         finally:
             await connection.close()
 
-        assert await store.migrate() == 1
+        assert await store.migrate() == 2
         assert {job.name for job in await store.get_jobs(["ran", "never"])} == {"ran", "never"}
         assert len(await runs_of(store, "ran")) == 3
         assert await store.cursor("ran") == first + SECOND
         assert await store.cursor("never") == never.fire_after
-        await store.audit_cursors(100, "auditor")
+        await store.audit_cursors(100, "auditor", TAKEOVER)
         assert await _problems(url, {"ran": 1, "never": 1}) == []
         cursor = await store.cursor("ran")
         assert cursor is not None

@@ -16,6 +16,7 @@ from uuid import uuid4
 import pytest
 
 from harness.waiting import eventually_async
+from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
@@ -368,7 +369,7 @@ async def test_a_claim_of_the_waiting_tick_frees_its_slot_whoever_reserved_it(
     backend: Backend,
 ) -> None:
     """A replica reserved the slot for a tick and died waiting; another claims that tick
-    (a standby taking over): the slot goes with the claim, so the ticks after it run
+    (a replica taking over): the slot goes with the claim, so the ticks after it run
     instead of being skipped as overlaps until the dead replica's slot expires."""
     job = await backend.add_job("taken-over", overlap=Overlap.QUEUE_ONE)
     waiting, later = tick_now() - timedelta(seconds=2), tick_now()
@@ -715,28 +716,28 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
     assert sum(skipped(r.metrics, "misfire") for r in both) == 0
 
 
-async def test_a_standby_claims_only_the_ticks_its_owner_left(
-    backend: Backend, gates: Gates
-) -> None:
-    """B stands by for the job: a tick its owner A ran is settled without a claim; a
-    tick nobody ran is claimed by B once the takeover time has passed."""
-    job = await backend.add_job("stood-by")
+async def test_a_tick_taken_over_runs_once_whoever_ran_it(backend: Backend, gates: Gates) -> None:
+    """B takes over two ticks, as its audit hands them over: one its owner A ran in the
+    meantime meets A's row at the gate and runs no second time; the one nobody ran
+    runs on B."""
+    job = await backend.add_job("taken-over")
     ran, left = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     gates["default"].set()
     async with replicas(backend, gates, takeover_seconds=0.2) as (a, b):
         a.fire(job, ran)
-        await _finished_runs(backend, "stood-by", 1)
-        b.fire(job, ran, standby=True)
-        b.fire(job, left, standby=True)
-        runs = await _finished_runs(backend, "stood-by", 2)
+        await _finished_runs(backend, "taken-over", 1)
+        b.runner.take_over(job, OwedTick(ran, left))
+        b.runner.take_over(job, OwedTick(left, None))
+        runs = await _finished_runs(backend, "taken-over", 2)
+        await eventually_async(lambda: b.outcomes("taken-over", ran), 30, "B's claim of A's tick")
     assert [(r.scheduled_for, r.status, r.runner) for r in runs] == [
         (ran, RunStatus.SUCCEEDED, "a"),
         (left, RunStatus.SUCCEEDED, "b"),
     ]
-    assert b.outcomes("stood-by", ran) == []  # never claimed: the ledger had its row
+    assert b.outcomes("taken-over", ran) == [ClaimOutcome.ALREADY_RAN]
 
 
-async def test_a_standby_waits_out_a_live_owners_run_before_judging_overlap(
+async def test_a_tick_taken_over_waits_out_a_live_owners_run_before_judging_overlap(
     backend: Backend, gates: Gates
 ) -> None:
     """B takes over a tick while its owner A's run of the previous tick is still in
@@ -748,7 +749,7 @@ async def test_a_standby_waits_out_a_live_owners_run_before_judging_overlap(
     async with replicas(backend, gates, takeover_seconds=4) as (a, b):
         a.fire(job, first)
         await eventually_async(lambda: gates.started == ["default"], 30, "A's run")
-        b.fire(job, second, standby=True)
+        b.runner.take_over(job, OwedTick(second, None))
         await eventually_async(
             lambda: ClaimOutcome.BUSY in b.outcomes("late-owner", second), 30, "B's busy claim"
         )

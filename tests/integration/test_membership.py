@@ -1,5 +1,5 @@
 """Cluster membership and job ownership, on real PostgreSQL: members are live exactly while
-their lock is held, and rendezvous hashing gives each job one owner and one standby."""
+their lock is held, and rendezvous hashing gives each job one owner."""
 
 import asyncio
 from collections import Counter
@@ -14,7 +14,7 @@ import pytest
 from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.domain.jobs import JobSpec, create_job, pause_job
-from service.domain.ownership import Heartbeat, Member, Members, Role
+from service.domain.ownership import Heartbeat, Member, Members
 from service.domain.schedules import CronSchedule
 from service.scheduler.departure import LEAVE_SECONDS, PEERS_POLL_SECONDS, Departure
 from service.scheduler.membership import Membership
@@ -26,7 +26,7 @@ POLL_SECONDS = 0.2
 PATIENCE_SECONDS = 30
 JOB_COUNT = 1000
 
-Ownership = dict[str, tuple[tuple[UUID, int], Role]]
+Ownership = dict[str, tuple[UUID, int]]
 
 
 @asynccontextmanager
@@ -101,13 +101,12 @@ async def ownership(store: Store, views: Sequence[Members]) -> list[Ownership]:
     return [await store.owned_versions(view) for view in views]
 
 
-def holders(owned: Sequence[Ownership], role: Role) -> dict[str, list[int]]:
-    """Per job, the indexes of the members holding it in `role`."""
+def holders(owned: Sequence[Ownership]) -> dict[str, list[int]]:
+    """Per job, the indexes of the members owning it."""
     found: dict[str, list[int]] = {}
     for index, jobs in enumerate(owned):
-        for name, (_, held) in jobs.items():
-            if held is role:
-                found.setdefault(name, []).append(index)
+        for name in jobs:
+            found.setdefault(name, []).append(index)
     return found
 
 
@@ -208,33 +207,32 @@ async def test_a_stopped_member_releases_its_lock(database_url: str) -> None:
         assert not members[0].joined
 
 
-async def test_each_job_has_one_owner_and_one_standby(database_url: str, store: Store) -> None:
+async def test_each_job_has_one_owner(database_url: str, store: Store) -> None:
     active = await add_jobs(store, JOB_COUNT, paused=20)
     async with cluster(database_url, 3) as members:
         owned = await ownership(store, await settled(members, 3))
-    owners, standbys = holders(owned, Role.OWNER), holders(owned, Role.STANDBY)
-    assert sorted(owners) == sorted(standbys) == active
-    assert all(len(owners[name]) == 1 and len(standbys[name]) == 1 for name in active)
-    assert all(owners[name] != standbys[name] for name in active)
+    owners = holders(owned)
+    assert sorted(owners) == active
+    assert all(len(owners[name]) == 1 for name in active)
     shares = Counter(index for [index] in owners.values())
     assert all(0.20 * JOB_COUNT <= shares[index] <= 0.47 * JOB_COUNT for index in range(3))
 
 
-async def test_a_leaver_moves_only_its_own_jobs_to_their_standby(
-    database_url: str, store: Store
-) -> None:
+async def test_a_leaver_moves_only_its_own_jobs(database_url: str, store: Store) -> None:
     await add_jobs(store, JOB_COUNT)
     async with cluster(database_url, 3) as members:
         before = await ownership(store, await settled(members, 3))
         await members[2].stop()
         after = await ownership(store, await settled(members[:2], 2))
-    owners, standbys = holders(before, Role.OWNER), holders(before, Role.STANDBY)
-    owners_after = holders(after, Role.OWNER)
+    owners, owners_after = holders(before), holders(after)
+    assert sorted(owners_after) == sorted(owners)
+    assert all(len(held) == 1 for held in owners_after.values())
     for name, [owner] in owners.items():
-        expected = standbys[name] if owner == 2 else [owner]
-        assert owners_after[name] == expected, name
-    # Two members: each job has both, one as owner and one as standby.
-    assert all(len(jobs) == JOB_COUNT for jobs in after)
+        if owner != 2:
+            assert owners_after[name] == [owner], name
+    # The leaver's jobs went to both survivors, not to one.
+    taken = Counter(owners_after[name][0] for name, [owner] in owners.items() if owner == 2)
+    assert set(taken) == {0, 1}
 
 
 async def test_get_ranked_jobs_agrees_with_owned_versions(database_url: str, store: Store) -> None:
@@ -243,7 +241,7 @@ async def test_get_ranked_jobs_agrees_with_owned_versions(database_url: str, sto
         views = await settled(members, 3)
     for view in views:
         jobs = await store.get_ranked_jobs(active, view)
-        assert {job.name: (job.revision, role) for job, role in jobs if role} == (
+        assert {job.name: job.revision for job, owned in jobs if owned} == (
             await store.owned_versions(view)
         )
 
@@ -252,15 +250,14 @@ async def test_alone_or_with_no_view_a_replica_owns_everything(
     database_url: str, store: Store
 ) -> None:
     names = await add_jobs(store, 50, paused=3)
-    everything = {
-        name: (revision, Role.OWNER) for name, revision in (await store.active_versions()).items()
-    }
+    everything = await store.active_versions()
     async with cluster(database_url, 1) as [member]:
         [alone] = await settled([member], 1)
     for view in (alone, Members.unknown()):
         assert await store.owned_versions(view) == everything
         jobs = await store.get_ranked_jobs([*names, "missing"], view)
-        assert {job.name: (job.revision, role) for job, role in jobs} == everything
+        assert {job.name: job.revision for job, owned in jobs if owned} == everything
+        assert all(owned for _, owned in jobs)
 
 
 async def test_the_member_lock_is_the_two_int_form(database_url: str) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from harness.waiting import eventually_async
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
-from service.domain.ownership import Members, Role
+from service.domain.ownership import Members
 from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
@@ -79,12 +79,12 @@ class ScriptedStore(Store):
         """Whether the failure scripted for `read` has happened."""
         return read not in self._failures
 
-    async def owned_versions(self, members: Members) -> dict[str, tuple[tuple[UUID, int], Role]]:
+    async def owned_versions(self, members: Members) -> dict[str, tuple[UUID, int]]:
         return await self._scripted("owned_versions", partial(super().owned_versions, members))
 
     async def get_ranked_jobs(
         self, names: Sequence[str], members: Members
-    ) -> list[tuple[Job, Role | None]]:
+    ) -> list[tuple[Job, bool]]:
         call = partial(super().get_ranked_jobs, names, members)
         return await self._scripted("get_ranked_jobs", call)
 

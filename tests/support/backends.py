@@ -400,8 +400,8 @@ class Replica:
     claims: "RecordingPool"
     metrics: Metrics
 
-    def fire(self, job: Job, tick: datetime, *, standby: bool = False) -> None:
-        self.runner.fire(job, tick, RunTrigger.SCHEDULE, standby=standby)
+    def fire(self, job: Job, tick: datetime) -> None:
+        self.runner.fire(job, tick, RunTrigger.SCHEDULE)
 
     def outcomes(self, job: str, tick: datetime) -> list[ClaimOutcome]:
         return self.claims.outcomes(job, tick)

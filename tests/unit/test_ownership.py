@@ -1,8 +1,8 @@
-"""The membership view and roles: pure values."""
+"""The membership view: pure values."""
 
 import pytest
 
-from service.domain.ownership import Members, Role
+from service.domain.ownership import Members
 
 
 def test_a_view_is_its_live_seeds_sorted_with_its_own() -> None:
@@ -37,9 +37,3 @@ def test_with_no_view_or_alone_a_replica_owns_everything() -> None:
 def test_an_inconsistent_view_is_refused(own: int | None, seeds: tuple[int, ...], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         Members(own, seeds)
-
-
-def test_rank_zero_owns_rank_one_stands_by_the_rest_hold_nothing() -> None:
-    assert Role.of_rank(0) is Role.OWNER
-    assert Role.of_rank(1) is Role.STANDBY
-    assert Role.of_rank(2) is None

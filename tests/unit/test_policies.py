@@ -1,12 +1,13 @@
 """Pure policy math: retry backoff, the window, run caps, jitter, next runs."""
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from service.domain.cursors import audit_cursor
+from service.domain.cursors import CursorAudit, audit_cursor
 from service.domain.jobs import (
     Job,
     JobSpec,
@@ -174,24 +175,60 @@ def _once(at: datetime) -> OnceSchedule:
     return OnceSchedule(kind="once", at=at)
 
 
+def _audit(
+    cursor: datetime, now: datetime, decided: Collection[datetime], most: int = 100
+) -> CursorAudit:
+    """The audit of an every-minute job with no grace, and a takeover time of 10 s."""
+    return audit_cursor(
+        job(misfire_grace_seconds=1),
+        cursor,
+        now=now,
+        takeover=timedelta(seconds=10),
+        decided=decided,
+        most=most,
+    )
+
+
 def test_the_audit_counts_each_run_of_ticks_without_a_row_and_stops_at_most() -> None:
-    every_minute = job()
-    minute = timedelta(minutes=1)
+    minute, reach = timedelta(minutes=1), timedelta(seconds=1)
     decided = {T0 + 4 * minute}
     # A cursor between ticks (a fence, say) waits for the next.
-    done = audit_cursor(every_minute, T0 + minute / 2, T0 + 10 * minute, decided, 100)
-    assert done.cursor == T0 + 10 * minute  # the first tick not before the horizon
+    done = _audit(T0 + minute / 2, T0 + 10 * minute + reach, decided)
+    assert done.cursor == T0 + 10 * minute  # the first tick within reach
     assert [(m.first, m.last, m.count) for m in done.missed] == [
         (T0 + minute, T0 + 3 * minute, 3),
         (T0 + 5 * minute, T0 + 9 * minute, 5),
     ]
-    capped = audit_cursor(every_minute, T0 + 5 * minute, T0 + 10 * minute, decided, 2)
+    assert done.owed == []  # 1 s after it was due: not yet the takeover time
+    assert done.due_at == T0 + 10 * minute
+    capped = _audit(T0 + 5 * minute, T0 + 10 * minute + reach, decided, most=2)
     assert capped.cursor == T0 + 7 * minute  # the rest is the next round's
     assert [(m.first, m.count) for m in capped.missed] == [(T0 + 5 * minute, 2)]
-    # Past the horizon it walks on over ticks decided already, to the first still open:
+    # Past the reach it walks on over ticks decided already, to the first still open:
     # the claims that follow meet the cursor there.
-    ahead = audit_cursor(every_minute, T0 + minute / 2, T0 + 2 * minute, {T0 + 2 * minute}, 100)
+    ahead = _audit(T0 + minute / 2, T0 + 2 * minute + reach, {T0 + 2 * minute})
     assert ahead.cursor == T0 + 3 * minute
     assert [(m.first, m.count) for m in ahead.missed] == [(T0 + minute, 1)]
     # A cursor standing at a tick counts it; one within reach moves nowhere.
-    assert audit_cursor(every_minute, T0 + 9 * minute, T0 + 9 * minute, (), 100).missed == []
+    assert _audit(T0 + 9 * minute, T0 + 9 * minute, ()).missed == []
+
+
+def test_the_audit_hands_over_the_ticks_within_reach_due_longer_ago_than_the_takeover() -> None:
+    minute = timedelta(minutes=1)
+    late = audit_cursor(
+        job(misfire_grace_seconds=300),
+        T0,
+        now=T0 + 3 * minute + timedelta(seconds=30),
+        takeover=timedelta(seconds=10),
+        decided={T0 + minute},
+        most=100,
+    )
+    assert late.missed == []
+    # T0 + minute ran: the others owed, each with the tick after it.
+    assert [(o.tick, o.following) for o in late.owed] == [
+        (T0, T0 + minute),
+        (T0 + 2 * minute, T0 + 3 * minute),
+        (T0 + 3 * minute, T0 + 4 * minute),
+    ]
+    assert late.cursor == T0  # it moves as they are claimed
+    assert late.due_at == T0 + 4 * minute  # the first tick not handed over
