@@ -50,8 +50,10 @@ async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep)
     """Run every nominal tick in [from, to] that has no run yet, once each and in order
     (trigger "backfill"), and return the runs this call made. At most 1000 ticks; `to`
     must not be in the future. 409 if `from` is at or before the newest tick whose run
-    retention deleted: those ticks would read as never run. Called on two replicas at
-    once, each tick still runs exactly once."""
+    retention deleted: those ticks would read as never run. 409 too if the job, active
+    when the backfill began, is paused or completed before its last tick: the ticks not
+    yet claimed then do not run. Called on two replicas at once, each tick still runs
+    exactly once."""
     job = await existing_job(services, name)
     ticks = _backfill_ticks(job, body, await services.store.clock())
     unrun = await services.store.ticks_without_runs(

@@ -33,7 +33,7 @@ import httpx
 
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict, NotFound
-from service.domain.jobs import Job, Overlap
+from service.domain.jobs import Job, JobState, Overlap
 from service.domain.runs import Run, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.admission import Admission
@@ -484,14 +484,15 @@ class Runner:
 
     async def backfill(self, job: Job, ticks: Sequence[datetime]) -> list[Run]:
         """Run each tick that has no run yet, in order, one after another; return the
-        runs this call made. Scheduled ticks of the job go first. Another replica
-        backfilling the same range at once takes some ticks itself: the ledger lets
-        each through exactly once."""
+        runs this call made. Scheduled ticks of the job go first. A job active when it
+        began that is paused or completed meanwhile stops it (Conflict): the gate claims
+        no tick for it after that. Another replica backfilling the same range at once
+        takes some ticks itself: the ledger lets each through exactly once."""
         made = []
+        while_active = job.state is JobState.ACTIVE  # a pause meanwhile stops the rest
         for at in ticks:
-            run = await self._backfill_one(
-                self._claim_of(job, at, RunTrigger.BACKFILL, any_version=True)
-            )
+            tick = self._claim_of(job, at, RunTrigger.BACKFILL, any_version=True)
+            run = await self._backfill_one(replace(tick, while_active=while_active))
             if run is not None:
                 made.append(run)
         return made
@@ -506,6 +507,11 @@ class Runner:
             run = await self._on_the_side(tick, claims.append)
             if claims[0].outcome is ClaimOutcome.JOB_GONE:
                 raise NotFound(f"no job named {tick.job.name!r}")
+            if claims[0].outcome is ClaimOutcome.INACTIVE:
+                raise Conflict(
+                    f"backfill of {tick.job.name!r} stopped at {tick.scheduled_for.isoformat()}:"
+                    " the job was paused or completed meanwhile; the ticks before it ran"
+                )
             if claims[0].outcome not in {ClaimOutcome.LOCKED, ClaimOutcome.BUSY}:
                 return run
             if time.monotonic() > deadline or not self.accepting:

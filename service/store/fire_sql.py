@@ -38,7 +38,9 @@ class TickClaim:
     """What a replica asks the gate for: this tick of this job, as the replica knows
     the job. `lock` takes the job's advisory lock first (every overlap mode but
     "allow"); `any_version` (manual and backfill runs) accepts any version of the same
-    incarnation, where a scheduled tick must match the job's revision exactly."""
+    incarnation, where a scheduled tick must match the job's revision exactly;
+    `while_active` (a backfill begun on an active job) claims only while the job is
+    still active, so a pause stops the ticks not yet claimed."""
 
     job: Job
     scheduled_for: datetime
@@ -48,6 +50,7 @@ class TickClaim:
     lock: bool
     any_version: bool = False
     following: NextTick = Following.UNKNOWN
+    while_active: bool = False
 
     @property
     def counted(self) -> bool:
@@ -136,7 +139,8 @@ def claim_statement(*, counted: bool) -> str:
     audit's. A scheduled tick before the cursor has its outcome (`ticked`), and an
     admitted one at the cursor moves it on to the tick after ($12; `opens` $13: the tick
     is the job's first after its fence, where a cursor starts). Manual runs and
-    backfills are no nominal ticks: they neither wait for the cursor nor move it.
+    backfills are no nominal ticks: they neither wait for the cursor nor move it. A
+    tick claimed `while_active` ($14) finds a job that is not active `inactive`.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -149,9 +153,11 @@ def claim_statement(*, counted: bool) -> str:
     return f"""WITH ticks AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::bigint[], $6::boolean[], $7::uuid[], $8::bigint[],
-                             $9::boolean[], $12::timestamptz[], $13::boolean[])
+                             $9::boolean[], $12::timestamptz[], $13::boolean[],
+                             $14::boolean[])
             WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
-                                 incarnation, version, any_version, following, opens, n)
+                                 incarnation, version, any_version, following, opens,
+                                 while_active, n)
     ), gated AS MATERIALIZED (
         -- CASE, not AND: the lock must not be tried for a key this session holds.
         SELECT ticks.*, CASE WHEN NOT locking THEN true
@@ -169,7 +175,8 @@ def claim_statement(*, counted: bool) -> str:
         SELECT g.*, c.version AS current_version, c.fire_after
         FROM gated g JOIN current c ON c.name = g.job
         WHERE g.got AND c.incarnation = g.incarnation
-          AND (g.any_version OR (c.version = g.version AND c.state = 'active'))
+          AND ((g.any_version AND (c.state = 'active' OR NOT g.while_active))
+               OR (c.version = g.version AND c.state = 'active'))
           AND (c.max_runs IS NULL OR c.runs_started < c.max_runs OR g.trigger = 'manual')
           AND NOT g.queued_before AND NOT {_passed("g", "c")}
     ), claimed AS (
@@ -200,6 +207,7 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
                AS same_revision,
            COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,
+           COALESCE(g.while_active AND c.state <> 'active', false) AS inactive,
            claimed.id IS NULL
                AND (ticked.found IS NOT NULL OR COALESCE({_passed("g", "c")}, false)) AS ticked,
            (NOT g.got AND running.found IS NOT NULL)
@@ -257,6 +265,7 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
         list(held),
         [following for following, _ in moves],
         [opens for _, opens in moves],
+        [tick.while_active for tick in ticks],
     )
 
 

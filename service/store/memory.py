@@ -313,6 +313,7 @@ class MemoryDatabase:
             same_incarnation=job is not None and job.incarnation == tick.job.incarnation,
             same_revision=job is not None and job.revision == tick.job.revision,
             capped=_capped(tick, job),
+            inactive=_inactive(tick, job),
             ticked=run is None and (_tick_of(tick) in statement.began or passed),
             busy=(not got and _busy(tick, statement.began.values()))
             or (run is None and queued_before),
@@ -746,9 +747,16 @@ def _admits(tick: TickClaim, job: Job | None) -> bool:
         job.version != tick.job.version or job.state is not JobState.ACTIVE
     ):
         return False
+    if _inactive(tick, job):
+        return False
     return (
         job.max_runs is None or job.runs_started < job.max_runs or tick.trigger is RunTrigger.MANUAL
     )
+
+
+def _inactive(tick: TickClaim, job: Job | None) -> bool:
+    """A claim that runs only an active job found it paused or completed."""
+    return tick.while_active and job is not None and job.state is not JobState.ACTIVE
 
 
 def _capped(tick: TickClaim, job: Job | None) -> bool:

@@ -54,7 +54,8 @@ class ClaimOutcome(Enum):
     BUSY: the lock is held and another run of the job is in progress: the overlap
     policy decides. STALE: the job is not the one the tick was scheduled from (edited,
     or deleted and made anew): judge the tick again against the job as it stands.
-    JOB_GONE: no such job. CAPPED: `max_runs` reached.
+    JOB_GONE: no such job. CAPPED: `max_runs` reached. INACTIVE: the claim runs only an
+    active job (a backfill begun on one), and the job is paused or completed now.
     """
 
     CLAIMED = "claimed"
@@ -64,6 +65,7 @@ class ClaimOutcome(Enum):
     STALE = "stale"
     JOB_GONE = "job_gone"
     CAPPED = "capped"
+    INACTIVE = "inactive"
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ class GateFacts:
     got: the lock was taken (or the tick takes none); never one the claiming session
     held already. job_exists: a job of its name is
     there. same_incarnation / same_revision: of the tick's incarnation / (incarnation,
-    version). capped: its run cap is used up, for a tick that counts. ticked: not
+    version). capped: its run cap is used up, for a tick that counts. inactive: a tick
+    claimed `while_active` found the job not active. ticked: not
     claimed, and the tick had a row when the claim began. busy: not claimed, and either
     the lock was not taken while another run of the job, not a backfill, was in
     progress when the claim began, or an earlier tick of the job holds its queue_one
@@ -139,6 +142,7 @@ class GateFacts:
     released: bool
     run: Run | None
     stored_job: Job | None = None
+    inactive: bool = False
 
     def claim(self, tick: TickClaim) -> Claim:
         holds = tick.lock and self.got and not self.released
@@ -154,6 +158,8 @@ class GateFacts:
             return ClaimOutcome.ALREADY_RAN
         if not self.same_incarnation or not (self.same_revision or tick.any_version):
             return ClaimOutcome.STALE  # judged again as the job stands, before any policy
+        if self.inactive:
+            return ClaimOutcome.INACTIVE
         if self.busy:
             return ClaimOutcome.BUSY
         if not self.got:

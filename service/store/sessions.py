@@ -346,6 +346,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
         same_incarnation=bool(row["same_incarnation"]),
         same_revision=bool(row["same_revision"]),
         capped=bool(row["capped"]),
+        inactive=bool(row["inactive"]),
         ticked=bool(row["ticked"]),
         busy=bool(row["busy"]),
         released=bool(row["released"]),

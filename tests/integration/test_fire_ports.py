@@ -9,7 +9,7 @@ hoped for.
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -18,7 +18,7 @@ import pytest
 from harness.waiting import eventually_async
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
-from service.domain.jobs import Job, Overlap, complete_job
+from service.domain.jobs import Job, Overlap, complete_job, pause_job
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler import runner as runner_module
@@ -714,6 +714,52 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
     assert runs[0].finished_at <= runs[1].started_at
     assert sum(skipped(r.metrics, "overlap") for r in both) == 1
     assert sum(skipped(r.metrics, "misfire") for r in both) == 0
+
+
+async def test_a_pause_during_a_backfill_stops_its_remaining_ticks(
+    backend: Backend, gates: Gates
+) -> None:
+    """A backfill of three ticks; the job is paused while the first one runs. That run
+    goes on to its end, and the gate claims no later tick: the backfill stops with a
+    conflict naming where. Before, its claims took any version and state, and every
+    remaining tick ran (#22)."""
+    yearly = {"kind": "cron", "expression": "0 0 1 1 *"}  # no scheduled tick to give way to
+    job = await backend.add_job("backfilled", schedule=yearly)
+    ticks = [datetime(2025, 1, 1, tzinfo=UTC) + timedelta(days=366 * n) for n in range(3)]
+    async with replicas(backend, gates, names="a") as [a]:
+        backfill = asyncio.create_task(a.runner.backfill(job, ticks))
+        await eventually_async(lambda: gates.started == ["default"], 30, "the first run")
+        await _pause(backend, "backfilled")
+        gates["default"].set()
+        with pytest.raises(Conflict, match="paused"):
+            await backfill
+        runs = await _finished_runs(backend, "backfilled", 1)
+    assert [(r.scheduled_for, r.status) for r in runs] == [(ticks[0], RunStatus.SUCCEEDED)]
+    assert a.outcomes("backfilled", ticks[1]) == [ClaimOutcome.INACTIVE]
+
+
+async def test_a_backfill_of_a_job_paused_before_it_began_runs_its_ticks(
+    backend: Backend, gates: Gates
+) -> None:
+    """A pause stops only a backfill that began on an active job: one asked for a
+    paused job (filling a gap before resuming it) runs as asked."""
+    yearly = {"kind": "cron", "expression": "0 0 1 1 *"}
+    await backend.add_job("paused-first", schedule=yearly)
+    job = await backend.put(
+        "paused-first", lambda current, now: current and pause_job(current, now)
+    )
+    assert job is not None
+    ticks = [datetime(2025, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)]
+    gates["default"].set()
+    async with replicas(backend, gates, names="a") as [a]:
+        made = await a.runner.backfill(job, ticks)
+    assert [r.scheduled_for for r in made] == ticks
+
+
+async def _pause(backend: Backend, name: str) -> Job:
+    paused = await backend.put(name, lambda current, now: current and pause_job(current, now))
+    assert paused is not None
+    return paused
 
 
 async def test_a_tick_taken_over_runs_once_whoever_ran_it(backend: Backend, gates: Gates) -> None:
