@@ -50,9 +50,9 @@ def rfc3339(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# Each job's fence and tick cursor (migration 0014), and its ticks' outcomes: every row
+# Each job's threshold and tick cursor (migration 0014), and its ticks' outcomes: every row
 # but a manual run's.
-CURSORS = """SELECT j.name AS job, extract(epoch FROM j.fire_after)::float8 AS fence,
+CURSORS = """SELECT j.name AS job, extract(epoch FROM j.fire_after)::float8 AS threshold,
            extract(epoch FROM k.tick)::float8 AS cursor
     FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
     WHERE j.name = ANY($1::text[])"""
@@ -63,7 +63,7 @@ OUTCOMES = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, misse
 
 def cursor_problems(sql: Fetches, periods: Mapping[str, int]) -> list[str]:
     """The tick cursor's invariant, read from the database alone: for each job, every
-    nominal tick after its fence and before its cursor has exactly one row, or is one of
+    nominal tick after its threshold and before its cursor has exactly one row, or is one of
     the ticks without a row that the misfire row ending their run counts."""
     jobs = list(periods)
     return judge_cursors(sql.fetch(CURSORS, jobs), sql.fetch(OUTCOMES, jobs), periods)
@@ -80,18 +80,18 @@ def judge_cursors(
         problem
         for row in cursors
         for problem in _cursor_problems(
-            row["job"], periods[row["job"]], row["fence"], row["cursor"], counted[row["job"]]
+            row["job"], periods[row["job"]], row["threshold"], row["cursor"], counted[row["job"]]
         )
     ]
 
 
 def _cursor_problems(
-    job: str, period: int, fence: float, cursor: float, outcomes: dict[float, int]
+    job: str, period: int, threshold: float, cursor: float, outcomes: dict[float, int]
 ) -> list[str]:
     if not math.isfinite(cursor):
         raise ValueError(f"{job}'s cursor is past its last tick: not a job of a period")
     problems, rowless = [], 0
-    at = (math.floor(fence / period) + 1) * period  # the first tick strictly after the fence
+    at = (math.floor(threshold / period) + 1) * period  # the first tick after the threshold
     while at < cursor:
         if (counts := outcomes.get(at)) is not None:
             if counts != rowless + 1:
@@ -106,7 +106,7 @@ def _cursor_problems(
         problems.append(
             f"{job}: {rowless} ticks before its cursor {rfc3339(cursor)} have no outcome"
         )
-    strays = [t for t in outcomes if fence < t < cursor and t % period]
+    strays = [t for t in outcomes if threshold < t < cursor and t % period]
     return problems + [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in strays]
 
 

@@ -30,7 +30,7 @@ from service.scheduler.remote import SchedulerProcess
 from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
 from service.store.link import Link
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
 from service.tasks.plugins import load_plugins
@@ -164,11 +164,11 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     store = await Store.open(dsn, max_size=settings.api_pool_size, link=link)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
-    sessions = RunSessions(dsn, settings.lock_sessions, link)
+    sessions = LockSessions(dsn, settings.lock_sessions, link)
     stack.push_async_callback(sessions.close)
     if settings.scheduler:
         await sessions.fill()  # an API-only replica claims no scheduled tick
-    side_sessions = RunSessions(dsn, SIDE_SESSIONS, link)
+    side_sessions = LockSessions(dsn, SIDE_SESSIONS, link)
     stack.push_async_callback(side_sessions.close)
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
     stack.push_async_callback(tasks.aclose)
@@ -191,7 +191,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
         record_delay=timedelta(milliseconds=settings.test_record_delay_ms),
         clock=clock,
-        max_in_flight=settings.max_concurrent_runs,
+        room=settings.max_concurrent_runs,
         takeover_seconds=settings.takeover_seconds,
     )
     mirror = departure = None

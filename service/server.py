@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from service.app import begin_shutdown, create_app
 from service.config import Listen, Settings
-from service.heap import settle_after_startup
+from service.gc_tuning import settle_after_startup
 from service.stopping import StopRequest
 from service.store.pooling import refuse_shared_sessions
 

@@ -169,7 +169,7 @@ def _declared_fields(spec: JobSpec) -> dict[str, object]:
 
 
 class Job(JobSpec):
-    """A stored job. `fire_after` fences ticks: none at or before it ever fires, so a
+    """A stored job. `fire_after` is its threshold: no tick at or before it fires, so a
     resumed or re-scheduled job does not replay ticks from before the change.
 
     `version` counts changes from 1 and starts again when a name is deleted and made
@@ -192,7 +192,7 @@ class Job(JobSpec):
         return self.incarnation, self.version
 
     def tick_after(self, after: datetime) -> datetime | None:
-        """The first nominal tick strictly after `after` that may fire: past the fence,
+        """The first nominal tick strictly after `after` that may fire: past the threshold,
         inside the [start_at, end_at] window."""
         floor = max(after, self.fire_after)
         if self.start_at and self.start_at > floor:
@@ -202,13 +202,13 @@ class Job(JobSpec):
 
     @cached_property
     def first_tick(self) -> datetime | None:
-        """The job's first nominal tick after its fence: the one a cursor still at the
-        fence waits for. Worked out once per job read (`model_copy` forgets it)."""
+        """The job's first nominal tick after its threshold: the one a cursor still at the
+        threshold waits for. Worked out once per job read (`model_copy` forgets it)."""
         return self.tick_after(self.fire_after)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copied = super().model_copy(update=update, deep=deep)
-        copied.__dict__.pop("first_tick", None)  # its schedule or fence may be another
+        copied.__dict__.pop("first_tick", None)  # its schedule or threshold may be another
         return copied
 
     def tick_at_or_before(self, at: datetime) -> datetime | None:
@@ -276,7 +276,7 @@ _INSTANT = timedelta(microseconds=1)
 
 def ticks_between(job: Job, start: datetime, end: datetime, limit: int) -> list[datetime]:
     """The schedule's nominal ticks in [start, end], at most `limit` of them. Backfill
-    asks for these: the fence and the window don't apply to ticks asked for by name."""
+    asks for these: the threshold and the window don't apply to ticks asked for by name."""
     ticks = fire_times(job.schedule, job.zone, start - _INSTANT, limit)
     return [tick for tick in ticks if tick <= end]
 
@@ -316,7 +316,7 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     if _declared_fields(resolved) == _declared_fields(current):
         return current
     # Another zone moves the ticks as much as another schedule: ticks between the old
-    # fence and now, new to this definition, must not read as missed.
+    # threshold and now, new to this definition, must not read as missed.
     rescheduled = resolved.schedule != current.schedule or resolved.timezone != current.timezone
     state = current.state
     if rescheduled and state is JobState.COMPLETED:

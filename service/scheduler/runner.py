@@ -143,7 +143,7 @@ class Runner:
         fire_delay: timedelta = timedelta(0),
         record_delay: timedelta = timedelta(0),
         clock: ReplicaClock | None = None,
-        max_in_flight: int = 32,
+        room: int = 32,
         takeover_seconds: float = 3.0,
     ) -> None:
         self._sessions = sessions
@@ -160,7 +160,7 @@ class Runner:
             record_delay=record_delay,
         )
         self._admission: Admission[DueTick] = Admission(
-            max_in_flight, claims=sessions.size, limit=WAITING_LIMIT
+            room, claims=sessions.size, limit=WAITING_LIMIT
         )
         self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
@@ -171,7 +171,7 @@ class Runner:
         self.takeover_seconds = takeover_seconds
         # How often the orphan sweep runs: twice per takeover period.
         self.orphan_sweep_seconds = takeover_seconds / 2
-        self._room = max_in_flight
+        self._room = room
         self._resuming: set[UUID] = set()  # orphans being resumed here
         self._unrecorded_skips = 0  # skips waiting for the database to come back
         self.accepting = True
@@ -449,8 +449,8 @@ class Runner:
                 self._unrecorded_skips -= len(skips)
 
     def _may_retry_skips(self, skips: list[Skip], error: Exception) -> bool:
-        room = self._unrecorded_skips + len(skips) <= UNRECORDED_SKIPS
-        return is_unavailable(error) and self.accepting and room
+        fits = self._unrecorded_skips + len(skips) <= UNRECORDED_SKIPS
+        return is_unavailable(error) and self.accepting and fits
 
     async def _record_skips(self, skips: Sequence[Skip]) -> list[None]:
         jobs = {skip.job.name: skip.job for skip in skips}

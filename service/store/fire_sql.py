@@ -138,7 +138,7 @@ def claim_statement(*, counted: bool) -> str:
     one order they wait, never in a cycle): the audit's lock waits for it, and it for the
     audit's. A scheduled tick before the cursor has its outcome (`ticked`), and an
     admitted one at the cursor moves it on to the tick after ($12; `opens` $13: the tick
-    is the job's first after its fence, where a cursor starts). Manual runs and
+    is the job's first after its threshold, where a cursor starts). Manual runs and
     backfills are no nominal ticks: they neither wait for the cursor nor move it. A
     tick claimed `while_active` ($14) finds a job that is not active `inactive`.
     """
@@ -239,7 +239,7 @@ def cursor_moves(
     job: Job, at: datetime, trigger: RunTrigger, following: NextTick = Following.UNKNOWN
 ) -> tuple[datetime | None, bool]:
     """Where the job's cursor goes once the tick `at` is decided (`following`, where
-    known), and whether `at` is the job's first tick (a cursor still at the fence waits
+    known), and whether `at` is the job's first tick (a cursor still at the threshold waits
     for it). Manual runs and backfills move no cursor."""
     if trigger in {RunTrigger.MANUAL, RunTrigger.BACKFILL}:
         return None, False

@@ -186,7 +186,7 @@ class MemoryDatabase:
         return self._cursors.get(name)
 
     def _write_job(self, job: Job) -> None:
-        """Store `job`; a new fence (a new job, schedule or resume) starts its cursor
+        """Store `job`; a new threshold (a new job, schedule or resume) starts its cursor
         again there, as the jobs table's trigger does."""
         before = self._jobs.get(job.name)
         if before is None or before.fire_after != job.fire_after:
@@ -331,13 +331,13 @@ class MemoryDatabase:
 
     def _advance(self, job: Job, at: datetime, trigger: RunTrigger, *, opens: bool) -> None:
         """The cursor standing at the scheduled tick `at`, which has its row now, moves on
-        (`opens`: the tick, if the job's first, may move it from the fence; see
+        (`opens`: the tick, if the job's first, may move it from the threshold; see
         fire_sql._advance)."""
         following, first = cursor_moves(job, at, trigger)
         cursor, current = self._cursors.get(job.name), self._jobs.get(job.name)
-        at_fence = opens and first and current is not None and cursor == current.fire_after
+        at_threshold = opens and first and current is not None and cursor == current.fire_after
         if trigger in {RunTrigger.SCHEDULE, RunTrigger.CATCHUP} and (
-            cursor == _utc(at) or at_fence
+            cursor == _utc(at) or at_threshold
         ):
             self._cursors[job.name] = following or _NO_TICK_LEFT
 

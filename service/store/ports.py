@@ -6,7 +6,7 @@ and unlock all go over it, and holds the locks of many runs at once. `Ledger` is
 goes over the API pool: skips, the queue_one slot, the job re-read of a stale tick, a
 run's end recorded elsewhere and a job's completion.
 
-PostgreSQL (`sessions.RunSessions`, `store.Store`) is the implementation, and the truth;
+PostgreSQL (`sessions.LockSessions`, `store.Store`) is the implementation, and the truth;
 `memory` holds an in-memory one with the same semantics, so races can be replayed
 step by step in tests. The contracts below are what both must keep: the fire path
 relies on nothing else. Nothing here talks SQL.

@@ -44,9 +44,9 @@ from service.store.turns import Turns
 __all__ = [
     "Claim",
     "ClaimOutcome",
+    "LockSession",
+    "LockSessions",
     "RunEnd",
-    "RunSession",
-    "RunSessions",
     "TickClaim",
 ]
 
@@ -71,7 +71,7 @@ class _Ending:
     release_lock: int | None
 
 
-class RunSession:
+class LockSession:
     """One pinned connection of the lock pool; the runs it claimed share it."""
 
     def __init__(self, connection: Connection, link: Link) -> None:
@@ -360,7 +360,7 @@ def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
     return fire_sql.finish_arguments([(e.run_id, e.end, e.release_lock) for e in endings])
 
 
-class RunSessions:
+class LockSessions:
     """The lock pool: `size` long-lived sessions, each holding the locks of many runs.
     A session opens when first needed (or all at once, `fill`); one that closed is
     replaced at the next `session` call, while its runs, fenced, end elsewhere."""
@@ -368,10 +368,10 @@ class RunSessions:
     def __init__(self, dsn: str, size: int, link: Link | None = None) -> None:
         self._dsn = dsn
         self._link = link or Link()
-        self._slots: list[RunSession | None] = [None] * size
+        self._slots: list[LockSession | None] = [None] * size
         self._opening: dict[int, asyncio.Task[None]] = {}
         # Blocks holding each session now: the least held one takes the next block.
-        self._holders: Counter[RunSession] = Counter()
+        self._holders: Counter[LockSession] = Counter()
 
     @classmethod
     async def open(cls, dsn: str, size: int, link: Link | None = None) -> Self:
@@ -402,7 +402,7 @@ class RunSessions:
         self._slots = [None] * self.size
 
     @asynccontextmanager
-    async def session(self, wait_seconds: float) -> AsyncIterator[RunSession]:
+    async def session(self, wait_seconds: float) -> AsyncIterator[LockSession]:
         """The open session fewest blocks hold, shared with them for this block (see
         `ports.LockPool.session`)."""
         session = await self._least_held(wait_seconds)
@@ -415,7 +415,7 @@ class RunSessions:
                 del self._holders[session]
                 _left(session)
 
-    async def _least_held(self, wait_seconds: float) -> RunSession:
+    async def _least_held(self, wait_seconds: float) -> LockSession:
         async with asyncio.timeout(wait_seconds):
             while True:
                 self._replace_closed()
@@ -433,7 +433,7 @@ class RunSessions:
 
     async def _reopen(self, index: int) -> None:
         try:
-            self._slots[index] = await RunSession.open(self._dsn, self._link)
+            self._slots[index] = await LockSession.open(self._dsn, self._link)
         except Exception as error:  # noqa: BLE001 - logged; the slot is tried again later
             log.warning("lock session could not be opened (%r)", error)
             await asyncio.sleep(RECONNECT_BACKOFF_SECONDS)
@@ -441,7 +441,7 @@ class RunSessions:
             self._opening.pop(index, None)
 
 
-def _left(session: RunSession) -> None:
+def _left(session: LockSession) -> None:
     """No block holds `session` now, so no run on it holds a lock: a lock it still holds
     would be held for nobody (a bug), and the session is closed to drop it."""
     if session.holds_locks and not session.closed:

@@ -28,7 +28,7 @@ from service.scheduler import running as running_module
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.timetable import Timetable
 from service.store import Store
-from service.store.sessions import RunEnd, RunSessions
+from service.store.sessions import LockSessions, RunEnd
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 from tests.faults.figures import FaultFigures, record
@@ -80,8 +80,8 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[RunSessions]:
-    pool = await RunSessions.open(database_url, size=2)
+async def sessions(database_url: str) -> AsyncIterator[LockSessions]:
+    pool = await LockSessions.open(database_url, size=2)
     try:
         yield pool
     finally:
@@ -89,7 +89,7 @@ async def sessions(database_url: str) -> AsyncIterator[RunSessions]:
 
 
 def make_runner(
-    store: Store, sessions: RunSessions, blocker: Blocker, http: httpx.AsyncClient
+    store: Store, sessions: LockSessions, blocker: Blocker, http: httpx.AsyncClient
 ) -> Runner:
     registry = builtin_registry()
     registry.register(TaskDefinition("block", "blocks until released", NoArgs, blocker.run))
@@ -133,7 +133,7 @@ async def status_of(store: Store, run_id: UUID) -> RunStatus | None:
 
 async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
     store: Store,
-    sessions: RunSessions,
+    sessions: LockSessions,
     blocker: Blocker,
     http: httpx.AsyncClient,
     database_url: str,
@@ -176,7 +176,7 @@ async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
 
 async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_sweep(
     store: Store,
-    sessions: RunSessions,
+    sessions: LockSessions,
     blocker: Blocker,
     http: httpx.AsyncClient,
     database_url: str,

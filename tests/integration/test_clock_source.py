@@ -1,6 +1,6 @@
 """What a write stores about time is judged on the database's clock, as the gate judges
 ticks, not on the clock of the API replica that took the request: an API pod whose clock
-runs a minute ahead must not shift anchors, fences or the one-time check."""
+runs a minute ahead must not shift anchors, thresholds or the one-time check."""
 
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -70,11 +70,11 @@ async def test_a_one_time_job_due_before_the_replica_clock_reads_is_accepted(
     await created(fast_clock_client, job("soon", {"kind": "once", "at": at.isoformat()}))
 
 
-async def test_a_timezone_only_edit_moves_the_fence(
+async def test_a_timezone_only_edit_moves_the_threshold(
     client: httpx.AsyncClient, store: Store
 ) -> None:
     """The same cron in another zone fires at other instants: the ticks between the old
-    fence and now are new to it, never missed, so the fence moves as for a new schedule."""
+    threshold and now are new to it, never missed, so the threshold moves as for a new schedule."""
     await created(client, job("nine", {"kind": "cron", "expression": "0 9 * * *"}))
     before = await store.get_job("nine")
     assert before is not None

@@ -21,7 +21,7 @@ from service.metrics import Metrics
 from service.scheduler.audit import audit_cursors
 from service.store import Store
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from tests.support.db import TemplateDatabases
 from tests.support.fire import EVERY_SECOND, runs_of
 
@@ -39,7 +39,7 @@ def _whole_second(moment: datetime) -> datetime:
 
 
 async def test_a_new_job_s_cursor_is_its_fence_and_its_first_claim_moves_it(
-    store: Store, sessions: RunSessions
+    store: Store, sessions: LockSessions
 ) -> None:
     job = await _made(store, "fresh", timedelta(minutes=10))
     assert await store.cursor("fresh") == job.fire_after
@@ -76,7 +76,7 @@ async def test_a_skip_at_the_cursor_moves_it_and_one_before_it_is_not_recorded(
 
 
 async def test_the_audit_records_every_tick_nobody_decided_and_no_claim_passes_it(
-    store: Store, sessions: RunSessions, database_url: str
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
     """Finding 1: a 1 s job whose ticks fell with no replica up, one of them skipped.
     The audit writes a misfire row per run of rowless ticks, counting them, and moves
@@ -111,7 +111,7 @@ async def test_the_audit_records_every_tick_nobody_decided_and_no_claim_passes_i
 
 
 async def test_the_audit_hands_over_the_ticks_an_owner_left_within_reach(
-    store: Store, sessions: RunSessions, database_url: str
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
     """A 1 s job, grace 10 s, whose owner ran one tick 5 s ago and then nothing: the
     audit hands over each tick without a row that is within reach and due longer ago
@@ -163,7 +163,7 @@ def _seconds(first: datetime, last: datetime) -> list[datetime]:
     return [first + n * SECOND for n in range(int((last - first) / SECOND) + 1)]
 
 
-async def test_a_resumed_job_s_cursor_starts_at_its_new_fence(
+async def test_a_resumed_job_s_cursor_starts_at_its_new_threshold(
     store: Store, database_url: str
 ) -> None:
     job = await _made(store, "paused", timedelta(seconds=30), misfire_grace_seconds=1)
@@ -248,7 +248,7 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
 ) -> None:
     """A database as the release before the cursor left it (migrations up to 0013, rows
     as its statements wrote them) is brought forward: no job or run is lost, each job's
-    cursor starts at its newest scheduled row (a manual run is none) or its fence, and
+    cursor starts at its newest scheduled row (a manual run is none) or its threshold, and
     the audit then accounts for every tick after it."""
     name = f"tickgate_prev_{uuid4().hex[:12]}"
     await templates._admin(f'CREATE DATABASE "{name}"')

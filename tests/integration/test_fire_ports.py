@@ -885,7 +885,7 @@ async def test_five_hundred_runs_in_flight_on_two_sessions_all_end_and_unlock(
     at = tick_now()
     async with (
         backend.lock_pool(2) as pool,
-        running(backend.ledger, pool, gates, Metrics(), max_in_flight=1000) as runner,
+        running(backend.ledger, pool, gates, Metrics(), room=1000) as runner,
     ):
         for job in jobs:
             runner.fire(job, at, RunTrigger.SCHEDULE)
@@ -915,7 +915,7 @@ async def test_a_session_that_dies_fences_exactly_its_runs_and_a_new_one_takes_i
     at = tick_now()
     async with (
         backend.lock_pool(2) as pool,
-        running(backend.ledger, pool, gates, Metrics(), max_in_flight=100) as runner,
+        running(backend.ledger, pool, gates, Metrics(), room=100) as runner,
     ):
         owners = {}
         for wave in ("doomed", "spared"):

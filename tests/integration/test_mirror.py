@@ -29,7 +29,7 @@ from service.scheduler.mirror import Mirror
 from service.store import Store
 from service.store.connection import Pool
 from service.store.link import Link
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import builtin_registry
 
@@ -113,7 +113,7 @@ async def scripted(database_url: str) -> AsyncIterator[ScriptedStore]:
 async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mirror]:
     """A mirror reading through `scripted`, not started: a test starts it (listener and
     loops) or drives reconciles itself, as a replica whose listener is down does."""
-    sessions = RunSessions(database_url, size=2)  # opened when first needed
+    sessions = LockSessions(database_url, size=2)  # opened when first needed
     tasks = builtin_registry()
     async with httpx.AsyncClient() as http:
         runner = Runner(

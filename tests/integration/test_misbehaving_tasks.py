@@ -14,7 +14,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner
 from service.scheduler.attempts import LEFT_RUNNING, STOP_GRACE_SECONDS
 from service.store import Store
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from service.tasks import TaskDefinition
 from tests.support.db import advisory_locks_on
 from tests.support.fire import Gates, add_job, finished_runs, running, tick_now
@@ -73,7 +73,7 @@ async def stubborn() -> AsyncIterator[Stubborn]:
 
 @pytest.fixture
 async def stubborn_runner(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics, stubborn: Stubborn
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics, stubborn: Stubborn
 ) -> AsyncIterator[Runner]:
     definition = TaskDefinition("stubborn", "ignores cancellation", NoArgs, stubborn.run)
     async with running(store, sessions, gates, metrics, tasks=[definition]) as runner:
@@ -107,7 +107,7 @@ async def test_shutdown_is_bounded_by_a_task_that_ignores_cancellation(
 
 
 async def test_shutdown_records_a_cancelled_run_once_its_task_has_stopped(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> None:
     slow = SlowToStop()
     definition = TaskDefinition("slow-to-stop", "cleans up for a second", NoArgs, slow.run)

@@ -17,7 +17,7 @@ from service.scheduler import Runner
 from service.scheduler.runner import ORPHAN_GRACE_SECONDS, REJOIN_GRACE_SECONDS
 from service.store import Store, members_sql
 from service.store.ports import Orphan
-from service.store.sessions import ClaimOutcome, RunEnd, RunSessions, TickClaim
+from service.store.sessions import ClaimOutcome, LockSessions, RunEnd, TickClaim
 from tests.support.db import advisory_locks_on
 from tests.support.fire import (
     Gates,
@@ -30,7 +30,7 @@ from tests.support.fire import (
 )
 
 
-async def test_ledger_claims_each_tick_once(store: Store, sessions: RunSessions) -> None:
+async def test_ledger_claims_each_tick_once(store: Store, sessions: LockSessions) -> None:
     job = await add_job(store, "ledger")
     tick = tick_now()
 
@@ -48,7 +48,9 @@ async def test_ledger_claims_each_tick_once(store: Store, sessions: RunSessions)
     assert [r.id for r in await runs_of(store, "ledger")] == [won.run.id]
 
 
-async def test_ledger_refuses_a_changed_or_deleted_job(store: Store, sessions: RunSessions) -> None:
+async def test_ledger_refuses_a_changed_or_deleted_job(
+    store: Store, sessions: LockSessions
+) -> None:
     job = await add_job(store, "changing")
     spec = job.spec().model_copy(update={"description": "edited"})
     await store.mutate_job(
@@ -71,7 +73,7 @@ def scheduled(jobs: list[Job], tick: datetime) -> list[TickClaim]:
 
 
 async def test_ticks_due_together_are_claimed_once_and_leave_no_stray_lock(
-    store: Store, sessions: RunSessions, database_url: str
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
     jobs = [await add_job(store, f"together-{index}") for index in range(5)]
     tick = tick_now()
@@ -104,7 +106,7 @@ async def test_ticks_due_together_are_claimed_once_and_leave_no_stray_lock(
 
 
 async def test_ticks_due_together_refuse_changed_and_deleted_jobs(
-    store: Store, sessions: RunSessions, database_url: str
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
     changed, gone, kept = [await add_job(store, name) for name in ("chg", "gone", "kept")]
     spec = changed.spec().model_copy(update={"description": "edited"})
@@ -145,10 +147,10 @@ async def test_a_crowd_of_due_ticks_shares_one_connection(
 
 
 async def test_due_ticks_wait_for_room_under_the_in_flight_cap(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> None:
     jobs = [await add_job(store, f"capped-{index}") for index in range(5)]
-    async with running(store, sessions, gates, metrics, max_in_flight=2) as runner:
+    async with running(store, sessions, gates, metrics, room=2) as runner:
         tick = tick_now()
         for job in jobs:
             runner.fire(job, tick, RunTrigger.SCHEDULE)

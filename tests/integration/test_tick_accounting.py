@@ -18,7 +18,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner
 from service.scheduler import runner as runner_module
 from service.store import Store
-from service.store.sessions import ClaimOutcome, RunSessions, TickClaim
+from service.store.sessions import ClaimOutcome, LockSessions, TickClaim
 from service.tasks import TaskContext, TaskDefinition
 from tests.support.db import advisory_locks_on, blocks_someone, refusing_connections
 from tests.support.fire import (
@@ -67,7 +67,7 @@ async def test_a_tick_of_a_deleted_job_never_runs_as_its_recreated_namesake(
 
 
 async def test_a_delete_during_a_batched_claim_costs_only_its_own_tick(
-    store: Store, sessions: RunSessions, database_url: str
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
     doomed, kept = await add_job(store, "doomed"), await add_job(store, "kept")
     tick = tick_now()
@@ -221,7 +221,7 @@ async def test_a_tick_the_rescheduled_job_no_longer_has_does_not_run(
 
 
 async def test_nul_in_a_result_or_error_is_stored_and_spares_the_batch(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> None:
     async def nul_result(args: GateArgs, context: TaskContext) -> JsonValue:
         return {"text\x00key": ["a\x00b", "\udc80"]}
@@ -257,11 +257,11 @@ async def test_nul_in_a_result_or_error_is_stored_and_spares_the_batch(
 
 
 async def test_ticks_waiting_for_room_past_their_grace_are_recorded_misfires(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> None:
     hung = await add_job(store, "hung", args={"gate": "never"})
     waiting = await add_job(store, "waiting", misfire_grace_seconds=1)
-    async with running(store, sessions, gates, metrics, max_in_flight=1) as runner:
+    async with running(store, sessions, gates, metrics, room=1) as runner:
         runner.fire(hung, tick_now(), RunTrigger.SCHEDULE)
         await eventually_async(lambda: gates.started == ["never"], 30, "the hung run")
         runner.fire(waiting, tick_now(), RunTrigger.SCHEDULE)
@@ -309,7 +309,7 @@ async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) 
 
 
 async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> None:
     """A scheduled tick falls due while a backfill run holds the job's lock: it runs
     next, before the backfill's remaining ticks (the backfill sees it due and without a
@@ -341,7 +341,7 @@ async def _started(store: Store, job: str, count: int) -> bool:
 
 
 async def test_an_end_the_database_refuses_is_recorded_alone_and_spares_the_batch(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics, database_url: str
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics, database_url: str
 ) -> None:
     """Whatever the database refuses in one run's end (here a constraint the test adds),
     the other runs of its batch are recorded, and so is that run, without the bytes."""

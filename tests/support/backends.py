@@ -1,5 +1,5 @@
 """The fire path's ports over two backends, for tests that must hold on both: real
-PostgreSQL (RunSessions and Store on the test's database) and the in-memory fake
+PostgreSQL (LockSessions and Store on the test's database) and the in-memory fake
 (service/store/memory.py). Each backend also knows how to do, from the outside, what
 the tests need: write jobs, hold a lock as a foreign session would, let time pass, and
 hold a claim or a run's end mid-flight.
@@ -49,7 +49,7 @@ from service.store.ports import (
     RunEnd,
     TickClaim,
 )
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from tests.support.db import (
     advisory_lock_holders,
     advisory_locks_in,
@@ -158,7 +158,7 @@ class PostgresBackend(Backend):
     name = "postgres"
     missing_job = asyncpg.ForeignKeyViolationError
 
-    def __init__(self, database_url: str, store: Store, sessions: RunSessions) -> None:
+    def __init__(self, database_url: str, store: Store, sessions: LockSessions) -> None:
         self._url = database_url
         self._store = store
         self.ledger = store

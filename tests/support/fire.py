@@ -21,7 +21,7 @@ from service.scheduler import Runner
 from service.store import Store
 from service.store.link import Link
 from service.store.ports import Ledger, LockPool
-from service.store.sessions import RunSessions
+from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskDefinition, builtin_registry
 
@@ -55,8 +55,8 @@ async def explode(args: GateArgs, context: TaskContext) -> JsonValue:
 @asynccontextmanager
 async def lock_pool(
     database_url: str, size: int, link: Link | None = None
-) -> AsyncIterator[RunSessions]:
-    pool = await RunSessions.open(database_url, size=size, link=link)
+) -> AsyncIterator[LockSessions]:
+    pool = await LockSessions.open(database_url, size=size, link=link)
     try:
         yield pool
     finally:
@@ -64,7 +64,7 @@ async def lock_pool(
 
 
 @pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[RunSessions]:
+async def sessions(database_url: str) -> AsyncIterator[LockSessions]:
     async with lock_pool(database_url, 4) as pool:
         yield pool
 
@@ -86,7 +86,7 @@ def skipped(metrics: Metrics, reason: str) -> float:
 
 @pytest.fixture
 async def runner(
-    store: Store, sessions: RunSessions, gates: Gates, metrics: Metrics
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
 ) -> AsyncIterator[Runner]:
     async with running(store, sessions, gates, metrics) as runner:
         yield runner
@@ -98,7 +98,7 @@ async def running(
     sessions: LockPool,
     gates: Gates,
     metrics: Metrics,
-    max_in_flight: int = 32,
+    room: int = 32,
     tasks: Sequence[TaskDefinition[Any]] = (),
     runner_id: str = "test-runner",
     takeover_seconds: float = 3.0,
@@ -122,7 +122,7 @@ async def running(
             runner_id=runner_id,
             metrics=metrics,
             sql=SqlTargetConnections({}),
-            max_in_flight=max_in_flight,
+            room=room,
             takeover_seconds=takeover_seconds,
         )
         yield runner

@@ -192,7 +192,7 @@ def _audit(
 def test_the_audit_counts_each_run_of_ticks_without_a_row_and_stops_at_most() -> None:
     minute, reach = timedelta(minutes=1), timedelta(seconds=1)
     decided = {T0 + 4 * minute}
-    # A cursor between ticks (a fence, say) waits for the next.
+    # A cursor between ticks (a threshold, say) waits for the next.
     done = _audit(T0 + minute / 2, T0 + 10 * minute + reach, decided)
     assert done.cursor == T0 + 10 * minute  # the first tick within reach
     assert [(m.first, m.last, m.count) for m in done.missed] == [

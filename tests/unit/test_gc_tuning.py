@@ -2,7 +2,7 @@
 
 import gc
 
-from service.heap import YOUNG_THRESHOLD, settle_after_startup
+from service.gc_tuning import YOUNG_THRESHOLD, settle_after_startup
 
 
 def test_startup_objects_are_frozen_and_young_collections_are_rarer() -> None:
