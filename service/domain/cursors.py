@@ -8,7 +8,10 @@ ago than the takeover time, and walks the job's ticks from it, tick by tick:
   run of such ticks without a row becomes one misfire row, at its last tick, counting
   them all (`missed_ticks`);
 - a tick within reach, due longer ago than the takeover time, is owed: its owner left
-  it (died, stalls, or never had the job), and the auditing replica claims it.
+  it (died, stalls, or never had the job), and the auditing replica claims it. Only if
+  it fell due while the auditing replica was up (`Takeover.since`): one that fell due
+  before, perhaps while the whole cluster was down, is left to the job's catch-up
+  policy (applied when its owner loads it), and recorded a misfire once past reach.
 The cursor then stands at the first tick not passed, and the audit looks again once the
 first tick it did not hand over is owed in its turn (`due_at`).
 """
@@ -38,6 +41,29 @@ class OwedTick:
 
     tick: datetime
     following: datetime | None
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """Which ticks an auditing replica takes over: those due at least `after` ago (the
+    takeover time) and at or after `since` (the database's clock when the replica came
+    up). A tick that fell due earlier fell while this replica was down too: if every
+    replica was, it is a catch-up matter (`catchup` runs the latest, or none), never a
+    takeover, which would run every one of them."""
+
+    after: timedelta
+    since: datetime
+
+    def owes(self, job: Job, tick: datetime, now: datetime) -> bool:
+        due = job.due(tick)
+        return self.since <= due and due + self.after <= now
+
+    def look_again(self, job: Job, tick: datetime) -> datetime:
+        """The cursor's `due_at` for a walk that stopped at `tick`: the audit reads it
+        again `after` past this. A tick never owed here is looked at again once it is
+        past its reach, to be recorded; any other once it is owed."""
+        due = job.due(tick)
+        return tick + job.reach - self.after if due < self.since else due
 
 
 @dataclass(frozen=True)
@@ -78,7 +104,7 @@ def audit_cursor(
     cursor: datetime,
     *,
     now: datetime,
-    takeover: timedelta,
+    takeover: Takeover,
     decided: Collection[datetime],
     most: int,
 ) -> CursorAudit:
@@ -98,10 +124,10 @@ def audit_cursor(
     while walk.at(lambda tick: tick in decided):
         walk.step()
     at, owed = walk.tick, []
-    while walk.at(lambda tick: tick in decided or job.due(tick) + takeover <= now):
+    while walk.at(lambda tick: tick in decided or takeover.owes(job, tick, now)):
         tick = walk.step()
         if tick not in decided:
             owed.append(OwedTick(tick, walk.tick))
-    due_at = job.due(walk.tick) if walk.tick is not None else None
+    due_at = takeover.look_again(job, walk.tick) if walk.tick is not None else None
     missed = [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]
     return CursorAudit(at, missed, owed, due_at)

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from service.domain.cursors import Takeover
 from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.ownership import Members
 from service.domain.runs import RunTrigger, SkipReason
@@ -83,6 +84,9 @@ class Mirror:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         self.last_sync: datetime | None = None
+        # The database's clock at the first sync: ticks due since then are this
+        # replica's to take over when their owner leaves them (see `Takeover`).
+        self._up_since: datetime | None = None
         self._stopping = False
         self._lost = asyncio.Event()
 
@@ -186,6 +190,8 @@ class Mirror:
             self._dsn, self._on_notify, self._on_listener_lost, self._link
         )
         await self.reconcile()
+        if self._up_since is None:
+            self._up_since = await self._store.clock()
         log.info("scheduler synced: %d active jobs mirrored", len(self._timetable))
 
     async def _relisten_forever(self, in_sync: bool) -> None:
@@ -253,8 +259,10 @@ class Mirror:
             await self._guarded(self._audit(), "auditing tick cursors")
 
     async def _audit(self) -> None:
-        takeover = timedelta(seconds=self._runner.takeover_seconds)
+        if self._up_since is None:
+            return  # not synced yet: this replica has taken part in nothing
         runner = self._runner
+        takeover = Takeover(timedelta(seconds=runner.takeover_seconds), self._up_since)
         await audit_cursors(
             self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
         )

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import uuid4
 
-from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, audit_cursor
+from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
 from service.domain.jobs import Job
 from service.store import cursor_sql
 from service.store.connection import Connection
@@ -37,11 +37,11 @@ async def refresh(connection: Connection, takeover: timedelta) -> int:
 
 
 async def audit(
-    connection: Connection, most: int, runner: str, takeover: timedelta
+    connection: Connection, most: int, runner: str, takeover: Takeover
 ) -> list[Audited]:
-    """Audit up to `most` cursors lagging more than `takeover`, in the caller's
+    """Audit up to `most` cursors lagging more than the takeover time, in the caller's
     transaction."""
-    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.total_seconds())
+    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.after.total_seconds())
     if not rows:
         return []
     now: datetime = rows[0]["now"]
@@ -55,7 +55,7 @@ async def audit(
 
 
 def _audit_one(
-    job: Job, cursor: datetime, now: datetime, takeover: timedelta, decided: set[datetime]
+    job: Job, cursor: datetime, now: datetime, takeover: Takeover, decided: set[datetime]
 ) -> CursorAudit:
     return audit_cursor(
         job, cursor, now=now, takeover=takeover, decided=decided, most=TICKS_PER_CURSOR

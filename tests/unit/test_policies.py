@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from service.domain.cursors import CursorAudit, audit_cursor
+from service.domain.cursors import CursorAudit, Takeover, audit_cursor
 from service.domain.jobs import (
     Job,
     JobSpec,
@@ -183,7 +183,7 @@ def _audit(
         job(misfire_grace_seconds=1),
         cursor,
         now=now,
-        takeover=timedelta(seconds=10),
+        takeover=Takeover(timedelta(seconds=10), T0 - timedelta(days=1)),
         decided=decided,
         most=most,
     )
@@ -219,7 +219,7 @@ def test_the_audit_hands_over_the_ticks_within_reach_due_longer_ago_than_the_tak
         job(misfire_grace_seconds=300),
         T0,
         now=T0 + 3 * minute + timedelta(seconds=30),
-        takeover=timedelta(seconds=10),
+        takeover=Takeover(timedelta(seconds=10), T0 - minute),
         decided={T0 + minute},
         most=100,
     )
@@ -232,3 +232,35 @@ def test_the_audit_hands_over_the_ticks_within_reach_due_longer_ago_than_the_tak
     ]
     assert late.cursor == T0  # it moves as they are claimed
     assert late.due_at == T0 + 4 * minute  # the first tick not handed over
+
+
+def test_the_audit_takes_over_no_tick_that_fell_due_before_its_replica_was_up() -> None:
+    """A replica up since T0 + 2 min finds ticks within reach from T0 on: those before
+    it came up fell while it was down too (the whole cluster, perhaps), so they are the
+    job's catch-up policy's, not owed; the cursor waits at the first of them and the
+    audit looks again once it is past its reach, to record it."""
+    minute = timedelta(minutes=1)
+    every_minute = job(misfire_grace_seconds=300)
+    late = audit_cursor(
+        every_minute,
+        T0,
+        now=T0 + 3 * minute + timedelta(seconds=30),
+        takeover=Takeover(timedelta(seconds=10), T0 + 2 * minute),
+        decided=set(),
+        most=100,
+    )
+    assert (late.missed, late.owed, late.cursor) == ([], [], T0)
+    assert late.due_at == T0 + timedelta(seconds=300 - 10)  # past reach, less the takeover
+    # Once past its reach, the ticks before the replica came up are misfires, and the
+    # ones due since are owed.
+    later = audit_cursor(
+        every_minute,
+        T0,
+        now=T0 + timedelta(seconds=300 + 20),
+        takeover=Takeover(timedelta(seconds=10), T0 + 2 * minute),
+        decided=set(),
+        most=100,
+    )
+    assert [(m.first, m.count) for m in later.missed] == [(T0, 1)]
+    assert [o.tick for o in later.owed] == []  # T0 + 1 min: before it came up, in reach
+    assert later.cursor == T0 + minute
