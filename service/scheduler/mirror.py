@@ -317,23 +317,32 @@ class Mirror:
         self._handover.forget(name)
 
     async def _catch_up(self, jobs: Iterable[Job]) -> None:
-        """Fire, once, the latest tick of each job that nobody ran and is still in grace.
+        """Fire, once, the latest tick of each job just loaded that nobody ran and is
+        still in grace: a scheduled tick if it fell due while this replica was up (the
+        job was created, or handed over, a moment ago), a catch-up if it fell before,
+        for the jobs whose policy asks for one.
 
         Every replica may try this at once at startup; the ledger lets one through.
         Which ticks are past is judged on the database's clock, so a replica whose own
         clock runs ahead never "catches up" a tick that is not due yet.
         """
-        jobs = [job for job in jobs if job.catchup is Catchup.LATEST]
-        if not jobs:
-            return
         now = await self._store.clock()
         due = {}
         for job in jobs:
-            if (tick := job.tick_in_grace(now)) is not None:
-                due[(job.name, tick)] = job
+            tick = job.tick_in_grace(now)
+            if tick is not None and (trigger := self._late_trigger(job, tick)) is not None:
+                due[(job.name, tick)] = (job, trigger)
         if due:
             for name, tick in await self._store.ticks_without_runs(list(due)):
-                self._runner.fire(due[(name, tick)], tick, RunTrigger.CATCHUP)
+                job, trigger = due[(name, tick)]
+                self._runner.fire(job, tick, trigger)
+
+    def _late_trigger(self, job: Job, tick: datetime) -> RunTrigger | None:
+        """How a tick found late at load runs, if it does (see `Takeover`, whose line
+        between a tick missed by its owner and one missed by everyone this is too)."""
+        if self._up_since is not None and job.due(tick) >= self._up_since:
+            return RunTrigger.SCHEDULE
+        return RunTrigger.CATCHUP if job.catchup is Catchup.LATEST else None
 
     async def _sweep(self) -> None:
         """Jobs with nothing left to fire become completed (a one-time tick nobody ran

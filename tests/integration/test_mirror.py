@@ -22,6 +22,7 @@ import pytest
 from harness.waiting import eventually_async
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
 from service.domain.ownership import Members
+from service.domain.runs import RunStatus, RunTrigger
 from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
@@ -286,3 +287,38 @@ async def cut_listener(database_url: str) -> None:
     finally:
         await connection.close()
     assert cut == 1
+
+
+async def test_a_tick_due_between_a_job_s_creation_and_its_load_runs_as_scheduled(
+    store: Store, scripted: ScriptedStore, mirror: Mirror
+) -> None:
+    """The load of a new one-second job is slow: a tick falls due after the job was
+    made and before the mirror files it. It is one of the job's scheduled ticks, late,
+    not a tick missed while no replica was up: it runs as scheduled, whatever the job's
+    catch-up policy (before, it ran as a catch-up, and only under `latest`)."""
+    await mirror.start()
+    load = scripted.hold("get_ranked_jobs", after_read=True)
+    every_second = spec("late").model_copy(
+        update={
+            "schedule": IntervalSchedule(kind="interval", every_seconds=1),
+            "catchup": Catchup.LATEST,
+        }
+    )
+    # Made early in a second, so that the tick found late at the load is the first.
+    await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1e6)
+    made = datetime.now(UTC)
+    change = await store.mutate_job("late", lambda _: create_job("late", every_second, made))
+    assert change.after is not None
+    await load.reached.wait()
+    await asyncio.sleep(1.2)  # a tick boundary passes while the load is parked
+    load.release.set()
+    first = change.after.first_tick
+    assert first is not None
+
+    async def first_ran() -> bool:
+        runs = await store.list_runs("late", 100, None, None)
+        return any(run.scheduled_for == first for run in runs)
+
+    await eventually_async(first_ran, CONVERGE_SECONDS, "the first tick's run")
+    [run] = [r for r in await store.list_runs("late", 100, None, None) if r.scheduled_for == first]
+    assert (run.trigger, run.status is not RunStatus.SKIPPED) == (RunTrigger.SCHEDULE, True)
