@@ -4,23 +4,26 @@ A job's cursor is the instant before which every nominal tick has its outcome (s
 migration 0014). The audit reads a cursor once the tick it waits for is due longer
 ago than the takeover time, and walks the job's ticks from it, tick by tick:
 - a tick with a ledger row is decided, and passed over;
-- a tick past the job's reach (misfire grace + jitter) can start nowhere any more: each
-  run of such ticks without a row becomes one misfire row, at its last tick, counting
-  them all (`missed_ticks`);
-- a tick within reach, due longer ago than the takeover time, is owed: its owner left
-  it (died, stalls, or never had the job), and the auditing replica claims it. Only if
-  it fell due while the auditing replica was up (`Takeover.since`): one that fell due
-  before, perhaps while the whole cluster was down, is left to the job's catch-up
-  policy (applied when its owner loads it), and recorded a misfire once past reach.
-The cursor then stands at the first tick not passed, and the audit looks again once the
-first tick it did not hand over is owed in its turn (`due_at`).
+- a tick past the job's reach (misfire grace + jitter) can start nowhere any more;
+- a tick that fell due before any live replica was up (`Takeover.since`: the whole
+  cluster was down) is the job's catch-up policy's: `none` runs none of them, `latest`
+  only the last, which the job's owner claims as it loads the job (the cursor waits at
+  it, and the walk goes on past it); no other such tick will ever run;
+- a tick within reach that fell due since then, longer ago than the takeover time, is
+  owed: its owner left it (died, stalls, or never had the job), and the auditing
+  replica claims it.
+Each run of ticks without a row that will never run becomes one misfire row, at its
+last tick, counting them all (`missed_ticks`). The cursor then stands at the first tick
+not passed: the catch-up tick waited for, the first owed tick (their claims move it
+on), or the first tick not due yet; the audit looks again (`due_at`) once the first tick
+it did not hand over is owed in its turn, or the catch-up tick is past its reach.
 """
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from service.domain.jobs import Job
+from service.domain.jobs import Catchup, Job
 
 _INSTANT = timedelta(microseconds=1)
 
@@ -45,25 +48,20 @@ class OwedTick:
 
 @dataclass(frozen=True)
 class Takeover:
-    """Which ticks an auditing replica takes over: those due at least `after` ago (the
-    takeover time) and at or after `since` (the database's clock when the replica came
-    up). A tick that fell due earlier fell while this replica was down too: if every
-    replica was, it is a catch-up matter (`catchup` runs the latest, or none), never a
-    takeover, which would run every one of them."""
+    """Which lagging ticks an auditing replica takes over: those due at least `after`
+    ago (the takeover time), and at or after `since`, when the earliest live replica
+    joined (the database's clock). A tick that fell due before then fell while every
+    replica now live was down: a catch-up matter, never a takeover, which would run
+    every one of them."""
 
     after: timedelta
     since: datetime
 
     def owes(self, job: Job, tick: datetime, now: datetime) -> bool:
-        due = job.due(tick)
-        return self.since <= due and due + self.after <= now
+        return job.due(tick) + self.after <= now
 
-    def look_again(self, job: Job, tick: datetime) -> datetime:
-        """The cursor's `due_at` for a walk that stopped at `tick`: the audit reads it
-        again `after` past this. A tick never owed here is looked at again once it is
-        past its reach, to be recorded; any other once it is owed."""
-        due = job.due(tick)
-        return tick + job.reach - self.after if due < self.since else due
+    def missed_by_all(self, job: Job, tick: datetime) -> bool:
+        return job.due(tick) < self.since
 
 
 @dataclass(frozen=True)
@@ -109,25 +107,56 @@ def audit_cursor(
     most: int,
 ) -> CursorAudit:
     """Walk the job's ticks from `cursor` at `now` (the database's clock), at most
-    `most` of them: every tick past the reach, then every tick decided or owed, so that
-    the cursor ends at the first tick still open and the claims that follow meet it
-    there. `decided`: the walked ticks that have a row."""
+    `most` of them: every tick nobody will start, then every tick decided or owed, so
+    that the cursor ends at the first tick still open and the claims that follow meet
+    it there. `decided`: the walked ticks that have a row."""
     walk = _Walk(job, job.tick_after(cursor - _INSTANT), decided, most)
     horizon = now - job.reach
-    runs: list[list[datetime]] = [[]]  # the ticks past reach without a row, in runs
-    while walk.at(lambda tick: tick < horizon):
+    runs: list[list[datetime]] = [[]]  # the ticks that will never run, in runs
+    while walk.at(lambda tick: tick < horizon or takeover.missed_by_all(job, tick)):
         tick = walk.step()
         if tick in decided:
             runs.append([])
         else:
             runs[-1].append(tick)
-    while walk.at(lambda tick: tick in decided):
+    caught_up = _catch_up_tick(job, runs[-1], walk.tick, horizon, takeover)
+    if caught_up is not None:
+        runs[-1].pop()
+    while caught_up is None and walk.at(lambda tick: tick in decided):
         walk.step()
-    at, owed = walk.tick, []
+    at, owed = caught_up or walk.tick, []
     while walk.at(lambda tick: tick in decided or takeover.owes(job, tick, now)):
         tick = walk.step()
         if tick not in decided:
             owed.append(OwedTick(tick, walk.tick))
-    due_at = takeover.look_again(job, walk.tick) if walk.tick is not None else None
     missed = [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]
-    return CursorAudit(at, missed, owed, due_at)
+    return CursorAudit(at, missed, owed, _look_again(job, caught_up, walk.tick, takeover))
+
+
+def _catch_up_tick(
+    job: Job,
+    missed: list[datetime],
+    following: datetime | None,
+    horizon: datetime,
+    takeover: Takeover,
+) -> datetime | None:
+    """The tick of `missed` (the last run of rowless ticks the walk passed) that the
+    job's catch-up policy runs: the last tick missed by every replica, if still in
+    reach and the job catches up (`latest`)."""
+    if job.catchup is not Catchup.LATEST or not missed or missed[-1] < horizon:
+        return None
+    if following is not None and takeover.missed_by_all(job, following):
+        return None  # the walk stopped at its most: a later tick is the last one
+    return missed[-1] if takeover.missed_by_all(job, missed[-1]) else None
+
+
+def _look_again(
+    job: Job, caught_up: datetime | None, first_open: datetime | None, takeover: Takeover
+) -> datetime | None:
+    """The cursor's `due_at`: the audit reads it again once `takeover.after` has passed
+    this. The first tick not handed over is owed then; a catch-up tick still waited for
+    is past its reach, to record."""
+    bounds = [job.due(first_open)] if first_open is not None else []
+    if caught_up is not None:
+        bounds.append(caught_up + job.reach - takeover.after)
+    return min(bounds, default=None)

@@ -19,7 +19,6 @@ from uuid import UUID
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from service.domain.cursors import Takeover
 from service.domain.jobs import Catchup, Job, JobState, close_window
 from service.domain.ownership import Members
 from service.domain.runs import RunTrigger, SkipReason
@@ -84,8 +83,8 @@ class Mirror:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         self.last_sync: datetime | None = None
-        # The database's clock at the first sync: ticks due since then are this
-        # replica's to take over when their owner leaves them (see `Takeover`).
+        # The database's clock at the first sync: a tick found late at a load that fell
+        # due since then is a scheduled tick, one before a catch-up (`_late_trigger`).
         self._up_since: datetime | None = None
         self._stopping = False
         self._lost = asyncio.Event()
@@ -259,10 +258,8 @@ class Mirror:
             await self._guarded(self._audit(), "auditing tick cursors")
 
     async def _audit(self) -> None:
-        if self._up_since is None:
-            return  # not synced yet: this replica has taken part in nothing
         runner = self._runner
-        takeover = Takeover(timedelta(seconds=runner.takeover_seconds), self._up_since)
+        takeover = timedelta(seconds=runner.takeover_seconds)
         await audit_cursors(
             self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
         )
@@ -338,8 +335,9 @@ class Mirror:
                 self._runner.fire(job, tick, trigger)
 
     def _late_trigger(self, job: Job, tick: datetime) -> RunTrigger | None:
-        """How a tick found late at load runs, if it does (see `Takeover`, whose line
-        between a tick missed by its owner and one missed by everyone this is too)."""
+        """How a tick found late at load runs, if it does: a tick this replica was up
+        for is a scheduled one; one it was not is the catch-up policy's (the audit draws
+        the same line for the whole cluster, see `Takeover`)."""
         if self._up_since is not None and job.due(tick) >= self._up_since:
             return RunTrigger.SCHEDULE
         return RunTrigger.CATCHUP if job.catchup is Catchup.LATEST else None

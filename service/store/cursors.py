@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
@@ -15,6 +15,8 @@ from service.store.rows import job_from_row
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
 # AUDIT_BATCH x TICKS_PER_CURSOR schedule steps, with the event loop free between them.
 TICKS_PER_CURSOR = 100
+# `since` when no member is live: every tick fell due after it.
+_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 # Cursors whose due_at one statement sets again from their tick, at most.
 REFRESH_BATCH = 10_000
 
@@ -37,14 +39,15 @@ async def refresh(connection: Connection, takeover: timedelta) -> int:
 
 
 async def audit(
-    connection: Connection, most: int, runner: str, takeover: Takeover
+    connection: Connection, most: int, runner: str, takeover_after: timedelta
 ) -> list[Audited]:
-    """Audit up to `most` cursors lagging more than the takeover time, in the caller's
+    """Audit up to `most` cursors lagging more than `takeover_after`, in the caller's
     transaction."""
-    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.after.total_seconds())
+    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover_after.total_seconds())
     if not rows:
         return []
     now: datetime = rows[0]["now"]
+    takeover = Takeover(takeover_after, rows[0]["since"] or _BEFORE_ALL)
     lagging = [(job_from_row(row), row["cursor"]) for row in rows]
     decided = await _decided(connection, lagging)
     audits = [

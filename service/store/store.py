@@ -11,7 +11,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from service.domain.cursors import Takeover
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
 from service.domain.ownership import Member, Members
@@ -364,7 +363,7 @@ class Store:
         async with self._bounded() as connection:
             return await cursors.refresh(connection, takeover)
 
-    async def audit_cursors(self, most: int, runner: str, takeover: Takeover) -> list[Audited]:
+    async def audit_cursors(self, most: int, runner: str, takeover: timedelta) -> list[Audited]:
         """Audit up to `most` cursors lagging past the takeover time: the ticks they pass
         past reach without a row recorded as misfires, the owed ones returned to claim
         (`cursors.audit`), in one transaction."""

@@ -234,14 +234,15 @@ def test_the_audit_hands_over_the_ticks_within_reach_due_longer_ago_than_the_tak
     assert late.due_at == T0 + 4 * minute  # the first tick not handed over
 
 
-def test_the_audit_takes_over_no_tick_that_fell_due_before_its_replica_was_up() -> None:
-    """A replica up since T0 + 2 min finds ticks within reach from T0 on: those before
-    it came up fell while it was down too (the whole cluster, perhaps), so they are the
-    job's catch-up policy's, not owed; the cursor waits at the first of them and the
-    audit looks again once it is past its reach, to record it."""
+@pytest.mark.parametrize("catchup", ["none", "latest"])
+def test_ticks_missed_by_every_live_replica_are_the_catch_up_policy_s(catchup: str) -> None:
+    """The earliest live replica joined at T0 + 2 min: the ticks within reach before
+    then fell while every replica now live was down. None of them is taken over: under
+    `none` they misfire now, under `latest` the last waits for its owner's catch-up
+    (the cursor holds there, the walk goes on past it). Those due since are owed."""
     minute = timedelta(minutes=1)
-    every_minute = job(misfire_grace_seconds=300)
-    late = audit_cursor(
+    every_minute = job(misfire_grace_seconds=300, catchup=catchup)
+    done = audit_cursor(
         every_minute,
         T0,
         now=T0 + 3 * minute + timedelta(seconds=30),
@@ -249,18 +250,28 @@ def test_the_audit_takes_over_no_tick_that_fell_due_before_its_replica_was_up() 
         decided=set(),
         most=100,
     )
-    assert (late.missed, late.owed, late.cursor) == ([], [], T0)
-    assert late.due_at == T0 + timedelta(seconds=300 - 10)  # past reach, less the takeover
-    # Once past its reach, the ticks before the replica came up are misfires, and the
-    # ones due since are owed.
+    assert [o.tick for o in done.owed] == [T0 + 2 * minute, T0 + 3 * minute]
+    if catchup == "none":
+        assert [(m.first, m.count) for m in done.missed] == [(T0, 2)]
+        assert done.cursor == T0 + 2 * minute
+    else:
+        assert [(m.first, m.count) for m in done.missed] == [(T0, 1)]
+        assert done.cursor == T0 + minute  # the catch-up tick, waited for
+    assert done.due_at == T0 + 4 * minute  # the first tick not handed over
+
+
+def test_a_catch_up_tick_nobody_claims_misfires_once_past_its_reach() -> None:
+    minute = timedelta(minutes=1)
+    every_minute = job(misfire_grace_seconds=120)
+    takeover = Takeover(timedelta(seconds=10), T0 + 2 * minute)
     later = audit_cursor(
         every_minute,
-        T0,
-        now=T0 + timedelta(seconds=300 + 20),
-        takeover=Takeover(timedelta(seconds=10), T0 + 2 * minute),
-        decided=set(),
+        T0 + minute,
+        now=T0 + minute + timedelta(seconds=121),
+        takeover=takeover,
+        decided={T0 + 2 * minute, T0 + 3 * minute},
         most=100,
     )
-    assert [(m.first, m.count) for m in later.missed] == [(T0, 1)]
-    assert [o.tick for o in later.owed] == []  # T0 + 1 min: before it came up, in reach
-    assert later.cursor == T0 + minute
+    assert [(m.first, m.count) for m in later.missed] == [(T0 + minute, 1)]
+    assert later.owed == []
+    assert later.cursor == T0 + 4 * minute  # past the ticks the owner ran
