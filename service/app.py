@@ -22,7 +22,7 @@ from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
 from service.domain.ownership import Heartbeat, Members
 from service.metrics import Metrics
-from service.scheduler import Mirror, Runner
+from service.scheduler import Runner, Window
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.departure import Departure
 from service.scheduler.membership import Membership
@@ -194,9 +194,9 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         room=settings.max_concurrent_runs,
         takeover_seconds=settings.takeover_seconds,
     )
-    mirror = departure = None
+    window = departure = None
     if settings.scheduler:
-        mirror, departure = await _open_scheduler(stack, settings, store, runner, clock)
+        window, departure = await _open_scheduler(stack, settings, store, runner, clock)
     else:
         stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     return Services(
@@ -205,7 +205,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
         settings=settings,
         runner=runner,
         metrics=metrics,
-        mirror=mirror,
+        window=window,
         departure=departure,
         scheduler_process=_scheduler_process(stack, settings),
         now=clock.now,
@@ -215,25 +215,25 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
 
 async def _open_scheduler(
     stack: AsyncExitStack, settings: Settings, store: Store, runner: Runner, clock: ReplicaClock
-) -> tuple[Mirror, Departure]:
-    """Join the cluster, then mirror what is ranked here. At shutdown the replica
+) -> tuple[Window, Departure]:
+    """Join the cluster, then hold the window of what is owned here. At shutdown the replica
     leaves first and hands its jobs over (`Departure`), stops producing ticks, gives
-    runs in flight their grace, then stops the mirror."""
+    runs in flight their grace, then stops the window."""
     dsn = str(settings.database_url)
 
     def heartbeat() -> Heartbeat:
-        return Heartbeat(runs_in_flight=runner.runs_in_flight, last_sync=mirror.last_sync)
+        return Heartbeat(runs_in_flight=runner.runs_in_flight, last_sync=window.last_sync)
 
     membership = Membership(
         dsn=dsn,
         runner_id=settings.runner_id,
         version=version("tickgate"),
         tzdata=str(tz_database()),
-        on_change=lambda _members: mirror.members_changed(),
+        on_change=lambda _members: window.members_changed(),
         heartbeat=heartbeat,
         link=Link(settings.db_link_timeout_seconds),
     )
-    mirror = Mirror(
+    window = Window(
         store=store,
         runner=runner,
         dsn=dsn,
@@ -243,25 +243,25 @@ async def _open_scheduler(
         members=(lambda: membership.members) if settings.ownership else Members.unknown,
         link=Link(settings.db_link_timeout_seconds),
     )
-    stack.push_async_callback(mirror.stop)
+    stack.push_async_callback(window.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
-    stack.callback(mirror.pause)
+    stack.callback(window.pause)
     stack.push_async_callback(membership.stop)
     departure = Departure(
-        membership, _ticks_stopper(mirror, runner), store.live_members, hand_over=settings.ownership
+        membership, _ticks_stopper(window, runner), store.live_members, hand_over=settings.ownership
     )
     stack.push_async_callback(departure.finished)
     await membership.start()
-    await mirror.start()
-    return mirror, departure
+    await window.start()
+    return window, departure
 
 
-def _ticks_stopper(mirror: Mirror, runner: Runner) -> Callable[[], None]:
+def _ticks_stopper(window: Window, runner: Runner) -> Callable[[], None]:
     """Stop producing ticks and admitting any: runs in flight go on."""
 
     def stop_ticks() -> None:
         runner.accepting = False
-        mirror.pause()
+        window.pause()
 
     return stop_ticks
 

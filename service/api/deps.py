@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 
 from service.config import Settings
 from service.metrics import Metrics
-from service.scheduler import Mirror, Runner
+from service.scheduler import Runner, Window
 from service.scheduler.departure import Departure
 from service.scheduler.remote import SchedulerProcess
 from service.store import Store
@@ -41,7 +41,7 @@ class Services:
     settings: Settings
     runner: Runner
     metrics: Metrics
-    mirror: Mirror | None = None
+    window: Window | None = None
     departure: Departure | None = None
     # The pod's scheduler in a process of its own, when `tickgate serve` split them.
     scheduler_process: SchedulerProcess | None = None

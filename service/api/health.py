@@ -111,17 +111,17 @@ async def _database_checks(services: Services) -> dict[str, str]:
 async def _scheduler_check(services: Services) -> str:
     if services.scheduler_process is not None:
         return await services.scheduler_process.readiness()
-    mirror = services.mirror
-    if mirror is None:
+    window = services.window
+    if window is None:
         return "off"
-    if not mirror.synced:
+    if not window.synced:
         return "first sync not finished"
-    return OK if mirror.healthy else "not listening for job changes"
+    return OK if window.healthy else "not listening for job changes"
 
 
 def _refresh_sync_age(services: Services) -> None:
-    if services.mirror is not None and services.mirror.last_sync is not None:
-        age = datetime.now(UTC) - services.mirror.last_sync
+    if services.window is not None and services.window.last_sync is not None:
+        age = datetime.now(UTC) - services.window.last_sync
         services.metrics.sync_age.set(age.total_seconds())
 
 

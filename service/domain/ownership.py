@@ -1,4 +1,14 @@
-"""Which replica fires which job: the cluster's live members, as one replica sees them.
+"""Which replica fires which job: the cluster's live members, as one replica sees them,
+and the buckets each owns.
+
+Each job falls in one of BUCKETS buckets by its lock key (`bucket_of`), and each bucket
+has one owner among the live members, by rendezvous hashing: member `seed` scores
+`_score(bucket, seed)` and the highest score owns the bucket. The score depends only on
+the bucket and the seed, so every replica computes the same owners from the same
+members, a member leaving moves only its own buckets (each to the member that scored
+next), and one joining takes a fair share from every other. A replica's due ticks are
+then an index range per bucket it owns (`tickgate_cursors (bucket, due_at)`), with no
+ranking of jobs at all.
 
 Ownership only saves work. Any replica may claim any tick, and the gate (the job's
 advisory lock plus its ledger row) lets one claim through whoever makes it. A stale view,
@@ -8,10 +18,19 @@ second run. Ownership itself is computed by PostgreSQL (see
 `service/store/members_sql.py`), so every replica ranks members the same way.
 """
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Self
+
+# Fixed for good: a job's bucket is stored with its cursor (migration 0016).
+BUCKETS = 4096
+
+
+def bucket_of(lock_key: int) -> int:
+    """The job's bucket: the low bits of its lock key (as PostgreSQL's `lock_key & 4095`)."""
+    return lock_key & (BUCKETS - 1)
 
 
 @dataclass(frozen=True)
@@ -92,3 +111,22 @@ class Member:
     heartbeat_at: datetime
     runs_in_flight: int
     last_sync: datetime | None
+
+
+def owned_buckets(members: Members) -> frozenset[int] | None:
+    """The buckets the replica holding `members` owns; None: every one (alone, or no
+    view yet, it behaves as if ownership did not exist)."""
+    if members.own is None or members.alone:
+        return None
+    own = members.own
+    return frozenset(
+        bucket
+        for bucket in range(BUCKETS)
+        if max(members.seeds, key=lambda seed: (_score(bucket, seed), seed)) == own
+    )
+
+
+def _score(bucket: int, seed: int) -> int:
+    """A member's rendezvous score for a bucket: the same in every process and release."""
+    digest = hashlib.blake2b(f"{bucket}:{seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest)

@@ -1,6 +1,6 @@
 """The per-replica scheduler: mirror of active jobs, fire gates, runner, recovery."""
 
-from service.scheduler.mirror import Mirror
 from service.scheduler.runner import Runner
+from service.scheduler.window import Window
 
-__all__ = ["Mirror", "Runner"]
+__all__ = ["Runner", "Window"]

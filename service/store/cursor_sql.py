@@ -72,3 +72,37 @@ MOVE_CURSORS = """WITH misfires AS (
 
 # A job's cursor, for the API and the tests.
 CURSOR = "SELECT tick FROM tickgate_cursors WHERE job = $1"
+
+# The window (migration 0016): each active job of the buckets $1 whose cursor may fall
+# due before $2, the window's end, with its cursor; one range of the (bucket, due_at)
+# index per bucket. `due_at` is a bound at or before the cursor's due time, so a job
+# whose claims moved its cursor on a moment ago is read too, until the audit sets it
+# again: the plan then files nothing for it.
+WINDOW = f"""SELECT {job_document("j")}, k.tick AS cursor
+    FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
+    WHERE k.bucket = ANY($1::smallint[]) AND k.due_at < $2 AND j.state = 'active'"""
+
+# The same for every bucket (a replica alone, or with ownership off).
+WINDOW_ALL = f"""SELECT {job_document("j")}, k.tick AS cursor
+    FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
+    WHERE k.due_at < $1 AND j.state = 'active'"""
+
+# The jobs of the names $1 as they stand, in any state, each with its cursor: what a
+# window makes of a change it was notified of.
+CURSORED_JOBS = f"""SELECT {job_document("j")}, k.tick AS cursor
+    FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+    WHERE j.name = ANY($1::text[])"""
+
+# A write of jobs ($1 names, $2 incarnations, $3 versions) moves each cursor still at its
+# job's threshold (just made, or made anew by a new threshold) on to the job's first tick
+# ($4, which the writer worked out; NULL: none), if the job is still the revision
+# written and active: no tick lies between them, so the invariant holds, and `due_at` is
+# right from the start. A job is then read by no window before its first tick's, and
+# by no audit at all, however many are made at once.
+OPEN_CURSORS = """UPDATE tickgate_cursors k
+    SET tick = coalesce(c.first, 'infinity'), due_at = coalesce(c.first, 'infinity')
+    FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::timestamptz[])
+        AS c (job, incarnation, version, first)
+    JOIN tickgate_jobs j ON j.name = c.job AND j.incarnation = c.incarnation
+        AND j.version = c.version AND j.state = 'active'
+    WHERE k.job = c.job AND k.tick = j.fire_after"""

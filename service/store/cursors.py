@@ -1,8 +1,10 @@
 """The tick cursors' audit over one connection (statements in `cursor_sql`)."""
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import uuid4
 
 from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
@@ -19,6 +21,37 @@ TICKS_PER_CURSOR = 100
 _BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 # Cursors whose due_at one statement sets again from their tick, at most.
 REFRESH_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class WindowRead:
+    """What a window read: the database's clock, the window's end, and each job whose
+    cursor may fall due before it (as it stands, with its cursor)."""
+
+    now: datetime
+    until: datetime
+    jobs: list[tuple[Job, datetime]]
+
+
+async def read_window(
+    connection: Connection,
+    buckets: frozenset[int] | None,
+    seconds: float,
+    job_of: Callable[[Mapping[str, Any]], Job],
+    names: Sequence[str] | None = None,
+) -> WindowRead:
+    """The active jobs of `buckets` (None: all) with a cursor that may fall due in the
+    next `seconds`, by the database's clock; or, given `names`, the jobs of those names
+    that exist, in any state."""
+    now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+    until = now + timedelta(seconds=seconds)
+    if names is not None:
+        rows = await connection.fetch(cursor_sql.CURSORED_JOBS, list(names))
+    elif buckets is None:
+        rows = await connection.fetch(cursor_sql.WINDOW_ALL, until)
+    else:
+        rows = await connection.fetch(cursor_sql.WINDOW, sorted(buckets), until)
+    return WindowRead(now, until, [(job_of(row), row["cursor"]) for row in rows])
 
 
 @dataclass(frozen=True)

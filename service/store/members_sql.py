@@ -8,16 +8,9 @@ lives as long as the member's connection: a replica that dies, or whose link bre
 stops being live the moment PostgreSQL ends its session, with nothing to expire.
 Advisory locks are per database, so only this database's locks count.
 
-Ownership is rendezvous hashing over the live members: member `seed` scores
-`hashtextextended(job name, seed)` for a job, and the highest score owns the job. A
-member's rank for a job is how many other live members outscore it: 0 for its owner.
-Rank depends only on the job and the set of members, so a member leaving moves only its
-own jobs (each to the member that ranked next), and one joining takes a fair share from
-everyone. The database computes it, so every replica ranks alike. Nobody stands by for
-a job: a tick its owner leaves is taken over from the tick cursor by any replica.
+Which member owns which job is computed from the live members' seeds, the same way on
+every replica (`service/domain/ownership.py`: buckets by rendezvous hashing).
 """
-
-from service.store.rows import job_document
 
 # "tgmb" in ASCII; below 2**31, so it fits the int4 key of the two-int lock form.
 MEMBER_LOCK_CLASS = 0x74676D62
@@ -71,21 +64,3 @@ HEARTBEAT = f"""WITH beat AS (
     swept AS (
         DELETE FROM tickgate_members m USING dead WHERE m.seed = dead.seed)
     {LIVE_MEMBERS}"""
-
-# A job's rank for the member $2 among the other live members $1 (seeds): one pass over
-# the few seeds per job row, no join between jobs and members. Ties (of 64-bit hashes)
-# go to the higher seed. With no other member every rank is 0, whatever $2 is.
-_RANKED = """CROSS JOIN LATERAL (
-        SELECT count(*) AS rank FROM unnest($1::integer[]) AS other (seed)
-        WHERE (hashtextextended(j.name, other.seed), other.seed)
-            > (hashtextextended(j.name, $2::integer), $2::integer)) AS ranked"""
-
-# The revision of each active job the member $2 owns.
-OWNED_VERSIONS = f"""SELECT j.name, j.incarnation, j.version
-    FROM tickgate_jobs j {_RANKED}
-    WHERE j.state = 'active' AND ranked.rank = 0"""
-
-# The jobs of the names $3 (any state), each with whether the member $2 owns it.
-RANKED_JOBS = f"""SELECT {job_document("j")}, ranked.rank = 0 AS owned
-    FROM tickgate_jobs j {_RANKED}
-    WHERE j.name = ANY($3::text[])"""

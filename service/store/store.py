@@ -13,11 +13,11 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
-from service.domain.ownership import Member, Members
+from service.domain.ownership import Member
 from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, cursor_sql, cursors, fire_sql, members_sql
 from service.store.connection import Connection, Pool
-from service.store.cursors import Audited
+from service.store.cursors import Audited, WindowRead
 from service.store.fire_sql import RunEnd, Skip
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
@@ -370,6 +370,17 @@ class Store:
         async with self._bounded() as connection, connection.transaction():
             return await cursors.audit(connection, most, runner, takeover)
 
+    async def read_window(
+        self, buckets: frozenset[int] | None, seconds: float, names: Sequence[str] | None = None
+    ) -> WindowRead:
+        """The active jobs of `buckets` (None: all) whose cursor may fall due in the
+        next `seconds`, or the jobs of `names` in any state (`cursors.read_window`),
+        each with its cursor; shared parts held once, as by `get_jobs`."""
+        async with self._bounded() as connection:
+            return await cursors.read_window(
+                connection, buckets, seconds, self._shared.job_from_row, names
+            )
+
     async def cursor(self, job: str) -> datetime | None:
         """The job's tick cursor: every scheduled tick before it has its outcome."""
         async with self._bounded() as connection:
@@ -403,36 +414,19 @@ class Store:
         return [(job_from_row(row), row["overdue_tick"]) for row in rows]
 
     async def active_versions(self) -> dict[str, tuple[UUID, int]]:
-        """Name to revision (incarnation, version) of every active job: what a
-        replica's mirror should hold."""
+        """Name to revision (incarnation, version) of every active job."""
         rows = await self._pool.fetch(
             "SELECT name, incarnation, version FROM tickgate_jobs WHERE state = 'active'"
         )
         return {row["name"]: (row["incarnation"], row["version"]) for row in rows}
 
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
-        """The jobs of these names that exist. What they have in common is held once
-        (the scheduler's mirror keeps them all)."""
+        """The jobs of these names that exist. What they have in common is held once."""
         async with self._bounded() as connection:
             rows = await connection.fetch(
                 f"SELECT {_JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])", list(names)
             )
         return [self._shared.job_from_row(row) for row in rows]
-
-    async def owned_versions(self, members: Members) -> dict[str, tuple[UUID, int]]:
-        """Name to revision of every active job this replica owns among `members` (see
-        `members_sql`): what its mirror should hold. Alone, or with no view yet, that is
-        every active job."""
-        rows = await self._pool.fetch(members_sql.OWNED_VERSIONS, *_ranking(members))
-        return {row["name"]: (row["incarnation"], row["version"]) for row in rows}
-
-    async def get_ranked_jobs(
-        self, names: Sequence[str], members: Members
-    ) -> list[tuple[Job, bool]]:
-        """The jobs of these names that exist (in any state), each with whether this
-        replica owns it among `members`; shared parts held once, as by `get_jobs`."""
-        rows = await self._pool.fetch(members_sql.RANKED_JOBS, *_ranking(members), list(names))
-        return [(self._shared.job_from_row(row), row["owned"]) for row in rows]
 
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(
@@ -594,6 +588,8 @@ class Store:
             if error.constraint_name == _LOCK_KEY_UNIQUE:
                 raise _lock_key_conflict(job.name) from error
             raise
+        if rows:
+            await _open_cursors(self._pool, [job])
         return bool(rows)
 
     async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
@@ -610,6 +606,7 @@ class Store:
             changed = [a for b in before if (a := updates[b.name](b, now)) != b]
             if changed:
                 await connection.executemany(_UPDATE_JOB, [job_values(job) for job in changed])
+                await _open_cursors(connection, changed)
                 await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, [j.name for j in changed])
 
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
@@ -672,6 +669,7 @@ class Store:
             after = change(before)
             if after != before:
                 await _write_job(connection, name, after, exists=before is not None)
+                await _open_cursors(connection, [after] if after else [])
                 await connection.execute("SELECT pg_notify($1, $2)", JOBS_CHANNEL, name)
             return JobChange(before, after)
 
@@ -762,6 +760,19 @@ def _placed(shown: ShownJob, booked_tick: datetime | None) -> tuple[ShownJob, Ti
     return shown, TickPosition(booked_tick, shown.job.name)
 
 
+async def _open_cursors(connection: Connection | Pool, jobs: Sequence[Job]) -> None:
+    """Move the cursors of these jobs, just written, from their threshold to their first
+    tick (`cursor_sql.OPEN_CURSORS`)."""
+    if jobs:
+        await connection.execute(
+            cursor_sql.OPEN_CURSORS,
+            [job.name for job in jobs],
+            [job.incarnation for job in jobs],
+            [job.version for job in jobs],
+            [job.first_tick for job in jobs],
+        )
+
+
 def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object], ...]:
     """FILE_NEXT_TICKS' columns: names, ticks, incarnations, versions."""
     return (
@@ -770,11 +781,6 @@ def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object],
         [job.incarnation for job, _ in ticks],
         [job.version for job, _ in ticks],
     )
-
-
-def _ranking(members: Members) -> tuple[list[int], int | None]:
-    """The ranking statements' arguments: the other live members, and this replica."""
-    return list(members.others), members.own
 
 
 # A bulk apply's rows, locked in name order: the jobs it names and, when it prunes ($2),
@@ -832,6 +838,7 @@ class _BulkChanges:
         await _insert_jobs(connection, self.created)
         if self.updated:
             await connection.execute(_UPDATE_JOBS, *job_columns(self.updated))
+        await _open_cursors(connection, [*self.created, *self.updated])
         changed = [*self.applied.created, *self.applied.updated, *self.doomed]
         if changed:
             await connection.execute(_NOTIFY_EACH, JOBS_CHANNEL, changed)

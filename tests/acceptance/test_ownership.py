@@ -21,7 +21,7 @@ from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import Replica, start_replica
 from harness.waiting import eventually
-from service.scheduler.handover import HANDOVER_SECONDS
+from service.scheduler.window import HANDOVER_SECONDS
 from tests.support.cluster import (
     FAST_ORPHAN_SWEEPS,
     create_all,

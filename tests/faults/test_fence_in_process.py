@@ -25,8 +25,6 @@ from service.domain.schedules import CronSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.scheduler import running as running_module
-from service.scheduler.clock import ReplicaClock
-from service.scheduler.timetable import Timetable
 from service.store import Store
 from service.store.sessions import LockSessions, RunEnd
 from service.store.targets import SqlTargetConnections
@@ -201,24 +199,6 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     assert await status_of(store, run.id) is RunStatus.ABANDONED
     await runner.shutdown(grace_seconds=0)
     await unreachable.close()
-
-
-def test_a_skewed_clock_fires_ticks_early_or_late_by_its_offset() -> None:
-    spec = JobSpec(schedule=EVERY_SECOND, task="log", args={"message": "x"})
-    job = create_job("skewed", spec, datetime(2026, 1, 1, tzinfo=UTC))
-    now = datetime(2026, 6, 1, 12, 0, 0, 250_000, tzinfo=UTC)
-    tick = datetime(2026, 6, 1, 12, 0, 1, tzinfo=UTC)
-    for offset_ms in (2000, -2000, 0):
-        clock = ReplicaClock(timedelta(milliseconds=offset_ms))
-        timetable = Timetable(clock)
-        fire = timetable.put(job, now - clock.offset)
-        # A clock `offset` ahead reads `tick` at true time tick - offset.
-        assert fire == tick - clock.offset
-        assert fire is not None
-        assert [due.tick for due in timetable.due(fire)] == [tick]
-        following = timetable.earliest
-        assert following is not None
-        assert clock.local(following) == tick + timedelta(seconds=1)
 
 
 def _is(store: Store, run_id: UUID, status: RunStatus) -> Callable[[], Awaitable[bool]]:

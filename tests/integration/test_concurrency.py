@@ -38,10 +38,13 @@ async def test_fifty_concurrent_puts_leave_one_consistent_row(client: httpx.Asyn
     assert all(args == stored["args"] for args in final_bodies)
 
 
-async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
+async def test_concurrent_creates_and_deletes_leave_no_orphan_window_entry(
     settings: Settings,
 ) -> None:
+    """Jobs due every second, put and deleted at once over and over: the window comes
+    to hold exactly the jobs that stand, each as it stands."""
     app = create_app(settings.model_copy(update={"scheduler": True}))
+    every_second = {"schedule": {"kind": "interval", "every_seconds": 1}}
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
@@ -52,16 +55,16 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_mirror_entry(
             if i % 2:
                 await client.delete(f"/v1/jobs/{name}")
             else:
-                await client.put(f"/v1/jobs/{name}", json=body(i))
+                await client.put(f"/v1/jobs/{name}", json=body(i) | every_second)
 
         await asyncio.gather(*(churn(name, i) for i, name in enumerate(names)))
-        mirror = app.state.services.mirror
+        window = app.state.services.window
 
         async def matches() -> bool:
             revisions = await app.state.services.store.active_versions()
-            return bool(mirror.mirrored() == revisions)
+            return bool(revisions) and bool(window.held() == revisions)
 
-        await eventually_async(matches, 30, "the mirror to match the rows exactly")
+        await eventually_async(matches, 30, "the window to match the rows exactly")
 
 
 @pytest.mark.parametrize("delete_commits", [True, False])

@@ -16,12 +16,15 @@ from service.app import create_app
 from service.config import Settings
 from service.domain.cursors import OwedTick
 from service.domain.jobs import Job, JobSpec, create_job, pause_job, resume_job
+from service.domain.ownership import bucket_of
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.audit import audit_cursors
 from service.store import Store
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
+from service.store.rows import JOB_COLUMNS, job_values
 from service.store.sessions import LockSessions
+from service.store.store import init_connection
 from tests.support.db import TemplateDatabases
 from tests.support.fire import EVERY_SECOND, runs_of
 
@@ -38,13 +41,16 @@ def _whole_second(moment: datetime) -> datetime:
     return moment.replace(microsecond=0)
 
 
-async def test_a_new_job_s_cursor_is_its_fence_and_its_first_claim_moves_it(
-    store: Store, sessions: LockSessions
+async def test_a_new_job_s_cursor_is_its_first_tick_and_its_first_claim_moves_it(
+    store: Store, sessions: LockSessions, database_url: str
 ) -> None:
+    """The write that makes a job moves its cursor from the threshold to its first tick
+    (no tick lies between), due then: no window reads it before, and no audit ever."""
     job = await _made(store, "fresh", timedelta(minutes=10))
-    assert await store.cursor("fresh") == job.fire_after
     first = job.first_tick
     assert first is not None
+    assert first > job.fire_after
+    assert await _cursor_row(database_url, "fresh") == (first, first)
     async with sessions.session(5) as session:
         [claimed] = await session.claim([_claim(job, first)])
         assert claimed.run is not None
@@ -169,12 +175,12 @@ async def test_a_resumed_job_s_cursor_starts_at_its_new_threshold(
     job = await _made(store, "paused", timedelta(seconds=30), misfire_grace_seconds=1)
     await store.mutate_job("paused", lambda current: current and pause_job(current, _now()))
     assert await store.audit_cursors(100, "auditor", TAKEOVER) == []  # paused: no ticks
-    assert await store.cursor("paused") == job.fire_after
+    assert await store.cursor("paused") == job.first_tick
     change = await store.mutate_job(
         "paused", lambda current: current and resume_job(current, _now())
     )
     assert change.after is not None
-    assert await store.cursor("paused") == change.after.fire_after
+    assert await store.cursor("paused") == change.after.first_tick
     assert await _problems(database_url, {"paused": 1}) == []
 
 
@@ -211,6 +217,18 @@ async def test_after_an_outage_past_the_grace_every_tick_has_its_outcome(
     assert sum(run.missed_ticks or 0 for run in rows if run.skip_reason is SkipReason.MISFIRE) >= 25
 
 
+async def _cursor_row(database_url: str, job: str) -> tuple[datetime, datetime]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        row = await connection.fetchrow(
+            "SELECT tick, due_at FROM tickgate_cursors WHERE job = $1", job
+        )
+    finally:
+        await connection.close()
+    assert row is not None
+    return row["tick"], row["due_at"]
+
+
 async def _problems(database_url: str, periods: dict[str, int]) -> list[str]:
     connection = await asyncpg.connect(database_url)
     try:
@@ -234,6 +252,9 @@ async def _made(store: Store, name: str, ago: timedelta, **spec: Any) -> Job:
     return change.after
 
 
+# A job as the previous release wrote it (no cursor).
+_OLD_JOB = f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
+    VALUES ({", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))})"""
 # The rows the previous release's claim and skip statements wrote (no cursor to move).
 _OLD_ROW = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason,
         started_at, finished_at, duration_ms, attempts, runner, job_version, lock_key, locked,
@@ -262,12 +283,13 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
             _now() - 20 * SECOND,
         )
         never = create_job("never", ran.spec(), _now() - 10 * SECOND)
-        for job in (ran, never):
-            assert await store.insert_job(job)
         first = ran.first_tick
         assert first is not None
         connection = await asyncpg.connect(url)
+        await init_connection(connection)
         try:
+            for job in (ran, never):  # as the previous release wrote them
+                await connection.execute(_OLD_JOB, *job_values(job))
             await connection.execute(_OLD_ROW, "ran", first, "schedule", "succeeded", None)
             await connection.execute(
                 _OLD_ROW, "ran", first + SECOND, "schedule", "skipped", "overlap"
@@ -279,7 +301,13 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
         finally:
             await connection.close()
 
-        assert await store.migrate() == 2
+        assert await store.migrate() == 3
+        connection = await asyncpg.connect(url)
+        try:
+            buckets = dict(await connection.fetch("SELECT job, bucket FROM tickgate_cursors"))
+        finally:
+            await connection.close()
+        assert buckets == {job.name: bucket_of(job.lock_key) for job in (ran, never)}
         assert {job.name for job in await store.get_jobs(["ran", "never"])} == {"ran", "never"}
         assert len(await runs_of(store, "ran")) == 3
         assert await store.cursor("ran") == first + SECOND

@@ -1,5 +1,5 @@
 """Cluster membership and job ownership, on real PostgreSQL: members are live exactly while
-their lock is held, and rendezvous hashing gives each job one owner."""
+their lock is held, and rendezvous hashing of buckets gives each job one owner."""
 
 import asyncio
 from collections import Counter
@@ -14,7 +14,7 @@ import pytest
 from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.domain.jobs import JobSpec, create_job, pause_job
-from service.domain.ownership import Heartbeat, Member, Members
+from service.domain.ownership import Heartbeat, Member, Members, owned_buckets
 from service.domain.schedules import CronSchedule
 from service.scheduler.departure import LEAVE_SECONDS, PEERS_POLL_SECONDS, Departure
 from service.scheduler.membership import Membership
@@ -98,7 +98,14 @@ async def add_jobs(store: Store, count: int, *, paused: int = 0) -> list[str]:
 
 
 async def ownership(store: Store, views: Sequence[Members]) -> list[Ownership]:
-    return [await store.owned_versions(view) for view in views]
+    """What each view's window would read: the active jobs of the buckets it owns."""
+    return [await owned_jobs(store, view) for view in views]
+
+
+async def owned_jobs(store: Store, view: Members) -> Ownership:
+    # Two days ahead: a daily job's cursor falls due within it.
+    read = await store.read_window(owned_buckets(view), 2 * 86400)
+    return {job.name: job.revision for job, _ in read.jobs}
 
 
 def holders(owned: Sequence[Ownership]) -> dict[str, list[int]]:
@@ -235,29 +242,24 @@ async def test_a_leaver_moves_only_its_own_jobs(database_url: str, store: Store)
     assert set(taken) == {0, 1}
 
 
-async def test_get_ranked_jobs_agrees_with_owned_versions(database_url: str, store: Store) -> None:
-    active = await add_jobs(store, 200, paused=5)
-    async with cluster(database_url, 3) as members:
-        views = await settled(members, 3)
-    for view in views:
-        jobs = await store.get_ranked_jobs(active, view)
-        assert {job.name: job.revision for job, owned in jobs if owned} == (
-            await store.owned_versions(view)
-        )
+async def test_a_notified_read_finds_the_named_jobs_in_any_state(store: Store) -> None:
+    active = await add_jobs(store, 3, paused=2)
+    read = await store.read_window(None, 0, ["job-0000", "job-0004", "missing"])
+    states = {job.name: job.state.value for job, _ in read.jobs}
+    assert states == {"job-0000": "active", "job-0004": "paused"}
+    assert active[0] == "job-0000"
 
 
 async def test_alone_or_with_no_view_a_replica_owns_everything(
     database_url: str, store: Store
 ) -> None:
-    names = await add_jobs(store, 50, paused=3)
+    await add_jobs(store, 50, paused=3)
     everything = await store.active_versions()
     async with cluster(database_url, 1) as [member]:
         [alone] = await settled([member], 1)
     for view in (alone, Members.unknown()):
-        assert await store.owned_versions(view) == everything
-        jobs = await store.get_ranked_jobs([*names, "missing"], view)
-        assert {job.name: job.revision for job, owned in jobs if owned} == everything
-        assert all(owned for _, owned in jobs)
+        assert owned_buckets(view) is None
+        assert await owned_jobs(store, view) == everything
 
 
 async def test_the_member_lock_is_the_two_int_form(database_url: str) -> None:

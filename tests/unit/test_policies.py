@@ -19,8 +19,9 @@ from service.domain.jobs import (
     ticks_between,
 )
 from service.domain.retry import RetryPolicy
+from service.domain.runs import RunTrigger
 from service.domain.schedules import CronSchedule, OnceSchedule
-from service.scheduler.timetable import first_tick
+from service.domain.window import Filing, plan_ticks
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 EVERY_MINUTE = CronSchedule(kind="cron", expression="* * * * *")
@@ -168,7 +169,11 @@ def test_a_restart_still_produces_a_jittered_tick_not_yet_due() -> None:
     jittered = job(jitter_seconds=3000, misfire_grace_seconds=60)
     tick = late_jittered_tick(jittered)
     now = tick + timedelta(seconds=120)  # past the grace from the tick, not from its due
-    assert first_tick(jittered.model_copy(update={"schedule": _once(tick)}), now) == tick
+    once = jittered.model_copy(update={"schedule": _once(tick)})
+    plan = plan_ticks(
+        once, once.fire_after, now=now, until=now + timedelta(hours=1), since=now, most=10
+    )
+    assert plan.filings == [Filing(tick, RunTrigger.SCHEDULE, None)]
 
 
 def _once(at: datetime) -> OnceSchedule:

@@ -1,19 +1,20 @@
-"""The replica's mirror of active jobs under races, on real PostgreSQL.
+"""The replica's window of due ticks, on real PostgreSQL: what it holds, under races.
 
 Every job definition comes from the database. A ScriptedStore is a real Store whose
-reads can be parked, right before or right after they read, or can fail once as if the
-connection broke: that is how each test puts a load and a reconcile, or a notification
-and a resync, in the order that used to go wrong.
+window reads (a full `refill`, or the `load` of jobs a notification named) can be parked,
+right before or right after they read, or can fail once as if the connection broke:
+that is how each test puts a load and a refill, or a notification and a resync, in the
+order that used to go wrong.
 """
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import TypeVar
-from uuid import UUID
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
@@ -21,14 +22,15 @@ import pytest
 
 from harness.waiting import eventually_async
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
-from service.domain.ownership import Members
+from service.domain.names import lock_key
+from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
 from service.domain.runs import RunStatus, RunTrigger
-from service.domain.schedules import IntervalSchedule
+from service.domain.schedules import CronSchedule, IntervalSchedule
 from service.metrics import Metrics
-from service.scheduler import Runner
-from service.scheduler.mirror import Mirror
+from service.scheduler import Runner, Window
 from service.store import Store
 from service.store.connection import Pool
+from service.store.cursors import WindowRead
 from service.store.link import Link
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
@@ -36,12 +38,12 @@ from service.tasks import builtin_registry
 
 T = TypeVar("T")
 
-# Jobs that never come due during a test: what is under test is which definition the
-# mirror holds, not runs.
-HOURLY = IntervalSchedule(kind="interval", every_seconds=3600)
-# Long enough that no periodic reconcile repairs the mirror behind a test's back.
-NO_PERIODIC_RECONCILE = 3600.0
-# How long a fixed mirror needs at most to converge (its retry backoff is 0.5 s to 5 s).
+# Jobs with a tick a minute: a window of an hour holds each, and no tick comes due
+# during a test but those a test makes due.
+EVERY_MINUTE = IntervalSchedule(kind="interval", every_seconds=60)
+# Long enough that no periodic refill repairs the window behind a test's back.
+AN_HOUR = 3600.0
+# How long a fixed window needs at most to converge (its retry backoff is 0.5 s to 5 s).
 CONVERGE_SECONDS = 8.0
 # A second loader is given this long to run ahead of a parked one. With the loads
 # serialised it cannot, and the test goes on when this runs out.
@@ -68,6 +70,7 @@ class ScriptedStore(Store):
         super().__init__(pool, link)
         self._holds: dict[str, Hold] = {}
         self._failures: dict[str, Exception] = {}
+        self.reads: list[str] = []  # the window reads asked for, in order
 
     def hold(self, read: str, *, after_read: bool) -> Hold:
         self._holds[read] = Hold(after_read)
@@ -80,14 +83,12 @@ class ScriptedStore(Store):
         """Whether the failure scripted for `read` has happened."""
         return read not in self._failures
 
-    async def owned_versions(self, members: Members) -> dict[str, tuple[UUID, int]]:
-        return await self._scripted("owned_versions", partial(super().owned_versions, members))
-
-    async def get_ranked_jobs(
-        self, names: Sequence[str], members: Members
-    ) -> list[tuple[Job, bool]]:
-        call = partial(super().get_ranked_jobs, names, members)
-        return await self._scripted("get_ranked_jobs", call)
+    async def read_window(
+        self, buckets: frozenset[int] | None, seconds: float, names: Sequence[str] | None = None
+    ) -> WindowRead:
+        self.reads.append("refill" if names is None else "load")
+        call = partial(super().read_window, buckets, seconds, names)
+        return await self._scripted("refill" if names is None else "load", call)
 
     async def _scripted(self, read: str, call: Callable[[], Awaitable[T]]) -> T:
         if (error := self._failures.pop(read, None)) is not None:
@@ -110,29 +111,33 @@ async def scripted(database_url: str) -> AsyncIterator[ScriptedStore]:
         await opened.close()
 
 
-@pytest.fixture
-async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mirror]:
-    """A mirror reading through `scripted`, not started: a test starts it (listener and
-    loops) or drives reconciles itself, as a replica whose listener is down does."""
+@asynccontextmanager
+async def opened_window(
+    database_url: str, store: Store, members: Callable[[], Members] = Members.unknown, **kw: Any
+) -> AsyncIterator[Window]:
+    """A window reading through `store`, not started: a test starts it (listener and
+    loops) or drives refills itself, as a replica whose listener is down does."""
     sessions = LockSessions(database_url, size=2)  # opened when first needed
     tasks = builtin_registry()
     async with httpx.AsyncClient() as http:
         runner = Runner(
             sessions=sessions,
             side_sessions=sessions,
-            store=scripted,
+            store=store,
             tasks=tasks,
             http=http,
             sql=SqlTargetConnections({}),
-            runner_id="test-mirror",
+            runner_id="test-window",
             metrics=Metrics(),
         )
-        built = Mirror(
-            store=scripted,
+        built = Window(
+            store=store,
             runner=runner,
             dsn=database_url,
-            reconcile_seconds=NO_PERIODIC_RECONCILE,
+            reconcile_seconds=AN_HOUR,
             run_history=100,
+            members=members,
+            **({"window_seconds": AN_HOUR} | kw),
         )
         try:
             yield built
@@ -141,11 +146,18 @@ async def mirror(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Mi
             await runner.shutdown(grace_seconds=0)
             await tasks.aclose()
             await sessions.close()
-            await sessions.close()
+
+
+@pytest.fixture
+async def window(database_url: str, scripted: ScriptedStore) -> AsyncIterator[Window]:
+    async with opened_window(database_url, scripted) as built:
+        yield built
 
 
 def spec(message: str) -> JobSpec:
-    return JobSpec(schedule=HOURLY, task="log", args={"message": message}, catchup=Catchup.NONE)
+    return JobSpec(
+        schedule=EVERY_MINUTE, task="log", args={"message": message}, catchup=Catchup.NONE
+    )
 
 
 async def create(store: Store, name: str, message: str) -> Job:
@@ -172,110 +184,110 @@ async def delete(store: Store, name: str) -> None:
     await store.mutate_job(name, lambda _: None)
 
 
-async def holds(mirror: Mirror, *jobs: Job) -> None:
-    """The mirror comes to hold exactly these definitions."""
+async def holds(window: Window, *jobs: Job) -> None:
+    """The window comes to hold exactly these definitions."""
     expected = {job.name: job.revision for job in jobs}
-    await eventually_async(lambda: mirror.mirrored() == expected, CONVERGE_SECONDS, f"{expected}")
+    await eventually_async(lambda: window.held() == expected, CONVERGE_SECONDS, f"{expected}")
 
 
 async def run_ahead(until: Callable[[], bool]) -> None:
     """Give a second loader the chance to get ahead of a parked one: wait until
-    `until()` holds, or RUN_AHEAD_SECONDS if the mirror makes the loader wait."""
+    `until()` holds, or RUN_AHEAD_SECONDS if the window makes the loader wait."""
     with contextlib.suppress(AssertionError):
         await eventually_async(until, RUN_AHEAD_SECONDS, "a second loader to run ahead")
 
 
-async def test_a_job_deleted_and_created_again_is_mirrored_as_the_new_job(
-    store: Store, mirror: Mirror
+async def test_a_job_deleted_and_created_again_is_held_as_the_new_job(
+    store: Store, window: Window
 ) -> None:
-    """Reconcile: the new job restarts at version 1, like the old one; only the
+    """Refill: the new job restarts at version 1, like the old one; only the
     incarnation tells them apart."""
     await create(store, "report", "old definition")
-    await mirror.reconcile()
+    await window.refill()
     await delete(store, "report")
     new = await create(store, "report", "new definition")
-    await mirror.reconcile()
-    assert mirror.mirrored() == {"report": new.revision}
+    await window.refill()
+    assert window.held() == {"report": new.revision}
 
 
-async def test_a_notified_delete_and_create_leave_the_new_job_mirrored(
-    store: Store, scripted: ScriptedStore, mirror: Mirror
+async def test_a_notified_delete_and_create_leave_the_new_job_held(
+    store: Store, scripted: ScriptedStore, window: Window
 ) -> None:
-    """Notifications: both writes are committed by the time the mirror reads the row."""
+    """Notifications: both writes are committed by the time the window reads the row."""
     old = await create(store, "report", "old definition")
-    await mirror.start()
-    await holds(mirror, old)
-    load = scripted.hold("get_ranked_jobs", after_read=False)
+    await window.start()
+    await holds(window, old)
+    load = scripted.hold("load", after_read=False)
     await delete(store, "report")
     await load.reached.wait()
     new = await create(store, "report", "new definition")
     load.release.set()
-    await holds(mirror, new)
+    await holds(window, new)
 
 
 async def test_an_older_read_never_replaces_a_newer_one(
-    store: Store, scripted: ScriptedStore, mirror: Mirror
+    store: Store, scripted: ScriptedStore, window: Window
 ) -> None:
-    """Two reconciles overlap (the periodic one and a resync, say): the first read v2
+    """Two refills overlap (the periodic one and a resync, say): the first read v2
     and is slow to apply it; meanwhile v3 is written and the second reads it."""
     await create(store, "report", "v1")
-    await mirror.reconcile()
+    await window.refill()
     await update(store, "report", "v2")
-    slow_read = scripted.hold("get_ranked_jobs", after_read=True)
-    first = asyncio.create_task(mirror.reconcile())
+    slow_read = scripted.hold("refill", after_read=True)
+    first = asyncio.create_task(window.refill())
     await slow_read.reached.wait()
     v3 = await update(store, "report", "v3")
-    second = asyncio.create_task(mirror.reconcile())
+    second = asyncio.create_task(window.refill())
     await run_ahead(second.done)
     slow_read.release.set()
     await asyncio.gather(first, second)
-    assert mirror.mirrored() == {"report": v3.revision}
+    assert window.held() == {"report": v3.revision}
 
 
-async def test_a_job_created_during_a_reconcile_is_not_dropped_by_it(
-    store: Store, scripted: ScriptedStore, mirror: Mirror
+async def test_a_job_created_during_a_refill_is_not_dropped_by_it(
+    store: Store, scripted: ScriptedStore, window: Window
 ) -> None:
-    """The reconcile read the active jobs before the create; the create's notification
-    is applied before that reconcile finishes."""
-    await mirror.start()
-    listing = scripted.hold("owned_versions", after_read=True)
-    reconcile = asyncio.create_task(mirror.reconcile())
+    """The refill read the window before the create; the create's notification is
+    applied before that refill finishes."""
+    await window.start()
+    listing = scripted.hold("refill", after_read=True)
+    refill = asyncio.create_task(window.refill())
     await listing.reached.wait()
     created = await create(store, "report", "created meanwhile")
-    await run_ahead(lambda: "report" in mirror.mirrored())
+    await run_ahead(lambda: "report" in window.held())
     listing.release.set()
-    await reconcile
-    await holds(mirror, created)
+    await refill
+    await holds(window, created)
 
 
 async def test_a_change_whose_load_failed_is_loaded_on_retry(
-    store: Store, scripted: ScriptedStore, mirror: Mirror
+    store: Store, scripted: ScriptedStore, window: Window
 ) -> None:
     """The load a notification asked for fails: no second notification will come."""
     await create(store, "report", "v1")
-    await mirror.start()
-    scripted.fail_once("get_ranked_jobs", asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
+    await window.start()
+    scripted.fail_once("load", asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
     v2 = await update(store, "report", "v2")
-    await holds(mirror, v2)
-    assert scripted.tripped("get_ranked_jobs")
+    await holds(window, v2)
+    assert scripted.tripped("load")
 
 
 async def test_a_failed_resync_after_a_reconnect_is_retried(
-    store: Store, scripted: ScriptedStore, mirror: Mirror, database_url: str
+    store: Store, scripted: ScriptedStore, window: Window, database_url: str
 ) -> None:
     """The listener's connection is cut; a change made before it reconnects is never
     notified, and the resync that should find it fails once."""
     await create(store, "report", "v1")
-    await mirror.start()
-    scripted.fail_once("owned_versions", OSError("connection reset"))
+    await window.start()
+    scripted.fail_once("refill", OSError("connection reset"))
     await cut_listener(database_url)
     v2 = await update(store, "report", "v2")
-    await holds(mirror, v2)
-    assert scripted.tripped("owned_versions")
+    await holds(window, v2)
+    assert scripted.tripped("refill")
 
 
 async def cut_listener(database_url: str) -> None:
-    """Terminate the mirror's LISTEN session and wait until it is gone, as a database
+    """Terminate the window's LISTEN session and wait until it is gone, as a database
     failover or a proxy dropping the connection would."""
     connection = await asyncpg.connect(database_url)
     try:
@@ -290,14 +302,14 @@ async def cut_listener(database_url: str) -> None:
 
 
 async def test_a_tick_due_between_a_job_s_creation_and_its_load_runs_as_scheduled(
-    store: Store, scripted: ScriptedStore, mirror: Mirror
+    store: Store, scripted: ScriptedStore, window: Window
 ) -> None:
     """The load of a new one-second job is slow: a tick falls due after the job was
-    made and before the mirror files it. It is one of the job's scheduled ticks, late,
+    made and before the window files it. It is one of the job's scheduled ticks, late,
     not a tick missed while no replica was up: it runs as scheduled, whatever the job's
     catch-up policy (before, it ran as a catch-up, and only under `latest`)."""
-    await mirror.start()
-    load = scripted.hold("get_ranked_jobs", after_read=True)
+    await window.start()
+    load = scripted.hold("load", after_read=True)
     every_second = spec("late").model_copy(
         update={
             "schedule": IntervalSchedule(kind="interval", every_seconds=1),
@@ -322,3 +334,50 @@ async def test_a_tick_due_between_a_job_s_creation_and_its_load_runs_as_schedule
     await eventually_async(first_ran, CONVERGE_SECONDS, "the first tick's run")
     [run] = [r for r in await store.list_runs("late", 100, None, None) if r.scheduled_for == first]
     assert (run.trigger, run.status is not RunStatus.SKIPPED) == (RunTrigger.SCHEDULE, True)
+
+
+async def test_a_job_with_no_tick_in_the_window_is_not_held(
+    database_url: str, store: Store
+) -> None:
+    """Memory follows the window, not the jobs: of a job due every second and one due
+    once a year, a 10 s window holds the first alone, and no tick of the second."""
+    yearly = spec("yearly").model_copy(
+        update={"schedule": CronSchedule(kind="cron", expression="0 0 1 1 *")}
+    )
+    now = datetime.now(UTC)
+    await store.mutate_job("yearly", lambda _: create_job("yearly", yearly, now))
+    often = spec("often").model_copy(
+        update={"schedule": IntervalSchedule(kind="interval", every_seconds=1)}
+    )
+    made = (await store.mutate_job("often", lambda _: create_job("often", often, now))).after
+    assert made is not None
+    async with opened_window(database_url, store, window_seconds=10) as window:
+        await window.refill()
+        assert window.held() == {"often": made.revision}
+
+
+async def test_a_window_reads_and_hears_only_the_buckets_it_owns(
+    database_url: str, scripted: ScriptedStore
+) -> None:
+    """Three members: this replica holds only the jobs of its own buckets, and a change
+    to a job of another's bucket costs it no read at all."""
+    members = Members.seen(2, [1, 2, 3])
+    mine = owned_buckets(members)
+    assert mine is not None
+    assert BUCKETS / 5 < len(mine) < BUCKETS / 2
+    names = [f"job-{index}" for index in range(60)]
+    jobs = [await create(scripted, name, "v1") for name in names]
+    async with opened_window(database_url, scripted, members=lambda: members) as window:
+        await window.start()
+        expected = {job.name: job.revision for job in jobs if bucket_of(job.lock_key) in mine}
+        assert 0 < len(expected) < len(names)
+        assert window.held() == expected
+        foreign = next(name for name in names if bucket_of(lock_key(name)) not in mine)
+        reads = len(scripted.reads)
+        await update(scripted, foreign, "v2")
+        own = next(iter(expected))
+        changed = await update(scripted, own, "v2")
+        await eventually_async(
+            lambda: window.held().get(own) == changed.revision, CONVERGE_SECONDS, "own change"
+        )
+        assert scripted.reads[reads:] == ["load"]  # the own job's change, read once

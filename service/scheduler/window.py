@@ -1,0 +1,480 @@
+"""Each replica's window: the ticks due in the next few seconds of the jobs it owns, read
+from the jobs' tick cursors in PostgreSQL, and handed to the runner as each falls due.
+
+The loop is: gather (a refill every WINDOW_SECONDS / 2 reads, through the cursors' index,
+the jobs of the buckets this replica owns whose cursor may fall due within
+WINDOW_SECONDS, and files their ticks in a heap), wake at each tick's instant and hand
+it to the runner (admit, claim, run, record: `service/scheduler/runner.py`). A job
+created or changed reaches the window at once by LISTEN/NOTIFY if it is in a bucket
+this replica owns, and costs every other replica nothing; a notification lost is made
+good by the next refill. Memory is bounded by the window, never by the number of jobs:
+a job with no tick in it is not held at all.
+
+Ownership only saves work (see `service/domain/ownership.py`): a bucket this replica no
+longer owns is still read and fired for HANDOVER_SECONDS, while its new owner reads
+it; a tick nobody claimed is taken over from its cursor by the audit
+(`service/scheduler/audit.py`), by any replica.
+"""
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from service.domain.jobs import Job, JobState, close_window
+from service.domain.names import lock_key
+from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
+from service.domain.runs import RunTrigger, SkipReason
+from service.domain.schedules import OnceSchedule
+from service.domain.window import Filing, plan_ticks
+from service.scheduler.audit import audit_cursors
+from service.scheduler.backoff import Backoff
+from service.scheduler.clock import ReplicaClock
+from service.scheduler.overdue import check_overdue
+from service.scheduler.runner import Runner
+from service.store import Store
+from service.store.cursors import WindowRead
+from service.store.errors import is_unavailable
+from service.store.fire_sql import Skip
+from service.store.link import Link
+from service.store.listener import JobListener
+
+log = logging.getLogger(__name__)
+
+# How far ahead a replica holds ticks; it reads the window again every half of it.
+WINDOW_SECONDS = 10.0
+# Longer than every member takes to see a change of members and read what it now owns.
+HANDOVER_SECONDS = 10.0
+# A job's ticks one plan files at most (a one-second job has ten in the window).
+MOST_TICKS_PER_JOB = 600
+# With nothing filed, the loop still looks again this often.
+IDLE_SECONDS = 1.0
+_INSTANT = timedelta(microseconds=1)
+_EVERY_BUCKET = frozenset(range(BUCKETS))
+
+
+@dataclass
+class _Held:
+    """A job with ticks in the window: the definition filed from, the last tick a plan
+    looked at, the last tick handed to the runner, and its entries in the heap."""
+
+    job: Job
+    filed_through: datetime | None = None
+    fired_through: datetime | None = None
+    pending: int = 0
+
+
+@dataclass(frozen=True, order=True)
+class _Entry:
+    at: datetime  # true time at which the tick is due here
+    order: int  # ties at one instant go in the order they were filed
+    held: _Held = field(compare=False)
+    job: Job = field(compare=False)
+    filing: Filing = field(compare=False)
+
+
+class _Buckets:
+    """The buckets this replica reads and fires: those it owns (None: all), and those
+    it owned until a moment ago, each until its handover ends."""
+
+    def __init__(self) -> None:
+        self.mine: frozenset[int] | None = None
+        self._leaving: dict[int, float] = {}  # bucket -> when its handover ends (monotonic)
+        self._assigned = False  # before the first view, nothing was fired to hand over
+
+    def assign(self, mine: frozenset[int] | None, now: float) -> bool:
+        """Own `mine` from now on; whether that gains a bucket (to read at once)."""
+        fired, self._assigned = self._assigned, True
+        before = _EVERY_BUCKET if self.mine is None else self.mine
+        before = before if fired else frozenset()
+        after = _EVERY_BUCKET if mine is None else mine
+        for bucket in before - after:
+            self._leaving.setdefault(bucket, now + HANDOVER_SECONDS)
+        for bucket in after:
+            self._leaving.pop(bucket, None)
+        self.mine = mine
+        return bool(after - before)
+
+    def reading(self, now: float) -> frozenset[int] | None:
+        """The buckets a window read covers (None: all)."""
+        self._leaving = {bucket: ends for bucket, ends in self._leaving.items() if ends > now}
+        return None if self.mine is None else self.mine | self._leaving.keys()
+
+    def fires(self, bucket: int, now: float) -> bool:
+        return self.mine is None or bucket in self.mine or self._leaving.get(bucket, 0) > now
+
+
+class Window:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        runner: Runner,
+        dsn: str,
+        reconcile_seconds: float,
+        run_history: int,
+        clock: ReplicaClock | None = None,
+        members: Callable[[], Members] = Members.unknown,
+        link: Link | None = None,
+        window_seconds: float = WINDOW_SECONDS,
+    ) -> None:
+        """`window_seconds`: how far ahead ticks are held; the window is read again
+        every half of it."""
+        self._store = store
+        self._link = link
+        self._clock = clock or ReplicaClock()
+        self._runner = runner
+        self._dsn = dsn
+        self._reconcile_seconds = reconcile_seconds
+        self._run_history = run_history
+        self._members = members
+        self._buckets = _Buckets()
+        # A replica whose clock runs ahead fires a tick before the database's clock
+        # reads it: it reads that much further ahead.
+        self._seconds = window_seconds + max(0.0, self._clock.offset.total_seconds())
+        self._refill_seconds = window_seconds / 2
+        self._held: dict[str, _Held] = {}
+        self._heap: list[_Entry] = []
+        self._order = itertools.count()
+        self._dead = 0  # entries in the heap that will fire nothing
+        self._filed = asyncio.Event()  # an entry went in: the next instant may be earlier
+        self._refill_now = asyncio.Event()
+        self._members_changed = asyncio.Event()
+        self._changed: set[str] = set()
+        self._wake = asyncio.Event()
+        # Held by each read from the database to its last change of the window: applied
+        # out of order, an older read would bring back an old definition.
+        self._loading = asyncio.Lock()
+        self._listener: JobListener | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._paused = False
+        self._stopping = False
+        self._lost = asyncio.Event()
+        self.last_sync: datetime | None = None
+        # The database's clock at the first read: a tick due by then that nobody ran was
+        # missed while this replica was down, a catch-up matter (`plan_ticks`).
+        self._up_since: datetime | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.last_sync is not None
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def held(self) -> dict[str, tuple[UUID, int]]:
+        """Name to revision of every job with ticks in the window."""
+        return {name: held.job.revision for name, held in self._held.items()}
+
+    @property
+    def healthy(self) -> bool:
+        """Read at least once and hearing about changes as they happen."""
+        return self.synced and self._listener is not None and self._listener.alive
+
+    async def start(self) -> None:
+        self._buckets.assign(owned_buckets(self._members()), _monotonic())
+        in_sync = await self._guarded(self._listen_and_refill(), "listening for job changes")
+        await self._guarded(self._sweep(), "sweeping runs")
+        self._loops = [
+            asyncio.create_task(self._fire_forever()),
+            asyncio.create_task(self._refill_forever()),
+            asyncio.create_task(self._relisten_forever(in_sync)),
+            asyncio.create_task(self._apply_changes_forever()),
+            asyncio.create_task(self._maintain_forever()),
+            asyncio.create_task(self._follow_members_forever()),
+            asyncio.create_task(self._sweep_orphans_forever()),
+            asyncio.create_task(self._audit_forever()),
+        ]
+
+    def pause(self) -> None:
+        """Stop handing over ticks (shutdown begins); runs in flight go on."""
+        self._paused = True
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        if self._listener:
+            await self._listener.close()
+
+    def members_changed(self) -> None:
+        """The live members changed: own the buckets ranked here now."""
+        self._members_changed.set()
+
+    # --- gather -------------------------------------------------------------------
+
+    async def refill(self) -> None:
+        """Read the window again: every job of the buckets read whose cursor may fall
+        due in it, each planned from past what is filed already."""
+        async with self._loading:
+            read = await self._store.read_window(self._buckets.reading(_monotonic()), self._seconds)
+            self._up_since = self._up_since or read.now
+            for job, cursor in read.jobs:
+                self._plan(job, cursor, read)
+            self._forget_all_but({job.name for job, _ in read.jobs})
+            self.last_sync = datetime.now(UTC)
+
+    async def _load(self, names: list[str]) -> None:
+        """Bring these jobs, notified as changed, up to date in the window, if they are
+        held here or fall in a bucket read here."""
+        now = _monotonic()
+        names = [n for n in names if n in self._held or self._buckets.fires(_bucket(n), now)]
+        if not names:
+            return
+        async with self._loading:
+            read = await self._store.read_window(None, self._seconds, names)
+            found = {job.name: (job, cursor) for job, cursor in read.jobs}
+            for name in names:
+                job, cursor = found.get(name, (None, None))
+                if job is None:
+                    self._drop(name)
+                    self._runner.job_deleted(name)
+                elif job.state is not JobState.ACTIVE or cursor is None:
+                    self._drop(name)
+                else:
+                    self._plan(job, cursor, read)
+
+    def _plan(self, job: Job, cursor: datetime, read: WindowRead) -> None:
+        """File the job's ticks in the window that are not filed already. A new
+        definition replaces the old one's entries, from past the last tick handed
+        over."""
+        held = self._held.get(job.name)
+        after = cursor - _INSTANT
+        if held is not None and held.job.revision != job.revision:
+            self._dead += held.pending
+            held.job, held.filed_through = job, None
+        if held is not None:
+            after = max(after, held.filed_through or held.fired_through or after)
+        since = self._up_since or read.now
+        plan = plan_ticks(
+            job, after, now=read.now, until=read.until, since=since, most=MOST_TICKS_PER_JOB
+        )
+        if held is None and not plan.filings:
+            return
+        held = held or self._held.setdefault(job.name, _Held(job))
+        held.filed_through = plan.through or held.filed_through
+        for filing in plan.filings:
+            self._file(held, filing)
+
+    def _file(self, held: _Held, filing: Filing) -> None:
+        at = self._clock.true(filing.tick)
+        entry = _Entry(at, next(self._order), held, held.job, filing)
+        heapq.heappush(self._heap, entry)
+        held.pending += 1
+        if self._heap[0] is entry:
+            self._filed.set()
+
+    def _drop(self, name: str) -> None:
+        held = self._held.pop(name, None)
+        if held is not None:
+            self._dead += held.pending
+
+    def _forget_all_but(self, read: set[str]) -> None:
+        """Jobs the last read did not find and with nothing left in the heap are held no
+        longer: memory follows the window, not the jobs."""
+        for name in [n for n, held in self._held.items() if n not in read and not held.pending]:
+            del self._held[name]
+        if self._dead > len(self._heap) // 2 + 1024:
+            self._heap = [entry for entry in self._heap if self._live(entry)]
+            heapq.heapify(self._heap)
+            self._dead = 0
+
+    def _live(self, entry: _Entry) -> bool:
+        return self._held.get(entry.job.name) is entry.held and entry.held.job is entry.job
+
+    # --- hand over ----------------------------------------------------------------
+
+    async def _fire_forever(self) -> None:
+        """Hand every tick due by now to the runner, then sleep until the next one is due
+        (or one is filed ahead of it)."""
+        while True:
+            self._filed.clear()
+            now = datetime.now(UTC)
+            if not self._paused:
+                self._hand_over(now)
+            wait = IDLE_SECONDS
+            if self._heap and not self._paused:
+                wait = min(wait, max(0.0, (self._heap[0].at - now).total_seconds()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._filed.wait()
+
+    def _hand_over(self, now: datetime) -> None:
+        clock = _monotonic()
+        while self._heap and self._heap[0].at <= now:
+            entry = heapq.heappop(self._heap)
+            entry.held.pending -= 1
+            if not self._live(entry):
+                self._dead = max(0, self._dead - 1)
+                continue
+            if not self._buckets.fires(_bucket(entry.job.name), clock):
+                continue
+            filing = entry.filing
+            entry.held.fired_through = max(entry.held.fired_through or filing.tick, filing.tick)
+            self._runner.fire(entry.job, filing.tick, filing.trigger, following=filing.following)
+
+    # --- the loops ----------------------------------------------------------------
+
+    async def _refill_forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._refill_seconds):
+                    await self._refill_now.wait()
+            self._refill_now.clear()
+            await self._guarded(self.refill(), "reading the window")
+
+    def _on_notify(self, name: str) -> None:
+        self._changed.add(name)
+        self._wake.set()
+
+    def _on_listener_lost(self) -> None:
+        if not self._stopping:
+            log.warning("lost the LISTEN connection; reconnecting")
+        self._lost.set()
+
+    async def _listen_and_refill(self) -> None:
+        """LISTEN first, then read: a change committed in between is seen by both."""
+        if self._listener is not None:
+            await self._listener.close()
+        self._lost.clear()
+        self._listener = await JobListener.open(
+            self._dsn, self._on_notify, self._on_listener_lost, self._link
+        )
+        await self.refill()
+        log.info("scheduler synced: %d jobs with ticks in the window", len(self._held))
+
+    async def _relisten_forever(self, in_sync: bool) -> None:
+        """Reconnect with backoff whenever the listener drops (a database restart, say),
+        and read the window again: notifications sent meanwhile are lost. Until a read
+        succeeds the window may miss those changes, so a failed one is tried again even
+        when the new listener is up."""
+        backoff = Backoff()
+        while True:
+            if in_sync and self.healthy:
+                await self._lost.wait()
+                backoff.reset()
+            await backoff.pause()
+            in_sync = await self._guarded(self._listen_and_refill(), "reconnecting the listener")
+
+    async def _apply_changes_forever(self) -> None:
+        backoff = Backoff()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            names, self._changed = self._changed, set()
+            if names and not await self._guarded(self._load(sorted(names)), "applying job changes"):
+                # No notification will come again for these: keep them for the next wake,
+                # after a pause so that a database outage is not a hot loop.
+                self._changed |= names
+                self._wake.set()
+                await backoff.pause()
+            else:
+                backoff.reset()
+
+    async def _follow_members_forever(self) -> None:
+        while True:
+            await self._members_changed.wait()
+            self._members_changed.clear()
+            if self._buckets.assign(owned_buckets(self._members()), _monotonic()):
+                self._refill_now.set()  # the gained buckets' ticks are due now
+
+    async def _maintain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._reconcile_seconds)
+            await self._guarded(self._sweep(), "sweeping runs")
+            await self._guarded(self._prune(), "pruning run history")
+            await self._guarded(self._check_overdue(), "checking for overdue jobs")
+
+    async def _sweep_orphans_forever(self) -> None:
+        # Twice per takeover period: a run its replica lost mid-crowd goes on elsewhere
+        # (or is recorded abandoned) within seconds, not a reconcile.
+        while True:
+            await asyncio.sleep(self._runner.orphan_sweep_seconds)
+            await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
+
+    async def _audit_forever(self) -> None:
+        # Twice per takeover period, on every replica: a tick its owner left is claimed
+        # within one and a half takeover periods of its due time, and one nobody can
+        # start any more is recorded a moment after its reach, not a reconcile later.
+        while True:
+            await asyncio.sleep(self._runner.takeover_seconds / 2)
+            await self._guarded(self._audit(), "auditing tick cursors")
+
+    async def _audit(self) -> None:
+        runner = self._runner
+        takeover = timedelta(seconds=runner.takeover_seconds)
+        await audit_cursors(
+            self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
+        )
+
+    async def _guarded(self, work: Awaitable[None], what: str) -> bool:
+        """Run `work`; False if it failed, which is logged."""
+        try:
+            await work
+        except Exception as error:
+            # Whatever went wrong, the loops must live on; the next round tries again.
+            if is_unavailable(error):
+                log.warning("failed %s, database unavailable (%r); will retry", what, error)
+            else:
+                log.exception("failed %s; will retry", what)
+            return False
+        return True
+
+    # --- chores -------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        """Jobs with nothing left to fire become completed (a one-time tick nobody ran
+        is recorded as a misfire first), judged on the database's clock."""
+        ended = await self._store.ended_jobs()
+        if ended:
+            await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
+            now = await self._store.clock()
+            for job in ended:
+                await self._store.mutate_job(job.name, _closing_window(now))
+
+    async def _prune(self) -> None:
+        pruned = await self._store.prune_runs(self._run_history, self._round_seconds)
+        if pruned:
+            log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
+
+    async def _check_overdue(self) -> None:
+        await check_overdue(self._store, self._round_seconds)
+
+    @property
+    def _round_seconds(self) -> float:
+        """How often one replica of the cluster does each chore (retention, the overdue
+        check): a little under the reconcile period, so that replicas' rounds drifting
+        apart do not each find the last one too recent."""
+        return self._reconcile_seconds * 0.9
+
+
+def _bucket(name: str) -> int:
+    return bucket_of(lock_key(name))
+
+
+def _monotonic() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:
+    """The one-time ticks of these ended jobs, as misfires: recorded only where the
+    ledger has no row for them (no replica was up in time)."""
+    note = "not started within its misfire grace: no replica ran it"
+    return [
+        Skip(job, job.schedule.at, RunTrigger.SCHEDULE, SkipReason.MISFIRE, note)
+        for job in jobs
+        if isinstance(job.schedule, OnceSchedule)
+    ]
+
+
+def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:
+    def change(current: Job | None) -> Job | None:
+        return close_window(current, now) if current else None
+
+    return change
