@@ -81,7 +81,7 @@ class Settings(BaseSettings):
         ge=1,
         le=200,
         description="Connections of each process's pool (the API's queries; the scheduler's "
-        "mirror, sweeps and skips).",
+        "window, sweeps and skips).",
     )
     scheduler: bool = Field(
         True,
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
         30,
         gt=0,
         le=3600,
-        description="Period of the full resync of the scheduler's mirror, the overdue check "
+        description="Period of the scheduler's chores: completing ended jobs, the overdue check "
         "and retention.",
     )
     lock_sessions: int = Field(
@@ -131,7 +131,7 @@ class Settings(BaseSettings):
         True,
         description="Share the jobs out: each job's owner claims its ticks, and any replica "
         "takes over a tick its owner left (see Ownership in docs/concepts.md). `off`: every "
-        "replica mirrors and claims every job (more work per replica, no takeover wait).",
+        "replica reads and claims every job's ticks (more work per replica, no takeover wait).",
     )
     takeover_seconds: float = Field(
         3,

@@ -10,10 +10,10 @@ YOUNG_THRESHOLD = 20_000
 
 
 def settle_after_startup() -> None:
-    """Once startup is done, what exists (modules, the app, the pools, the mirrored
-    jobs) lives as long as the process: frozen, later collections skip it, so a full
-    collection no longer walks the whole heap. Freezing costs nothing; a collection
-    first would stall a replica with 100k mirrored jobs for seconds, to free little."""
+    """Once startup is done, what exists (modules, the app, the pools) lives as long as
+    the process: frozen, later collections skip it, so a full collection no longer walks
+    the whole heap. Freezing costs nothing; a collection first would stall a replica
+    that has just read a large window for seconds, to free little."""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)

@@ -1,6 +1,6 @@
 """One pod, two processes: `tickgate serve` with the API and the scheduler both on.
 
-The scheduler (mirror and runner: the fire path) runs in a process of its own beside the
+The scheduler (window and runner: the fire path) runs in a process of its own beside the
 API's, so API load never delays a fire: they share no event loop and no interpreter
 lock, and the kernel schedules them apart. This process only prepares and supervises:
 

@@ -142,7 +142,7 @@ class JobSpec(BaseModel):
         cls, value: dict[str, JsonValue], info: ValidationInfo
     ) -> dict[str, JsonValue]:
         if info.context and info.context.get(CHECKED):
-            return value  # a mirror loads 100k of these; a bulk apply makes 10k
+            return value  # a window reads 100k of these; a bulk apply makes 10k
         size = len(json.dumps(value, separators=(",", ":")).encode())
         if size > MAX_ARGS_BYTES:
             raise ValueError(f"args are {size} bytes encoded; the limit is {MAX_ARGS_BYTES}")

@@ -1,4 +1,4 @@
-"""The per-replica scheduler: mirror of active jobs, fire gates, runner, recovery."""
+"""The per-replica scheduler: the window of due ticks, fire gates, runner, recovery."""
 
 from service.scheduler.runner import Runner
 from service.scheduler.window import Window

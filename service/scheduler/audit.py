@@ -9,7 +9,7 @@ those whose ticks moved on since the last, never all of them. Per lagging cursor
 - the ticks past the job's reach without a row are recorded, as misfires;
 - the ticks owed (within reach, due longer ago than the takeover time) are claimed by
   this replica, through the gate like any: an owner that is only late meets the row.
-No standby mirrors the job for this: the cursor in the database is all it takes.
+No standby holds the job for this: the cursor in the database is all it takes.
 """
 
 import asyncio

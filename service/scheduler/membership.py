@@ -2,8 +2,8 @@
 
 A member is live while its own connection holds its advisory lock (see
 `service/store/members_sql.py`); this module keeps that connection, heartbeats on it and
-reads who else is live, every MEMBERSHIP_POLL_SECONDS. The view only steers which jobs a
-replica mirrors and when it claims them: correctness rests on the gate alone.
+reads who else is live, every MEMBERSHIP_POLL_SECONDS. The view only steers which buckets
+a replica reads into its window: correctness rests on the gate alone.
 """
 
 import asyncio

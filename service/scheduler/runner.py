@@ -1,6 +1,6 @@
 """The fire path of one replica, as one loop: gather due ticks, admit, claim, run, record.
 
-- gather: the mirror hands over each due tick (`fire`); jitter holds it back on a timer.
+- gather: the window hands over each due tick (`fire`); jitter holds it back on a timer.
 - admit: `Admission` gives ticks room in arrival order, one per job per batch, and
   lets one claim per lock session be in flight; ticks past their deadline (due +
   misfire grace) leave it as recorded misfires.
@@ -126,7 +126,7 @@ class DueTick:
 
 
 class Runner:
-    """Runs ticks through the gate. One per replica: the mirror's scheduled ticks, and
+    """Runs ticks through the gate. One per replica: the window's scheduled ticks, and
     the API's manual triggers and backfills, all come through here."""
 
     def __init__(

@@ -24,7 +24,7 @@ class JobListener:
     watches `alive` (and `on_lost`) and runs a full reconcile after reconnecting.
     A listener mostly waits, so it heartbeats (see `link`): a link gone silent is
     dropped within `Link.fence_seconds`, which calls `on_lost`, rather than leaving
-    the mirror deaf until the next reconcile.
+    the window deaf until its next read.
     """
 
     def __init__(self, connection: "asyncpg.Connection[Any]", link: Link) -> None:

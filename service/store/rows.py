@@ -106,7 +106,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
 
 class SharedParts:
     """One copy of the equal, immutable parts of many jobs: schedule, retry policy,
-    timezone, task and args. A replica mirroring 100k jobs then holds each distinct
+    timezone, task and args. A window holding 100k jobs then holds each distinct
     value once instead of once per job (about a third of each job's memory). Bounded:
     past LIMIT distinct values it forgets them all and starts over."""
 

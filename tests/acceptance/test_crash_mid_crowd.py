@@ -75,8 +75,12 @@ def test_a_kill_9_mid_crowd_costs_an_attempt_not_the_reminder(
         resumed = [row for row in rows if row["attempts"] == 2]
         assert resumed, "the kill caught no run in flight: the test proved nothing"
         assert {row["runner"] for row in resumed} <= {r.runner_id for r in survivors}
-        late = [row["job"] for row in rows if row["finished"] > instant + TAKEOVER_SECONDS + 10]
-        assert not late, f"{len(late)} ticks ended later than takeover + 10 s: {late[:5]}"
+        late = [row for row in rows if row["finished"] > instant + TAKEOVER_SECONDS + 10]
+        assert not late, f"{len(late)} ticks ended later than takeover + 10 s: " + ", ".join(
+            f"{row['job']} after {row['finished'] - instant:.1f} s, {row['attempts']} attempts"
+            f" on {row['runner']}"
+            for row in sorted(late, key=lambda row: row["finished"])[-5:]
+        )
 
 
 def _all_ended(sql: Sql) -> list[dict[str, object]] | None:
