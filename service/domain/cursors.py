@@ -21,7 +21,7 @@ it did not hand over is owed in its turn, or the catch-up tick is past its reach
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from service.domain.jobs import Catchup, Job
 
@@ -56,6 +56,11 @@ class Takeover:
 
     after: timedelta
     since: datetime
+
+    @classmethod
+    def anytime(cls, after: timedelta) -> "Takeover":
+        """No live member known: any tick may be taken over."""
+        return cls(after, datetime.min.replace(tzinfo=UTC))
 
     def owes(self, job: Job, tick: datetime, now: datetime) -> bool:
         return job.due(tick) + self.after <= now

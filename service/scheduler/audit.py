@@ -15,9 +15,8 @@ No standby holds the job for this: the cursor in the database is all it takes.
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 
-from service.domain.cursors import OwedTick
+from service.domain.cursors import OwedTick, Takeover
 from service.domain.jobs import Job
 from service.domain.runs import SkipReason
 from service.metrics import Metrics
@@ -34,10 +33,10 @@ TakeOver = Callable[[Job, OwedTick], None]
 
 
 async def audit_cursors(
-    store: Store, takeover: timedelta, runner: str, metrics: Metrics, take_over: TakeOver
+    store: Store, takeover: Takeover, runner: str, metrics: Metrics, take_over: TakeOver
 ) -> int:
     """Do one round of the audit on this replica; how many lagging cursors it moved."""
-    await store.refresh_cursors(takeover)
+    await store.refresh_cursors(takeover.after)
     moved = 0
     for _ in range(MOST_BATCHES):
         audited = await store.audit_cursors(AUDIT_BATCH, runner, takeover)

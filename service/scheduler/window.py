@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+from service.domain.cursors import Takeover
 from service.domain.jobs import Job, JobState, close_window
 from service.domain.names import lock_key
 from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
@@ -52,6 +53,8 @@ WINDOW_SECONDS = 10.0
 HANDOVER_SECONDS = 10.0
 # A job's ticks one plan files at most (a one-second job has ten in the window).
 MOST_TICKS_PER_JOB = 600
+# Jobs planned between two turns of the event loop.
+PLANS_PER_SLICE = 1000
 # With nothing filed, the loop still looks again this often.
 IDLE_SECONDS = 1.0
 _INSTANT = timedelta(microseconds=1)
@@ -120,11 +123,14 @@ class Window:
         run_history: int,
         clock: ReplicaClock | None = None,
         members: Callable[[], Members] = Members.unknown,
+        cluster_since: Callable[[], datetime | None] = lambda: None,
         link: Link | None = None,
         window_seconds: float = WINDOW_SECONDS,
     ) -> None:
-        """`window_seconds`: how far ahead ticks are held; the window is read again
-        every half of it."""
+        """`members`: the view ownership follows; `cluster_since`: when the earliest
+        live member joined, on the database's clock (None: unknown), which the audit
+        takes over after (`Takeover`); `window_seconds`: how far ahead ticks are held;
+        the window is read again every half of it."""
         self._store = store
         self._link = link
         self._clock = clock or ReplicaClock()
@@ -133,6 +139,7 @@ class Window:
         self._reconcile_seconds = reconcile_seconds
         self._run_history = run_history
         self._members = members
+        self._cluster_since = cluster_since
         self._buckets = _Buckets()
         # A replica whose clock runs ahead fires a tick before the database's clock
         # reads it: it reads that much further ahead.
@@ -215,8 +222,10 @@ class Window:
         async with self._loading:
             read = await self._store.read_window(self._buckets.reading(_monotonic()), self._seconds)
             self._up_since = self._up_since or read.now
-            for job, cursor in read.jobs:
+            for index, (job, cursor) in enumerate(read.jobs, 1):
                 self._plan(job, cursor, read)
+                if not index % PLANS_PER_SLICE:
+                    await asyncio.sleep(0)  # a crowd's ticks: the due ones still go out
             self._forget_all_but({job.name for job, _ in read.jobs})
             self.last_sync = datetime.now(UTC)
 
@@ -408,7 +417,8 @@ class Window:
 
     async def _audit(self) -> None:
         runner = self._runner
-        takeover = timedelta(seconds=runner.takeover_seconds)
+        after, since = timedelta(seconds=runner.takeover_seconds), self._cluster_since()
+        takeover = Takeover(after, since) if since else Takeover.anytime(after)
         await audit_cursors(
             self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
         )

@@ -7,7 +7,6 @@ lock a job's cursor too, so the audit's lock and theirs wait for each other: no 
 claimed while the audit counts it as missed.
 """
 
-from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.rows import job_document
 
 # The cursors whose `due_at` is more than $2 seconds (the takeover time) behind the
@@ -24,12 +23,8 @@ REFRESH = """WITH moved AS (
 
 # The cursors that do lag: the tick they wait for is due more than $2 seconds ago, the
 # longest lagging first, at most $1, with their jobs as they stand, locked, skipping
-# (never waiting for) rows others hold: this round leaves them to the next. `since`:
-# when the earliest live member joined; a tick due before then fell while every live
-# replica was down (NULL, none live: any tick may be taken over).
-LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now,
-        (SELECT min(m.started_at) FROM tickgate_members m
-         WHERE {MEMBER_IS_LIVE}) AS since
+# (never waiting for) rows others hold: this round leaves them to the next.
+LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
     WHERE k.due_at < clock_timestamp() - make_interval(secs => $2)
       AND k.tick < clock_timestamp() - make_interval(secs => $2)

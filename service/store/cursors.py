@@ -1,9 +1,10 @@
 """The tick cursors' audit over one connection (statements in `cursor_sql`)."""
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -17,8 +18,8 @@ from service.store.rows import job_from_row
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
 # AUDIT_BATCH x TICKS_PER_CURSOR schedule steps, with the event loop free between them.
 TICKS_PER_CURSOR = 100
-# `since` when no member is live: every tick fell due after it.
-_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
+# Window rows made into jobs between two turns of the event loop.
+ROWS_PER_SLICE = 1000
 # Cursors whose due_at one statement sets again from their tick, at most.
 REFRESH_BATCH = 10_000
 
@@ -33,13 +34,30 @@ class WindowRead:
     jobs: list[tuple[Job, datetime]]
 
 
-async def read_window(
+@dataclass(frozen=True)
+class WindowRows:
+    """A window read as the database answered it, before its rows become jobs."""
+
+    now: datetime
+    until: datetime
+    rows: list[Mapping[str, Any]]
+
+    async def read(self, job_of: Callable[[Mapping[str, Any]], Job]) -> WindowRead:
+        """The jobs, made a slice at a time: a crowd's window is tens of thousands of
+        rows, and the ticks due meanwhile still go out between slices."""
+        jobs = []
+        for start in range(0, len(self.rows), ROWS_PER_SLICE):
+            jobs += [(job_of(r), r["cursor"]) for r in self.rows[start : start + ROWS_PER_SLICE]]
+            await asyncio.sleep(0)
+        return WindowRead(self.now, self.until, jobs)
+
+
+async def fetch_window(
     connection: Connection,
     buckets: frozenset[int] | None,
     seconds: float,
-    job_of: Callable[[Mapping[str, Any]], Job],
     names: Sequence[str] | None = None,
-) -> WindowRead:
+) -> WindowRows:
     """The active jobs of `buckets` (None: all) with a cursor that may fall due in the
     next `seconds`, by the database's clock; or, given `names`, the jobs of those names
     that exist, in any state."""
@@ -51,7 +69,7 @@ async def read_window(
         rows = await connection.fetch(cursor_sql.WINDOW_ALL, until)
     else:
         rows = await connection.fetch(cursor_sql.WINDOW, sorted(buckets), until)
-    return WindowRead(now, until, [(job_of(row), row["cursor"]) for row in rows])
+    return WindowRows(now, until, rows)
 
 
 @dataclass(frozen=True)
@@ -72,15 +90,14 @@ async def refresh(connection: Connection, takeover: timedelta) -> int:
 
 
 async def audit(
-    connection: Connection, most: int, runner: str, takeover_after: timedelta
+    connection: Connection, most: int, runner: str, takeover: Takeover
 ) -> list[Audited]:
-    """Audit up to `most` cursors lagging more than `takeover_after`, in the caller's
+    """Audit up to `most` cursors lagging more than the takeover time, in the caller's
     transaction."""
-    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover_after.total_seconds())
+    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.after.total_seconds())
     if not rows:
         return []
     now: datetime = rows[0]["now"]
-    takeover = Takeover(takeover_after, rows[0]["since"] or _BEFORE_ALL)
     lagging = [(job_from_row(row), row["cursor"]) for row in rows]
     decided = await _decided(connection, lagging)
     audits = [

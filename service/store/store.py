@@ -11,6 +11,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
+from service.domain.cursors import Takeover
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState
 from service.domain.ownership import Member
@@ -363,7 +364,7 @@ class Store:
         async with self._bounded() as connection:
             return await cursors.refresh(connection, takeover)
 
-    async def audit_cursors(self, most: int, runner: str, takeover: timedelta) -> list[Audited]:
+    async def audit_cursors(self, most: int, runner: str, takeover: Takeover) -> list[Audited]:
         """Audit up to `most` cursors lagging past the takeover time: the ticks they pass
         past reach without a row recorded as misfires, the owed ones returned to claim
         (`cursors.audit`), in one transaction."""
@@ -377,9 +378,8 @@ class Store:
         next `seconds`, or the jobs of `names` in any state (`cursors.read_window`),
         each with its cursor; shared parts held once, as by `get_jobs`."""
         async with self._bounded() as connection:
-            return await cursors.read_window(
-                connection, buckets, seconds, self._shared.job_from_row, names
-            )
+            rows = await cursors.fetch_window(connection, buckets, seconds, names)
+        return await rows.read(self._shared.job_from_row)
 
     async def cursor(self, job: str) -> datetime | None:
         """The job's tick cursor: every scheduled tick before it has its outcome."""
