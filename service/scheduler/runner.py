@@ -555,18 +555,22 @@ class Runner:
 
     # --- orphans ------------------------------------------------------------------
 
-    async def sweep_orphans(self) -> None:
+    async def sweep_orphans(self) -> float | None:
         """Runs whose replica died: each whose retry policy allows another attempt gets
         it here, the same run (id, Idempotency-Key) moved to this replica; the others
         end `abandoned`. A run whose runner is alive (it lost only the run's session) is
         left to it for ORPHAN_GRACE_SECONDS, and one whose runner is not a member now
         for REJOIN_GRACE_SECONDS (see `Orphan.awaits_its_replica`). Replicas sweep at
         once and each takes a share, the row's compare-and-set deciding; at most `_room`
-        resumed runs go at a time here, and the rest wait for the next sweep."""
+        resumed runs go at a time here, and the rest wait for the next sweep. Returns
+        in how many seconds the first orphan left to its replica may be taken (None:
+        none is), for the next sweep to come no later."""
         room = self._room - len(self._resuming)
         found = await self._store.orphans(max(room, 1) * 4)
         graces = (REJOIN_GRACE_SECONDS, ORPHAN_GRACE_SECONDS)
-        orphans = [orphan for orphan in found if not orphan.awaits_its_replica(*graces)]
+        left = [orphan.grace_left(*graces) for orphan in found]
+        orphans = [orphan for orphan, grace in zip(found, left, strict=True) if grace < 0]
+        waiting = [grace for grace in left if grace >= 0]
         now = self._clock.now()
         for run in await self._store.abandon([o for o in orphans if not o.resumable(now)]):
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
@@ -576,6 +580,7 @@ class Runner:
             if self.accepting:
                 self._resuming.add(orphan.run.id)
                 self._spawn(self._resume(orphan, now))
+        return min(waiting, default=None)
 
     async def _resume(self, orphan: Orphan, now: datetime) -> None:
         """Take the orphan's run over on a side session and make its next attempts; one

@@ -53,6 +53,8 @@ WINDOW_SECONDS = 10.0
 HANDOVER_SECONDS = 10.0
 # A job's ticks one plan files at most (a one-second job has ten in the window).
 MOST_TICKS_PER_JOB = 600
+# A sweep meant for the moment an orphan's grace ends comes this much after it.
+ORPHAN_SLACK_SECONDS = 0.1
 # Jobs planned between two turns of the event loop.
 PLANS_PER_SLICE = 1000
 # With nothing filed, the loop still looks again this often.
@@ -139,6 +141,7 @@ class Window:
         self._reconcile_seconds = reconcile_seconds
         self._run_history = run_history
         self._members = members
+        self._view = Members.unknown()
         self._cluster_since = cluster_since
         self._buckets = _Buckets()
         # A replica whose clock runs ahead fires a tick before the database's clock
@@ -152,6 +155,8 @@ class Window:
         self._filed = asyncio.Event()  # an entry went in: the next instant may be earlier
         self._refill_now = asyncio.Event()
         self._members_changed = asyncio.Event()
+        self._peer_left = asyncio.Event()
+        self._next_orphan_sweep = runner.orphan_sweep_seconds
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
         # Held by each read from the database to its last change of the window: applied
@@ -184,7 +189,8 @@ class Window:
         return self.synced and self._listener is not None and self._listener.alive
 
     async def start(self) -> None:
-        self._buckets.assign(owned_buckets(self._members()), _monotonic())
+        self._view = self._members()
+        self._buckets.assign(owned_buckets(self._view), _monotonic())
         in_sync = await self._guarded(self._listen_and_refill(), "listening for job changes")
         await self._guarded(self._sweep(), "sweeping runs")
         self._loops = [
@@ -390,8 +396,14 @@ class Window:
         while True:
             await self._members_changed.wait()
             self._members_changed.clear()
-            if self._buckets.assign(owned_buckets(self._members()), _monotonic()):
+            view, before = self._members(), self._view
+            self._view = view
+            if self._buckets.assign(owned_buckets(view), _monotonic()):
                 self._refill_now.set()  # the gained buckets' ticks are due now
+            if view.own == before.own and set(before.seeds) - set(view.seeds):
+                # A peer is gone while this replica stayed: its runs are orphans now.
+                # (After a restart of PostgreSQL this replica rejoined too: no hurry.)
+                self._peer_left.set()
 
     async def _maintain_forever(self) -> None:
         while True:
@@ -401,11 +413,22 @@ class Window:
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
 
     async def _sweep_orphans_forever(self) -> None:
-        # Twice per takeover period: a run its replica lost mid-crowd goes on elsewhere
-        # (or is recorded abandoned) within seconds, not a reconcile.
+        # Twice per takeover period, at once when a peer left the cluster, and again as
+        # soon as an orphan left to its replica may be taken: a run its replica lost
+        # mid-crowd goes on elsewhere (or is recorded abandoned) within seconds.
         while True:
-            await asyncio.sleep(self._runner.orphan_sweep_seconds)
-            await self._guarded(self._runner.sweep_orphans(), "sweeping orphaned runs")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._next_orphan_sweep):
+                    await self._peer_left.wait()
+            self._peer_left.clear()
+            await self._guarded(self._sweep_orphans(), "sweeping orphaned runs")
+
+    async def _sweep_orphans(self) -> None:
+        period = self._runner.orphan_sweep_seconds
+        self._next_orphan_sweep = period  # unless the sweep says sooner
+        grace_left = await self._runner.sweep_orphans()
+        if grace_left is not None:
+            self._next_orphan_sweep = min(period, max(grace_left, 0.0) + ORPHAN_SLACK_SECONDS)
 
     async def _audit_forever(self) -> None:
         # Twice per takeover period, on every replica: a tick its owner left is claimed

@@ -102,8 +102,12 @@ class Orphan:
         `record_seconds` for that; one that is not yet gets `rejoin_seconds` to come
         back (after a restart every member's session went too), counted from when a
         sweep first found the orphan. A replica that died never comes back."""
+        return self.grace_left(rejoin_seconds, record_seconds) >= 0
+
+    def grace_left(self, rejoin_seconds: float, record_seconds: float) -> float:
+        """Seconds until sweeps may take it (see `awaits_its_replica`)."""
         grace = record_seconds if self.runner_live else rejoin_seconds
-        return self.orphaned_seconds <= grace
+        return grace - self.orphaned_seconds
 
     def resumable(self, now: datetime) -> bool:
         """Whether the next attempt may start now, by the job's retry policy (the lost
