@@ -7,9 +7,9 @@ the first 200 of `GET /readyz` (the scheduler's first sync); each replica's peak
 (its process tree, sampled every 0.2 s) runs from start to `ownership_settle_seconds`
 after the last was ready, so the hand-over of jobs a replica no longer owns is inside it.
 
-Memory: a replica mirrors about 2/n of the jobs once the members' views agree, but one
-that syncs before the others have joined loads more. Before starting, the harness
-assumes the worst (each replica loads every job, `WORST_KIB_PER_JOB` each) and, if the
+Memory: a replica holds only the jobs with a tick in its window (none here), but the
+harness still assumes the worst of older releases, which mirrored their jobs (each
+replica loads every job, `WORST_KIB_PER_JOB` each) and, if the
 box's available memory cannot hold it, measures the largest size that fits (a multiple
 of 10,000) and says so. While the replicas run, a guard kills them if available memory
 falls under `FLOOR_MIB`; the size is then halved and tried once more.

@@ -583,10 +583,12 @@ class Runner:
         return min(waiting, default=None)
 
     async def _resume(self, orphan: Orphan, now: datetime) -> None:
-        """Take the orphan's run over on a side session and make its next attempts; one
+        """Take the orphan's run over on a lock session and make its next attempts; one
         another replica took first, or that ended meanwhile, is left alone."""
         try:
-            async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
+            # On the replica's lock sessions, not the one side session: a crash mid-crowd
+            # leaves a thousand orphans, each resumed by a statement of its own.
+            async with self._sessions.session(SIDE_WAIT_SECONDS) as session:
                 claim = await session.resume(orphan, self._runner_id)
                 if claim.run is None:
                     return

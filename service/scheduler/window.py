@@ -41,9 +41,9 @@ from service.scheduler.runner import Runner
 from service.store import Store
 from service.store.cursors import WindowRead
 from service.store.errors import is_unavailable
-from service.store.fire_sql import Skip
 from service.store.link import Link
 from service.store.listener import JobListener
+from service.store.ports import Skip
 
 log = logging.getLogger(__name__)
 

@@ -8,78 +8,14 @@ ticks were given (`n`).
 """
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
-from typing import Literal
 from uuid import UUID
 
-from pydantic import JsonValue
-
 from service.domain.jobs import Job
-from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.domain.runs import RunTrigger
 from service.store.members_sql import MEMBER_IS_LIVE
+from service.store.ports import Following, NextTick, RunEnd, Skip, TickClaim
 from service.store.rows import RUN_COLUMNS, job_document
-
-
-class Following(Enum):
-    """A tick's `following` not known when it was asked for: worked out with the
-    statement's arguments."""
-
-    UNKNOWN = "unknown"
-
-
-# The job's tick after this one (None: none left), where the asker knows it already.
-NextTick = datetime | None | Literal[Following.UNKNOWN]
-
-
-@dataclass(frozen=True)
-class TickClaim:
-    """What a replica asks the gate for: this tick of this job, as the replica knows
-    the job. `lock` takes the job's advisory lock first (every overlap mode but
-    "allow"); `any_version` (manual and backfill runs) accepts any version of the same
-    incarnation, where a scheduled tick must match the job's revision exactly;
-    `while_active` (a backfill begun on an active job) claims only while the job is
-    still active, so a pause stops the ticks not yet claimed."""
-
-    job: Job
-    scheduled_for: datetime
-    trigger: RunTrigger
-    runner: str
-    run_id: UUID
-    lock: bool
-    any_version: bool = False
-    following: NextTick = Following.UNKNOWN
-    while_active: bool = False
-
-    @property
-    def counted(self) -> bool:
-        """A claim that counts against the job's `max_runs` (manual runs never do)."""
-        return self.job.max_runs is not None and self.trigger is not RunTrigger.MANUAL
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ended: what is written to its ledger row."""
-
-    status: RunStatus
-    error: str | None
-    result: JsonValue
-    attempts: int
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A tick that will not run, and why: recorded as a `skipped` ledger row."""
-
-    job: Job
-    scheduled_for: datetime
-    trigger: RunTrigger
-    reason: SkipReason
-    note: str
-    missed_ticks: int | None = None
-    following: NextTick = Following.UNKNOWN
-
 
 # The ledger's columns, read from the table named r (where another table is joined).
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))

@@ -22,7 +22,7 @@ from uuid import UUID
 
 from service.domain.jobs import Job
 from service.domain.runs import Run
-from service.store.fire_sql import Following, NextTick, RunEnd, Skip, TickClaim
+from service.store.values import Following, NextTick, RunEnd, Skip, TickClaim
 
 __all__ = [
     "Claim",

@@ -34,9 +34,8 @@ from service.store import fire_sql
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
-from service.store.fire_sql import RunEnd, TickClaim
 from service.store.link import Link, deadline, heartbeat
-from service.store.ports import Claim, ClaimOutcome, GateFacts, Orphan
+from service.store.ports import Claim, ClaimOutcome, GateFacts, Orphan, RunEnd, TickClaim
 from service.store.rows import job_from_row, run_from_row
 from service.store.store import init_connection
 from service.store.turns import Turns

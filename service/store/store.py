@@ -19,10 +19,9 @@ from service.domain.runs import Run, RunStatus, SkipReason
 from service.store import chores_sql, cursor_sql, cursors, fire_sql, members_sql
 from service.store.connection import Connection, Pool
 from service.store.cursors import Audited, WindowRead
-from service.store.fire_sql import RunEnd, Skip
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
-from service.store.ports import JobUpdateFn, Orphan
+from service.store.ports import JobUpdateFn, Orphan, RunEnd, Skip
 from service.store.rows import (
     JOB_COLUMN_TYPES,
     JOB_COLUMNS,

@@ -33,7 +33,8 @@ TWO_ATTEMPTS = {"max_attempts": 2, "min_backoff_seconds": 1}
 
 IN_FLIGHT = "SELECT count(*) FROM tickgate_runs WHERE runner = $1 AND status = 'running'"
 LEDGER = """SELECT job, id::text AS id, status, attempts, runner,
-                   extract(epoch FROM finished_at)::float8 AS finished
+                   extract(epoch FROM finished_at)::float8 AS finished,
+                   extract(epoch FROM orphaned_at)::float8 AS orphaned
             FROM tickgate_runs WHERE job LIKE 'remind-%'"""
 
 
@@ -58,6 +59,7 @@ def test_a_kill_9_mid_crowd_costs_an_attempt_not_the_reminder(
             lambda: sql.value(IN_FLIGHT, victim.runner_id) > 0, 30, "the victim's runs to start"
         )
         victim.kill()
+        killed = time.time() - instant
         rows = eventually(
             lambda: _all_ended(sql), TAKEOVER_SECONDS + 30, "every tick of the crowd to end"
         )
@@ -76,11 +78,24 @@ def test_a_kill_9_mid_crowd_costs_an_attempt_not_the_reminder(
         assert resumed, "the kill caught no run in flight: the test proved nothing"
         assert {row["runner"] for row in resumed} <= {r.runner_id for r in survivors}
         late = [row for row in rows if row["finished"] > instant + TAKEOVER_SECONDS + 10]
-        assert not late, f"{len(late)} ticks ended later than takeover + 10 s: " + ", ".join(
-            f"{row['job']} after {row['finished'] - instant:.1f} s, {row['attempts']} attempts"
-            f" on {row['runner']}"
-            for row in sorted(late, key=lambda row: row["finished"])[-5:]
+        assert not late, (
+            f"{len(late)} ticks ended later than takeover + 10 s (the kill at {killed:.1f} s): "
+            + ", ".join(_timeline(row, instant) for row in sorted(late, key=_finished)[-5:])
         )
+
+
+def _finished(row: dict[str, object]) -> float:
+    return float(row["finished"])  # type: ignore[arg-type]
+
+
+def _timeline(row: dict[str, object], instant: float) -> str:
+    """When a late tick's run ended, and was found orphaned, from the instant."""
+    orphaned = row["orphaned"]
+    stamp = f"{float(orphaned) - instant:.1f} s" if orphaned is not None else "never"  # type: ignore[arg-type]
+    return (
+        f"{row['job']} after {_finished(row) - instant:.1f} s, {row['attempts']} attempts "
+        f"on {row['runner']}, found orphaned at {stamp}"
+    )
 
 
 def _all_ended(sql: Sql) -> list[dict[str, object]] | None:
