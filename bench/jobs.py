@@ -74,6 +74,13 @@ FROM tickgate_jobs AS template,
      ) AS copied
 WHERE template.name = $1
 """
+# The clones' cursors as the API's write leaves a job's (opened at its first tick): the
+# template's, since the schedule and threshold are the same (migration 0016).
+_CLONE_CURSORS = """
+UPDATE tickgate_cursors AS k SET tick = template.tick, due_at = template.due_at
+FROM tickgate_cursors AS template
+WHERE template.job = $1 AND k.job = ANY($2::text[])
+"""
 
 
 async def _clone(database_url: str, template: str, names: Sequence[str]) -> None:
@@ -82,6 +89,7 @@ async def _clone(database_url: str, template: str, names: Sequence[str]) -> None
         for start in range(0, len(names), 20_000):
             chunk = list(names[start : start + 20_000])
             await connection.execute(_CLONE, template, chunk, [lock_key(n) for n in chunk])
+            await connection.execute(_CLONE_CURSORS, template, chunk)
     finally:
         await connection.close()
 
@@ -90,8 +98,8 @@ def clone_jobs(database_url: str, template: str, names: Sequence[str]) -> float:
     """Copy job `template`'s row (made through the API) under each of `names`, with each
     name's own lock key; every other column is the template's. The seconds taken.
 
-    10^5 jobs through the API would take minutes on two cores; the rows are the same.
-    Replicas started afterwards load them at their first sync.
+    10^5 jobs through the API would take minutes on two cores; the rows are the same,
+    their tick cursors too. Replicas started afterwards read them at their first sync.
     """
     began = time.monotonic()
     asyncio.run(_clone(database_url, template, names))
