@@ -354,6 +354,10 @@ _ORPHANED = """r.status = 'running'
 
 ORPHANS = f"""WITH found AS (
         SELECT r.id FROM tickgate_runs r WHERE {_ORPHANED} ORDER BY r.started_at LIMIT $1
+    ), live AS MATERIALIZED (
+        -- Once per statement, not once per orphan: each look reads pg_locks whole, and a
+        -- crash mid-crowd leaves a thousand orphans while thousands of locks are held.
+        SELECT m.runner_id FROM tickgate_members m WHERE {MEMBER_IS_LIVE}
     ), stamped AS (
         UPDATE tickgate_runs r SET orphaned_at = clock_timestamp() FROM found
         WHERE r.id = found.id AND r.orphaned_at IS NULL
@@ -362,8 +366,7 @@ ORPHANS = f"""WITH found AS (
     SELECT {_RUN_COLUMNS_OF_R}, r.backend_pid, r.locked, r.lock_key, stored.job AS stored_job,
         extract(epoch FROM clock_timestamp() - COALESCE(s.orphaned_at, r.orphaned_at))::float8
             AS orphaned_seconds,
-        EXISTS (SELECT 1 FROM tickgate_members m
-                WHERE m.runner_id = r.runner AND {MEMBER_IS_LIVE}) AS runner_live
+        EXISTS (SELECT 1 FROM live WHERE live.runner_id = r.runner) AS runner_live
     FROM found JOIN tickgate_runs r ON r.id = found.id
         JOIN LATERAL (SELECT {job_document("j")} FROM tickgate_jobs j WHERE j.name = r.job)
             AS stored ON true
