@@ -316,18 +316,19 @@ async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
     ledger row, and waits for it)."""
 
     async def nap(args: GateArgs, context: TaskContext) -> JsonValue:
-        await asyncio.sleep(1.5)  # longer than a second: the tick falls due mid-run
+        await asyncio.sleep(2.5)  # longer than the tick's lead: it falls due mid-run
         return None
 
     tasks = [TaskDefinition("nap", "sleeps a little", GateArgs, nap)]
     async with running(store, sessions, gates, metrics, tasks=tasks) as runner:
-        due = tick_now() + timedelta(seconds=1)  # in the first backfill run
+        due = tick_now() + timedelta(seconds=2)  # 1 to 2 s ahead: in the first backfill run
         hourly = IntervalSchedule(kind="interval", every_seconds=3600, anchor=due)
         job = await add_job(store, "busy-history", task="nap", schedule=hourly)
         past = [due - timedelta(hours=n) for n in range(3, 0, -1)]
+        # Handed over first, as the scheduler does: it arrives when due, whenever that is.
+        runner.fire(job, due, RunTrigger.SCHEDULE)
         backfilling = asyncio.create_task(runner.backfill(job, past))
         await eventually_async(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
-        runner.fire(job, due, RunTrigger.SCHEDULE)  # as the scheduler does; it arrives when due
         made = await asyncio.wait_for(backfilling, timeout=60)
         runs = sorted(await finished_runs(store, "busy-history", 4), key=lambda r: r.started_at)
     assert len(made) == 3
