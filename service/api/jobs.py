@@ -45,7 +45,7 @@ from service.domain.jobs import (
 )
 from service.scheduler.overdue import overdue_jobs
 from service.store import JobChange, JobFilter, ShownJob
-from service.store.store import JobChangeFn
+from service.store.jobs import JobChangeFn
 from service.tasks.http import merge_secret_headers
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

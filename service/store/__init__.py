@@ -1,17 +1,16 @@
 """Everything that talks SQL."""
 
-from service.store.store import (
+from service.store.jobs import (
     JobChange,
     JobFilter,
     JobsApplied,
     Labels,
     Prune,
-    RunFilter,
-    RunPosition,
     ShownJob,
-    Store,
     TickPosition,
 )
+from service.store.runs_sql import RunFilter, RunPosition
+from service.store.store import Store
 
 __all__ = [
     "JobChange",

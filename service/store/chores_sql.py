@@ -1,5 +1,5 @@
 """Every statement of the cluster-wide chores (migrations 0008 and 0012): taking a round,
-the overdue book and the next-tick book. One constant per statement."""
+the overdue book, the next-tick book and retention. One constant per statement."""
 
 from service.store.rows import job_document
 
@@ -52,3 +52,37 @@ FILE_NEXT_TICKS_PAGE = f"""WITH filed AS ({FILE_NEXT_TICKS})
     DELETE FROM tickgate_next_ticks n USING tickgate_jobs j
     WHERE j.name = n.job AND j.state <> 'active'
       AND ($5::text IS NULL OR n.job > $5) AND ($6::text IS NULL OR n.job <= $6)"""
+
+# Retention (migration 0008's watermark), PRUNE_JOBS_PER_STATEMENT jobs ($3) after the
+# name $2 (NULL: from the first), keeping the newest $1 rows of each.
+# The deletion and the watermark move together, in one statement: a backfill that
+# finds a pruned tick missing from the ledger finds the watermark covering it too.
+# The watermark only moves forward (a row older than it may still be pruned later).
+# A row is spared while its tick is within the job's reach (grace + jitter, `Job.reach`)
+# and 300 s more: a pruned tick a replica could still fire would run again.
+# Jobs are key-share locked in name order, as the API locks them, before their runs:
+# a job deleted meanwhile (it locks the job, then its runs) makes this wait, not deadlock.
+PRUNE_RUNS = """WITH batch AS (
+        SELECT name, misfire_grace_seconds + jitter_seconds AS reach FROM tickgate_jobs
+        WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3
+        FOR KEY SHARE),
+    doomed AS (
+        SELECT old.id FROM batch j
+        CROSS JOIN LATERAL (
+            SELECT id, scheduled_for, status FROM tickgate_runs
+            WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
+        WHERE old.status <> 'running'
+          AND old.scheduled_for
+              < clock_timestamp() - make_interval(secs => j.reach + 300)),
+    deleted AS (
+        DELETE FROM tickgate_runs r USING doomed WHERE r.id = doomed.id
+        RETURNING r.job, r.scheduled_for),
+    marked AS (
+        INSERT INTO tickgate_pruned (job, through)
+        SELECT job, max(scheduled_for) FROM deleted GROUP BY job
+        ON CONFLICT (job) DO UPDATE
+            SET through = greatest(tickgate_pruned.through, excluded.through))
+    SELECT (SELECT count(*) FROM deleted) AS pruned, (SELECT max(name) FROM batch) AS last_job"""
+
+# The newest tick of a job whose run retention deleted.
+PRUNED_THROUGH = "SELECT through FROM tickgate_pruned WHERE job = $1"

@@ -11,7 +11,8 @@ from uuid import uuid4
 from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
 from service.domain.jobs import Job
 from service.store import cursor_sql
-from service.store.connection import Connection
+from service.store.base import StoreBase
+from service.store.connection import Connection, Pool
 from service.store.rows import job_from_row
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
@@ -152,3 +153,48 @@ def misfire_note(run: MissedTicks) -> str:
     else:
         ticks = f"{run.count} ticks from {run.first.isoformat()} to {run.last.isoformat()}"
     return f"not started within its misfire grace: {ticks}, with no replica starting it"
+
+
+class CursorStore(StoreBase):
+    """The tick cursors' statements on the API pool: the audit, the window and a look."""
+
+    async def refresh_cursors(self, takeover: timedelta) -> int:
+        """Set `due_at` again where claims moved cursors on (`cursors.refresh`)."""
+        async with self._bounded() as connection:
+            return await refresh(connection, takeover)
+
+    async def audit_cursors(self, most: int, runner: str, takeover: Takeover) -> list[Audited]:
+        """Audit up to `most` cursors lagging past the takeover time: the ticks they pass
+        past reach without a row recorded as misfires, the owed ones returned to claim
+        (`cursors.audit`), in one transaction."""
+        async with self._bounded() as connection, connection.transaction():
+            return await audit(connection, most, runner, takeover)
+
+    async def read_window(
+        self, buckets: frozenset[int] | None, seconds: float, names: Sequence[str] | None = None
+    ) -> WindowRead:
+        """The active jobs of `buckets` (None: all) whose cursor may fall due in the
+        next `seconds`, or the jobs of `names` in any state (`cursors.read_window`),
+        each with its cursor; shared parts held once, as by `get_jobs`."""
+        async with self._bounded() as connection:
+            rows = await fetch_window(connection, buckets, seconds, names)
+        return await rows.read(self._shared.job_from_row)
+
+    async def cursor(self, job: str) -> datetime | None:
+        """The job's tick cursor: every scheduled tick before it has its outcome."""
+        async with self._bounded() as connection:
+            tick: datetime | None = await connection.fetchval(cursor_sql.CURSOR, job)
+        return tick
+
+
+async def open_cursors(connection: Connection | Pool, jobs: Sequence[Job]) -> None:
+    """Move the cursors of these jobs, just written, from their threshold to their first
+    tick (`cursor_sql.OPEN_CURSORS`)."""
+    if jobs:
+        await connection.execute(
+            cursor_sql.OPEN_CURSORS,
+            [job.name for job in jobs],
+            [job.incarnation for job in jobs],
+            [job.version for job in jobs],
+            [job.first_tick for job in jobs],
+        )

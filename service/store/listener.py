@@ -8,8 +8,8 @@ from typing import Any, Self
 
 import asyncpg
 
+from service.store.jobs_sql import JOBS_CHANNEL
 from service.store.link import Link, deadline, heartbeat
-from service.store.store import JOBS_CHANNEL
 
 log = logging.getLogger(__name__)
 

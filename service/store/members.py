@@ -9,10 +9,10 @@ import asyncpg
 
 from service.domain.ownership import Heartbeat, Member
 from service.store import members_sql
+from service.store.base import init_connection
 from service.store.errors import UNAVAILABLE
 from service.store.link import Link
 from service.store.rows import member_from_row
-from service.store.store import init_connection
 
 # Deadlines: opening the connection (a TLS handshake, a busy server), each statement,
 # and a polite close before the connection is simply dropped.

@@ -31,13 +31,13 @@ import asyncpg
 
 from service.domain.runs import Run
 from service.store import fire_sql
+from service.store.base import init_connection
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.link import Link, deadline, heartbeat
 from service.store.ports import Claim, ClaimOutcome, GateFacts, Orphan, RunEnd, TickClaim
 from service.store.rows import job_from_row, run_from_row
-from service.store.store import init_connection
 from service.store.turns import Turns
 
 __all__ = [

@@ -21,10 +21,10 @@ from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.audit import audit_cursors
 from service.store import Store
+from service.store.base import init_connection
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
 from service.store.rows import JOB_COLUMNS, job_values
 from service.store.sessions import LockSessions
-from service.store.store import init_connection
 from tests.support.db import TemplateDatabases
 from tests.support.fire import EVERY_SECOND, runs_of
 

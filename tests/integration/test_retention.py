@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 
 from service.store import Store
-from service.store.store import PRUNE_JOBS_PER_STATEMENT
+from service.store.chores import PRUNE_JOBS_PER_STATEMENT
 
 ANCHOR = "2026-01-01T00:00:00Z"
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ from harness.postgres import with_database
 from service.domain.jobs import Job, JobSpec, complete_job, create_job, replace_job
 from service.domain.schedules import CronSchedule, IntervalSchedule
 from service.store import Store
+from service.store.jobs import JobChangeFn
 from service.store.migrate import available_migrations, head_version, migrate
-from service.store.store import JobChangeFn
 from tests.support.db import TemplateDatabases
 
 

@@ -1,0 +1,116 @@
+"""The cluster-wide chores: taking a round, the overdue and next-tick books, retention
+and the members' list (statements in `chores_sql` and `members_sql`)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.domain.jobs import Job
+from service.domain.ownership import Member
+from service.store import chores_sql, members_sql
+from service.store.base import StoreBase
+from service.store.rows import (
+    job_from_row,
+    member_from_row,
+)
+
+# Jobs whose history one statement of a retention round prunes.
+PRUNE_JOBS_PER_STATEMENT = 200
+
+
+@dataclass(frozen=True)
+class OverdueSummary:
+    """What the overdue book holds: how many jobs, filed when (None: never yet)."""
+
+    count: int
+    checked_at: datetime | None
+
+
+class ChoreStore(StoreBase):
+    """The chores' statements."""
+
+    async def claim_chore(self, name: str, every_seconds: float) -> bool:
+        """Take this round of a cluster-wide chore (`overdue`, `audit`), unless one
+        began in the last `every_seconds` (on any replica)."""
+        async with self._bounded() as connection:
+            taken = await connection.fetchval(chores_sql.CLAIM_CHORE, name, every_seconds)
+        return bool(taken)
+
+    async def active_jobs_page(self, after: str | None, limit: int) -> list[Job]:
+        """Active jobs in name order, the first `limit` after the name `after`."""
+        rows = await self._pool.fetch(chores_sql.ACTIVE_JOBS_PAGE, after, limit)
+        return [job_from_row(row) for row in rows]
+
+    async def file_next_ticks(self, ticks: Sequence[tuple[Job, datetime | None]]) -> None:
+        """Book each job's next tick (None: it has none left), for the jobs still active at
+        the revision given."""
+        await self._pool.execute(chores_sql.FILE_NEXT_TICKS, *_booked(ticks))
+
+    async def file_next_ticks_page(
+        self, ticks: Sequence[tuple[Job, datetime | None]], after: str | None, through: str | None
+    ) -> None:
+        """The overdue check's page: book these active jobs' next ticks, and drop the rows
+        of jobs named in (after, through] (None: open) that are no longer active."""
+        await self._pool.execute(chores_sql.FILE_NEXT_TICKS_PAGE, *_booked(ticks), after, through)
+
+    async def file_overdue(self, ticks: Sequence[tuple[str, datetime]]) -> None:
+        """Replace the overdue book with these (job, missed tick) pairs."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            await connection.execute(chores_sql.CLEAR_BOOK)
+            await connection.execute(
+                chores_sql.FILE_BOOK, [job for job, _ in ticks], [tick for _, tick in ticks]
+            )
+            await connection.execute(chores_sql.FINISH_CHORE, "overdue")
+
+    async def overdue_summary(self) -> OverdueSummary:
+        async with self._bounded() as connection:
+            row = await connection.fetchrow(chores_sql.SUMMARY)
+        assert row is not None, "one row: a select of two subqueries"
+        return OverdueSummary(row["overdue"], row["checked_at"])
+
+    async def booked_overdue(self) -> list[tuple[Job, datetime]]:
+        """The jobs in the overdue book, in name order, with the tick found missed."""
+        rows = await self._pool.fetch(chores_sql.BOOKED_JOBS)
+        return [(job_from_row(row), row["overdue_tick"]) for row in rows]
+
+    async def prune_runs(self, keep: int, every_seconds: float = 0) -> int:
+        """Delete runs beyond the newest `keep` per job, sparing every run younger than
+        its job's misfire grace plus 5 minutes (those rows still fence late replicas)
+        and every run still `running` (its end is yet to be recorded on it). Return
+        how many were deleted: 0 if a replica began a round in the last `every_seconds`.
+
+        One replica per round walks every job, PRUNE_JOBS_PER_STATEMENT at a time, each
+        batch in a transaction of its own: a round deletes all that is due, however
+        many rows that is, with no statement holding row locks for long."""
+        if not await self._pool.fetchval(chores_sql.CLAIM_CHORE, "retention", every_seconds):
+            return 0
+        pruned, after = 0, None
+        while True:
+            row = await self._pool.fetchrow(
+                chores_sql.PRUNE_RUNS, keep, after, PRUNE_JOBS_PER_STATEMENT
+            )
+            assert row is not None, "one row: a select of two subqueries"
+            pruned += int(row["pruned"])
+            if (after := row["last_job"]) is None:
+                return pruned
+
+    async def pruned_through(self, job: str) -> datetime | None:
+        """The newest tick of `job` whose run retention deleted, if any did."""
+        through: datetime | None = await self._pool.fetchval(chores_sql.PRUNED_THROUGH, job)
+        return through
+
+    async def live_members(self) -> list[Member]:
+        """The cluster's live members in seed order, as their rows last reported them."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(members_sql.LIVE_MEMBERS)
+        return [member_from_row(row) for row in rows]
+
+
+def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object], ...]:
+    """FILE_NEXT_TICKS' columns: names, ticks, incarnations, versions."""
+    return (
+        [job.name for job, _ in ticks],
+        [tick for _, tick in ticks],
+        [job.incarnation for job, _ in ticks],
+        [job.version for job, _ in ticks],
+    )

@@ -1,0 +1,125 @@
+"""The run ledger: the API's reads of runs, and the fire path's writes that go over the
+API pool (skips, the queue_one slot, orphans, an end recorded elsewhere). Statements in
+`runs_sql` and `fire_sql`."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from service.domain.runs import Run, SkipReason
+from service.store import fire_sql, runs_sql
+from service.store.base import StoreBase
+from service.store.ports import Orphan, RunEnd, Skip
+from service.store.rows import (
+    job_from_row,
+    last_run_from_row,
+    run_from_row,
+)
+from service.store.runs_sql import RunFilter, RunPosition
+
+
+class LedgerStore(StoreBase):
+    """The ledger's statements on the API pool."""
+
+    async def get_run(self, run_id: UUID) -> Run | None:
+        row = await self._pool.fetchrow(runs_sql.GET_RUN, run_id)
+        return run_from_row(row) if row else None
+
+    async def list_runs(
+        self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None
+    ) -> list[Run]:
+        """Runs of `job` (of every job when None), newest first, strictly older than
+        `before`. Only the conditions in use reach the statement: a prepared plan stays
+        on the index that serves them (per job, or across jobs)."""
+        statement, args = runs_sql.runs_statement(job, before, where or RunFilter())
+        rows = await self._pool.fetch(f"{statement} LIMIT ${len(args) + 1}", *args, limit)
+        return [run_from_row(row) for row in rows]
+
+    async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
+        rows = await self._pool.fetch(runs_sql.LAST_RUNS, list(names))
+        return {run.job: run for run in map(last_run_from_row, rows) if run is not None}
+
+    async def ticks_without_runs(
+        self, ticks: Sequence[tuple[str, datetime]], *, unrun: Sequence[SkipReason] = ()
+    ) -> set[tuple[str, datetime]]:
+        """Which of these (job, tick) pairs have no ledger row yet; a tick skipped for
+        one of the `unrun` reasons counts as having none either (it never ran)."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                runs_sql.TICKS_WITHOUT_RUNS,
+                [job for job, _ in ticks],
+                [tick for _, tick in ticks],
+                [reason.value for reason in unrun],
+            )
+        return {(row["job"], row["tick"]) for row in rows}
+
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+        """Record a run's end through the API pool, for a run whose own connection (the
+        backend `backend`) is gone, and with it the job's lock. None if the run is no
+        longer `running` there: it was recorded already, or the orphan sweep marked it
+        `abandoned` or another replica took it over meanwhile."""
+        async with self._bounded() as connection:
+            [row] = await connection.fetch(
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)], backend)
+            )
+        return run_from_row(row) if row["id"] is not None else None
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        """Record ticks that will not run as `skipped` rows; the skips recorded now (a
+        tick that has a row already, or whose job is gone, records nothing)."""
+        if not skips:
+            return []
+        arguments = fire_sql.skip_arguments(skips, runner, [uuid4() for _ in skips])
+        async with self._bounded() as connection:
+            rows = await connection.fetch(fire_sql.RECORD_SKIPS, *arguments)
+        return [run_from_row(row) for row in rows]
+
+    async def orphans(self, most: int) -> list[Orphan]:
+        """Runs whose replica is gone (see `ports.Ledger.orphans`)."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(fire_sql.ORPHANS, most)
+        return [
+            Orphan(
+                run_from_row(row),
+                job_from_row({"job": row["stored_job"]}),
+                row["backend_pid"],
+                row["locked"],
+                row["lock_key"],
+                row["orphaned_seconds"],
+                row["runner_live"],
+            )
+            for row in rows
+        ]
+
+    async def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
+        """End as `abandoned` those of `orphans` still orphaned; those ended."""
+        if not orphans:
+            return []
+        async with self._bounded() as connection:
+            rows = await connection.fetch(
+                fire_sql.ABANDON, [o.run.id for o in orphans], fire_sql.ABANDONED_ERROR
+            )
+        return [run_from_row(row) for row in rows]
+
+    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
+        """A retry of a `running` run starts: its row counts the attempt."""
+        async with self._bounded() as connection:
+            await connection.execute(fire_sql.NOTE_ATTEMPT, run_id, attempt)
+
+    async def reserve_pending(
+        self, job: str, tick: datetime, runner: str, expires_in_seconds: float
+    ) -> datetime | None:
+        """Try to become the one tick of a queue_one job that waits for the run in
+        progress; return the tick that holds the slot now (this one if reserved).
+
+        A waiter that died leaves a row that simply expires.
+        """
+        async with self._bounded() as connection:
+            held: datetime | None = await connection.fetchval(
+                fire_sql.RESERVE_PENDING, job, tick, runner, expires_in_seconds
+            )
+        return held
+
+    async def release_pending(self, job: str, tick: datetime) -> None:
+        async with self._bounded() as connection:
+            await connection.execute(fire_sql.RELEASE_PENDING, job, tick)
