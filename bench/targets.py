@@ -25,7 +25,7 @@ def _crowd(document: dict[str, Any], key: str, jobs: int) -> dict[str, Any] | No
 
 
 def _drain(size: dict[str, Any], counts: str, met: bool) -> tuple[str, bool | None]:
-    """A 10k crowd's drain and counts; judged only if the replicas synced before T0."""
+    """A crowd's drain and counts; judged only if the replicas synced before T0."""
     synced = "" if size["ready_before_t0"] else "; replicas NOT synced before T0: not clean"
     text = (
         f"{fmt(size['drain_s'], 2)} s (half {fmt(size['p50_s'], 2)} s, 99 % "
@@ -34,16 +34,18 @@ def _drain(size: dict[str, Any], counts: str, met: bool) -> tuple[str, bool | No
     return text, met if size["ready_before_t0"] else None
 
 
-def log_crowd(document: dict[str, Any]) -> tuple[str, bool | None]:
-    size = _crowd(document, "log_sizes", 10_000)
+def log_crowd(
+    document: dict[str, Any], jobs: int = 10_000, seconds: float = 2.0
+) -> tuple[str, bool | None]:
+    size = _crowd(document, "log_sizes", jobs)
     if size is None:
-        return "no 10k `log` crowd in this run", None
+        return f"no {jobs:,}-job `log` crowd in this run", None
     counts = (
         f"{size['started']:,} started, {size['missing']} without a row, "
         f"{size['jobs_with_more_than_one_row']} with more than one"
     )
     complete = size["started"] == size["jobs"] and not size["jobs_with_more_than_one_row"]
-    return _drain(size, counts, complete and (size["drain_s"] or 1e9) < 2.0)
+    return _drain(size, counts, complete and (size["drain_s"] or 1e9) < seconds)
 
 
 def http_crowd(document: dict[str, Any]) -> tuple[str, bool | None]:
@@ -65,7 +67,7 @@ def steady_http(document: dict[str, Any]) -> tuple[str, bool | None]:
     return text, p99 is not None and p99 < 100 and not level["duplicates"] and not level["misses"]
 
 
-def clean_log_rate(document: dict[str, Any]) -> tuple[str, bool | None]:
+def clean_log_rate(document: dict[str, Any], rate: int = 4000) -> tuple[str, bool | None]:
     result = scenario(document, "steady_log")
     if not result:
         return "steady_log did not run", None
@@ -75,9 +77,9 @@ def clean_log_rate(document: dict[str, Any]) -> tuple[str, bool | None]:
         return f"no rate clean (tried {tried}/s)", False
     level = next(level for level in result["levels"] if level["rate"] == best)
     text = f"{best:,}/s (p99 {fmt(level['lateness']['p99_ms'])} ms; tried {tried}/s)"
-    if best < 4000 and max(level["rate"] for level in result["levels"]) < 4000:
-        return f"{text}; rates of 4,000/s not tried", None
-    return text, best >= 4000
+    if best < rate and max(level["rate"] for level in result["levels"]) < rate:
+        return f"{text}; rates of {rate:,}/s not tried", None
+    return text, best >= rate
 
 
 def best_gated_rate(document: dict[str, Any]) -> tuple[float, str] | None:
@@ -118,22 +120,41 @@ def replica_scaling(document: dict[str, Any]) -> tuple[str, bool | None]:
     return text, result["rises_every_step"]
 
 
-def million_jobs(document: dict[str, Any]) -> tuple[str, bool | None]:
+def million_jobs(
+    document: dict[str, Any], ready_s: float = 30, rss_mb: float = 500
+) -> tuple[str, bool | None]:
     result = scenario(document, "scale_out")
     if not result:
         return "scale_out did not run", None
     if "did_not_fit" in result:
         return f"{result['jobs']:,} jobs did not fit: {result['did_not_fit']}", False
-    rss_mb = [round(mib / MB) for mib in result["rss_peak_mib_each"]]
+    rss = [round(mib / MB) for mib in result["rss_peak_mib_each"]]
     text = (
         f"{result['jobs']:,} jobs: all ready {fmt(result['all_ready_s'], 1)} s; "
-        f"peak RSS each {' / '.join(map(str, rss_mb))} MB"
+        f"peak RSS each {' / '.join(map(str, rss))} MB"
     )
     if result.get("fits_note"):
         return f"{text} ({result['fits_note']})", None
     if result["jobs"] < 1_000_000:
         return text, None
-    return text, result["all_ready_s"] < 30 and max(rss_mb) < 500
+    return text, result["all_ready_s"] < ready_s and max(rss) < rss_mb
+
+
+def memory_with_jobs(document: dict[str, Any], within_mb: float = 50) -> tuple[str, bool | None]:
+    """The peak RSS of scale_out's replicas with all their jobs, against the same replicas
+    with one job: the cost of the jobs themselves."""
+    result = scenario(document, "scale_out") or {}
+    one = (result.get("one_job") or {}).get("rss_peak_mib_each")
+    if not one or not result.get("rss_peak_mib_each"):
+        return "scale_out (with its one-job run) did not run", None
+    most, least = max(result["rss_peak_mib_each"]) / MB, max(one) / MB
+    text = (
+        f"{result['jobs']:,} jobs: {most:,.0f} MB; 1 job: {least:,.0f} MB "
+        f"(peak RSS of the largest replica): {most - least:+,.0f} MB"
+    )
+    if "did_not_fit" in result or result["jobs"] < 1_000_000:
+        return text, None
+    return text, most - least < within_mb
 
 
 def bulk_apply(document: dict[str, Any]) -> tuple[str, bool | None]:
@@ -194,6 +215,7 @@ CHECKS: dict[str, Callable[..., tuple[str, bool | None]]] = {
         gated_over_limit,
         replica_scaling,
         million_jobs,
+        memory_with_jobs,
         bulk_apply,
         fires_under_api_load,
         over_baseline,

@@ -22,7 +22,16 @@ import psutil
 from harness.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent
-TICKGATE = str(Path(sys.executable).with_name("tickgate"))
+# The tree whose `tickgate serve` the replicas run: this checkout, or another one with a
+# venv of its own named by TICKGATE_SERVED_TREE (`python -m bench.versus` so runs an
+# older commit's replicas under this harness). Its `service` package must come first on
+# the replicas' PYTHONPATH, ahead of any other tree's.
+SERVED = Path(os.environ.get("TICKGATE_SERVED_TREE") or REPO).resolve()
+TICKGATE = (
+    str(Path(sys.executable).with_name("tickgate"))
+    if SERVED == REPO
+    else str(SERVED / ".venv" / "bin" / "tickgate")
+)
 START_DEADLINE_SECONDS = 60.0
 STOP_DEADLINE_SECONDS = 40.0
 # Answers without a database and without a token: a replica is up (tests' default).
@@ -137,7 +146,7 @@ def replica_env(
         for key, value in os.environ.items()
         if not key.startswith("TICKGATE_") and key != "DATABASE_URL"
     }
-    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [str(SERVED), os.environ.get("PYTHONPATH")]))
     return (
         inherited
         | {"TICKGATE_DATA_DIR": str(workdir / "data"), "TICKGATE_RUNNER_ID": runner_id}

@@ -1,0 +1,121 @@
+"""`python -m bench.versus [--baseline REF] [--smoke] [--out DIR]`: issue #22's scale
+table, measured side by side in one run.
+
+The baseline commit (by default `versus.json`'s, the one the issue was filed against) is
+cloned into a scratch directory with a venv of its own; the table's scenarios run there
+first, under this harness (`TICKGATE_SERVED_TREE` makes the replicas that tree's), then
+the same scenarios here. Each run is a plain `python -m bench` with the same sizes; this
+module only judges the two documents with the rows' checks (`bench/targets.py`) and
+writes `<out>/versus-<date>.md` and `.json`, and the section of BENCHMARKS.md between
+its markers (a full `make bench` keeps it).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.reading import mark, table
+from bench.targets import CHECKS
+from harness.replicas import REPO
+
+ROWS = Path(__file__).with_name("versus.json")
+BEGIN, END = "<!-- versus:begin -->", "<!-- versus:end -->"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__)
+    parser.add_argument("--baseline", help="the commit to measure against")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: the harness only")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    return parser
+
+
+def checkout(ref: str, into: Path) -> Path:
+    """A clone of this repository at `ref`, with its own venv (`make .venv/.bench`)."""
+    tree = into / "baseline"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(tree)], check=True)  # noqa: S603,S607
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", ref], check=True)  # noqa: S603,S607
+    subprocess.run(["make", "-C", str(tree), ".venv/.bench"], check=True)  # noqa: S603,S607
+    return tree
+
+
+def measure(rows: dict[str, Any], out: Path, smoke: bool, tree: Path | None) -> dict[str, Any]:
+    """One `python -m bench` of the rows' scenarios, serving `tree` (None: this one)."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "bench", "--out", str(out)]
+    command += [f"--scenario={name}" for name in rows["scenarios"]]
+    command += [] if smoke else [f"--set={setting}" for setting in rows["set"]]
+    command += ["--smoke"] if smoke else []
+    env = os.environ | ({"TICKGATE_SERVED_TREE": str(tree)} if tree else {})
+    subprocess.run(command, env=env, cwd=REPO, check=False)  # noqa: S603 - our own bench
+    [results] = sorted(out.glob("*.json"))
+    document: dict[str, Any] = json.loads(results.read_text())
+    return document
+
+
+def section(rows: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The table: each row judged on the baseline's figures and on this commit's."""
+    lines = []
+    for row in rows["rows"]:
+        check = CHECKS[row["check"]]
+        then, was = check(before, **row.get("args", {}))
+        now, met = check(after, **row.get("args", {}))
+        if after["meta"].get("smoke"):
+            was = met = None
+        lines.append((row["measure"], row["target"], f"{then} {mark(was)}", f"{now} {mark(met)}"))
+    commits = [doc["meta"]["machine"].get("git_commit") or "?" for doc in (before, after)]
+    header = ["measure", "target", f"before (`{commits[0]}`)", f"after (`{commits[1]}`)"]
+    when = after["meta"]["date"]
+    smoke = " (smoke sizes: not judged)" if after["meta"].get("smoke") else ""
+    intro = f"{rows['intro']} This run: {when}{smoke}."
+    return [f"## {rows['title']}", "", intro, "", *table(header, lines)]
+
+
+def keep_section(markdown: str, lines: list[str]) -> str:
+    """`markdown` with the section between the markers replaced by `lines` (inserted
+    before the first `## ` heading after the title when it has none yet)."""
+    block = "\n".join([BEGIN, *lines, END])
+    if BEGIN in markdown and END in markdown:
+        head, _, rest = markdown.partition(BEGIN)
+        return head + block + rest.partition(END)[2]
+    head, heading, rest = markdown.partition("\n## ")
+    return f"{head}\n{block}\n{heading}{rest}" if heading else f"{markdown}\n{block}\n"
+
+
+def kept_from(path: Path, markdown: str) -> str:
+    """`markdown` with the side-by-side section `path` holds now, if any (a full run's
+    report rewrites BENCHMARKS.md whole, and must not drop it)."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN not in old or END not in old:
+        return markdown
+    lines = old.partition(BEGIN)[2].partition(END)[0].strip("\n").splitlines()
+    return keep_section(markdown, lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    rows: dict[str, Any] = json.loads(ROWS.read_text())
+    stem = f"{'smoke-' if args.smoke else ''}versus-{time.strftime('%Y-%m-%d')}"
+    with tempfile.TemporaryDirectory(prefix="tickgate-versus-") as scratch:
+        tree = checkout(args.baseline or rows["baseline"], Path(scratch))
+        before = measure(rows, Path(scratch) / "before", args.smoke, tree)
+        after = measure(rows, Path(scratch) / "after", args.smoke, None)
+    lines = section(rows, before, after)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps({"before": before, "after": after}))
+    (args.out / f"{stem}.md").write_text("\n".join(lines))
+    if not args.smoke:
+        benchmarks = REPO / "BENCHMARKS.md"
+        benchmarks.write_text(keep_section(benchmarks.read_text(), lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
