@@ -1,5 +1,5 @@
-"""`python -m bench.versus [--baseline REF] [--smoke] [--out DIR]`: issue #22's scale
-table, measured side by side in one run.
+"""`python -m bench.versus [--baseline REF] [--smoke] [--out DIR] [--render VERSUS.json]`:
+issue #22's scale table, measured side by side in one run.
 
 The baseline commit (by default `versus.json`'s, the one the issue was filed against) is
 cloned into a scratch directory with a venv of its own; the table's scenarios run there
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reading import mark, table
-from bench.targets import CHECKS
+from bench.targets import CHECKS, UNMET_NOTE
 from harness.replicas import REPO
 
 ROWS = Path(__file__).with_name("versus.json")
@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", help="the commit to measure against")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: the harness only")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="VERSUS.json",
+        help="measure nothing: judge a stored run again (after editing versus.json's rows)",
+    )
     return parser
 
 
@@ -68,9 +74,12 @@ def section(rows: dict[str, Any], before: dict[str, Any], after: dict[str, Any])
         now, met = check(after, **row.get("args", {}))
         if after["meta"].get("smoke"):
             was = met = None
-        lines.append((row["measure"], row["target"], f"{then} {mark(was)}", f"{now} {mark(met)}"))
+        why = (f"limit: {row['limit']}" if "limit" in row else UNMET_NOTE) if met is False else ""
+        cells = (row["measure"], row["target"], f"{then} {mark(was)}", f"{now} {mark(met)}")
+        lines.append((*cells, why))
     commits = [doc["meta"]["machine"].get("git_commit") or "?" for doc in (before, after)]
     header = ["measure", "target", f"before (`{commits[0]}`)", f"after (`{commits[1]}`)"]
+    header.append("why not")
     when = after["meta"]["date"]
     smoke = " (smoke sizes: not judged)" if after["meta"].get("smoke") else ""
     intro = f"{rows['intro']} This run: {when}{smoke}."
@@ -98,19 +107,29 @@ def kept_from(path: Path, markdown: str) -> str:
     return keep_section(markdown, lines)
 
 
+def measure_both(rows: dict[str, Any], baseline: str, smoke: bool) -> dict[str, Any]:
+    """The rows' scenarios on `baseline`, then on this checkout: both documents."""
+    with tempfile.TemporaryDirectory(prefix="tickgate-versus-") as scratch:
+        tree = checkout(baseline, Path(scratch))
+        before = measure(rows, Path(scratch) / "before", smoke, tree)
+        after = measure(rows, Path(scratch) / "after", smoke, None)
+    return {"before": before, "after": after}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     rows: dict[str, Any] = json.loads(ROWS.read_text())
-    stem = f"{'smoke-' if args.smoke else ''}versus-{time.strftime('%Y-%m-%d')}"
-    with tempfile.TemporaryDirectory(prefix="tickgate-versus-") as scratch:
-        tree = checkout(args.baseline or rows["baseline"], Path(scratch))
-        before = measure(rows, Path(scratch) / "before", args.smoke, tree)
-        after = measure(rows, Path(scratch) / "after", args.smoke, None)
-    lines = section(rows, before, after)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps({"before": before, "after": after}))
+    if args.render:
+        both = json.loads(args.render.read_text())
+        stem, args.out = args.render.stem, args.render.parent
+    else:
+        both = measure_both(rows, args.baseline or rows["baseline"], args.smoke)
+        stem = f"{'smoke-' if args.smoke else ''}versus-{time.strftime('%Y-%m-%d')}"
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{stem}.json").write_text(json.dumps(both))
+    lines = section(rows, both["before"], both["after"])
     (args.out / f"{stem}.md").write_text("\n".join(lines))
-    if not args.smoke:
+    if not both["after"]["meta"].get("smoke"):
         benchmarks = REPO / "BENCHMARKS.md"
         benchmarks.write_text(keep_section(benchmarks.read_text(), lines))
     print("\n".join(lines))

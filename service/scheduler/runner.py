@@ -81,7 +81,9 @@ SIDE_SESSIONS = 1
 SIDE_WAIT_SECONDS = 10.0
 # A backfill tick waits this long for the job's lock, then the backfill stops.
 BACKFILL_WAIT_SECONDS = 30.0
-# Waiting ticks beyond this many (hung runs holding every unit of room) are recorded
+# Ticks waiting for room here, at most. The window hands over no more while this many
+# wait (the rest stay filed there, in its bounded heap, until room frees or their
+# deadline passes); ticks that arrive from elsewhere past it (takeovers) are recorded
 # as misfires at once rather than queued without bound.
 WAITING_LIMIT = 20_000
 SKIP_LINGER_SECONDS = 0.01
@@ -145,6 +147,7 @@ class Runner:
         clock: ReplicaClock | None = None,
         room: int = 32,
         takeover_seconds: float = 3.0,
+        waiting_limit: int = WAITING_LIMIT,
     ) -> None:
         self._sessions = sessions
         self._side_sessions = side_sessions
@@ -160,8 +163,9 @@ class Runner:
             record_delay=record_delay,
         )
         self._admission: Admission[DueTick] = Admission(
-            room, claims=sessions.size, limit=WAITING_LIMIT
+            room, claims=sessions.size, limit=waiting_limit
         )
+        self._waiting_limit = waiting_limit
         self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
         self._tasks_in_flight: set[asyncio.Task[None]] = set()
         # Ticks arrived since the last dispatch.
@@ -183,6 +187,17 @@ class Runner:
     @property
     def runs_in_flight(self) -> int:
         return self._executor.in_flight
+
+    @property
+    def full(self) -> bool:
+        """As many ticks wait for room here as may: hand over no more for now."""
+        return len(self._admission) + len(self._arrived) >= self._waiting_limit
+
+    @property
+    def backlogged(self) -> bool:
+        """More ticks wait here for room or a claim than one claim takes: this replica
+        is behind on the ticks it has."""
+        return len(self._admission) + len(self._arrived) >= CLAIM_BATCH
 
     @property
     def runner_id(self) -> str:

@@ -59,6 +59,9 @@ ORPHAN_SLACK_SECONDS = 0.1
 PLANS_PER_SLICE = 1000
 # With nothing filed, the loop still looks again this often.
 IDLE_SECONDS = 1.0
+# How soon a window whose runner was full (a crowd bigger than its room and waiting
+# limit) hands over again the due ticks it kept.
+FULL_RUNNER_SECONDS = 0.05
 _INSTANT = timedelta(microseconds=1)
 _EVERY_BUCKET = frozenset(range(BUCKETS))
 
@@ -316,13 +319,16 @@ class Window:
             wait = IDLE_SECONDS
             if self._heap and not self._paused:
                 wait = min(wait, max(0.0, (self._heap[0].at - now).total_seconds()))
+                wait = max(wait, FULL_RUNNER_SECONDS if self._runner.full else 0.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._filed.wait()
 
     def _hand_over(self, now: datetime) -> None:
+        """Hand the due ticks over while the runner takes them; a full runner leaves the
+        rest filed here (a crowd: they go as room frees, or as misfires past due)."""
         clock = _monotonic()
-        while self._heap and self._heap[0].at <= now:
+        while self._heap and self._heap[0].at <= now and not self._runner.full:
             entry = heapq.heappop(self._heap)
             entry.held.pending -= 1
             if not self._live(entry):
@@ -434,9 +440,13 @@ class Window:
         # Twice per takeover period, on every replica: a tick its owner left is claimed
         # within one and a half takeover periods of its due time, and one nobody can
         # start any more is recorded a moment after its reach, not a reconcile later.
+        # A replica behind on its own ticks skips the round: the lag it would take over
+        # is most likely its own or its busy peers' (ticks already on their way), and
+        # taking it on only feeds the load (the audit's walk, claims that find the row).
         while True:
             await asyncio.sleep(self._runner.takeover_seconds / 2)
-            await self._guarded(self._audit(), "auditing tick cursors")
+            if not self._runner.backlogged:
+                await self._guarded(self._audit(), "auditing tick cursors")
 
     async def _audit(self) -> None:
         runner = self._runner

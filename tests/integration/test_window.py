@@ -25,7 +25,7 @@ from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
 from service.domain.names import lock_key
 from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
 from service.domain.runs import RunStatus, RunTrigger
-from service.domain.schedules import CronSchedule, IntervalSchedule
+from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner, Window
 from service.store import Store
@@ -113,10 +113,15 @@ async def scripted(database_url: str) -> AsyncIterator[ScriptedStore]:
 
 @asynccontextmanager
 async def opened_window(
-    database_url: str, store: Store, members: Callable[[], Members] = Members.unknown, **kw: Any
+    database_url: str,
+    store: Store,
+    members: Callable[[], Members] = Members.unknown,
+    runner_kw: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> AsyncIterator[Window]:
     """A window reading through `store`, not started: a test starts it (listener and
-    loops) or drives refills itself, as a replica whose listener is down does."""
+    loops) or drives refills itself, as a replica whose listener is down does. Its
+    runner is built with `runner_kw` on top of the defaults."""
     sessions = LockSessions(database_url, size=2)  # opened when first needed
     tasks = builtin_registry()
     async with httpx.AsyncClient() as http:
@@ -129,6 +134,7 @@ async def opened_window(
             sql=SqlTargetConnections({}),
             runner_id="test-window",
             metrics=Metrics(),
+            **(runner_kw or {}),
         )
         built = Window(
             store=store,
@@ -354,6 +360,36 @@ async def test_a_job_with_no_tick_in_the_window_is_not_held(
     async with opened_window(database_url, store, window_seconds=10) as window:
         await window.refill()
         assert window.held() == {"often": made.revision}
+
+
+async def test_a_crowd_beyond_the_runner_s_waiting_limit_all_runs(
+    database_url: str, store: Store
+) -> None:
+    """A crowd bigger than the room and the runner's waiting limit together: the ticks
+    the runner cannot take yet stay filed in the window and go as room frees. Before,
+    every tick past the limit was recorded at once as a misfire ("too many ticks waited
+    for room here"): a 100,000-job crowd over 3 replicas lost 40,000 ticks that way."""
+    crowd, room, limit = 60, 2, 10
+    at = datetime.fromtimestamp(int(datetime.now(UTC).timestamp()) + 3, UTC)
+    once = spec("crowd").model_copy(update={"schedule": OnceSchedule(kind="once", at=at)})
+    now = datetime.now(UTC)
+    names = [f"crowd-{index:02d}" for index in range(crowd)]
+    for name in names:
+        await store.mutate_job(name, lambda _, name=name: create_job(name, once, now))
+    runner_kw = {"room": room, "waiting_limit": limit}
+    async with opened_window(database_url, store, runner_kw=runner_kw, window_seconds=10) as window:
+        await window.start()
+
+        async def outcomes() -> list[Any]:
+            return [r for n in names for r in await store.list_runs(n, 10, None, None)]
+
+        async def all_ended() -> bool:
+            ended = [r for r in await outcomes() if r.status is not RunStatus.RUNNING]
+            return len(ended) == crowd
+
+        await eventually_async(all_ended, 30.0, f"{crowd} outcomes")
+    statuses = {(run.job, run.status) for run in await outcomes()}
+    assert statuses == {(name, RunStatus.SUCCEEDED) for name in names}
 
 
 async def test_a_window_reads_and_hears_only_the_buckets_it_owns(
