@@ -120,11 +120,27 @@ def logs(replicas: Sequence[Replica]) -> str:
     return "\n".join(replica.log_tail() for replica in replicas)
 
 
+def readiness(replicas: Sequence[Replica]) -> str:
+    """Each replica's answer to /readyz now: which check keeps it from being ready."""
+    answers = []
+    for replica in replicas:
+        try:
+            answer = httpx.get(f"{replica.url}/readyz", timeout=5)
+            answers.append(f"{replica.url}/readyz: {answer.status_code} {answer.text}")
+        except httpx.HTTPError as error:
+            answers.append(f"{replica.url}/readyz: {error!r}")
+    return "\n".join(answers)
+
+
 def wait_until(
     condition: Callable[[], bool], deadline_seconds: float, what: str, replicas: Sequence[Replica]
 ) -> None:
-    """Poll `condition`; at the deadline fail naming `what`, with the replicas' logs."""
-    eventually(condition, deadline_seconds, f"{what}\n{logs(replicas)}")
+    """Poll `condition`; at the deadline fail naming `what`, with the replicas' readiness
+    and logs as they are then (not as they were when the wait began)."""
+    try:
+        eventually(condition, deadline_seconds, what)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{readiness(replicas)}\n{logs(replicas)}") from None
 
 
 def report(problems: Sequence[str], replicas: Sequence[Replica]) -> str:
