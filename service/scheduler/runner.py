@@ -194,12 +194,6 @@ class Runner:
         return len(self._admission) + len(self._arrived) >= self._waiting_limit
 
     @property
-    def backlogged(self) -> bool:
-        """More ticks wait here for room or a claim than one claim takes: this replica
-        is behind on the ticks it has."""
-        return len(self._admission) + len(self._arrived) >= CLAIM_BATCH
-
-    @property
     def runner_id(self) -> str:
         return self._runner_id
 

@@ -440,13 +440,9 @@ class Window:
         # Twice per takeover period, on every replica: a tick its owner left is claimed
         # within one and a half takeover periods of its due time, and one nobody can
         # start any more is recorded a moment after its reach, not a reconcile later.
-        # A replica behind on its own ticks skips the round: the lag it would take over
-        # is most likely its own or its busy peers' (ticks already on their way), and
-        # taking it on only feeds the load (the audit's walk, claims that find the row).
         while True:
             await asyncio.sleep(self._runner.takeover_seconds / 2)
-            if not self._runner.backlogged:
-                await self._guarded(self._audit(), "auditing tick cursors")
+            await self._guarded(self._audit(), "auditing tick cursors")
 
     async def _audit(self) -> None:
         runner = self._runner
