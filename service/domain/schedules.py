@@ -340,6 +340,10 @@ def _latest_cron(spec: _CronSpec, tz: ZoneInfo, at: datetime) -> datetime | None
     return None if earlier is None else earlier + timedelta(seconds=spec.seconds[-1])
 
 
+# Jobs of one expression and zone tick at the same instants, so a window planning
+# thousands of them asks this the same question thousands of times: the answer is a
+# pure function of the arguments, and building a CronSim for it is the cost.
+@lru_cache(maxsize=16384)
 def _next_minute_tick(five_fields: str, tz: ZoneInfo, after: datetime) -> datetime | None:
     # For fixed-time jobs cronsim iterates naive wall time, so from inside the
     # second pass of a repeated hour it can yield a first-pass tick that

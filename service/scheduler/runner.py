@@ -98,6 +98,7 @@ REJOIN_GRACE_SECONDS = 5.0
 UNRECORDED_SKIPS = 100_000
 _RETRY_AFTER_FAILURE_SECONDS = 0.5
 _HELD_BY_NO_RUN = "the job's lock stayed held by a session that ran no tick of it"
+_CONTENDED = "the job's rows stayed held by other statements (edits, skips, the audit)"
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,8 @@ class Runner:
         self._room_freed()
         if claim.outcome is ClaimOutcome.LOCKED:
             self._again([tick], RETRY_SECONDS, _HELD_BY_NO_RUN)
+        elif claim.outcome is ClaimOutcome.CONTENDED:
+            self._again([tick], RETRY_SECONDS, _CONTENDED)
         elif claim.outcome is ClaimOutcome.BUSY:
             self._overlapped(tick)
         elif claim.outcome is ClaimOutcome.STALE:
@@ -521,7 +524,11 @@ class Runner:
                     f"backfill of {tick.job.name!r} stopped at {tick.scheduled_for.isoformat()}:"
                     " the job was paused or completed meanwhile; the ticks before it ran"
                 )
-            if claims[0].outcome not in {ClaimOutcome.LOCKED, ClaimOutcome.BUSY}:
+            if claims[0].outcome not in {
+                ClaimOutcome.LOCKED,
+                ClaimOutcome.CONTENDED,
+                ClaimOutcome.BUSY,
+            }:
                 return run
             if time.monotonic() > deadline or not self.accepting:
                 raise Conflict(
@@ -545,6 +552,16 @@ class Runner:
             return False
         return bool(await self._store.ticks_without_runs([(job.name, tick)]))
 
+    async def _claimed_on_the_side(self, session: PinnedSession, tick: TickClaim) -> Claim:
+        """The gate's answer, asked again while another statement holds the job's rows
+        (a moment, as a claim would have waited for them), for up to SIDE_WAIT_SECONDS."""
+        deadline = time.monotonic() + SIDE_WAIT_SECONDS
+        [claim] = await session.claim([tick])
+        while claim.outcome is ClaimOutcome.CONTENDED and time.monotonic() < deadline:
+            await asyncio.sleep(RETRY_SECONDS)
+            [claim] = await session.claim([tick])
+        return claim
+
     async def _on_the_side(self, tick: TickClaim, on_claim: Callable[[Claim], None]) -> Run | None:
         """Claim one tick on a side session, outside the room, and run it if claimed;
         `on_claim` hears the claim as soon as there is one."""
@@ -552,7 +569,7 @@ class Runner:
             on_claim(Claim(ClaimOutcome.LOCKED))
             return None
         async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
-            [claim] = await session.claim([tick])
+            claim = await self._claimed_on_the_side(session, tick)
             on_claim(claim)
             if claim.run is None:
                 return None

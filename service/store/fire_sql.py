@@ -69,14 +69,17 @@ def claim_statement(*, counted: bool) -> str:
     claimed tick that takes any version (manual, backfill) comes back with the job as
     stored (`stored_job`): the definition it runs, of the version its row names.
 
-    The job's cursor (migration 0014) is locked too, for the update that may follow, in
-    name order (claims of "allow" jobs, which take no advisory lock, may meet on it; in
-    one order they wait, never in a cycle): the audit's lock waits for it, and it for the
-    audit's. A scheduled tick before the cursor has its outcome (`ticked`), and an
-    admitted one at the cursor moves it on to the tick after ($12; `opens` $13: the tick
-    is the job's first after its threshold, where a cursor starts). Manual runs and
-    backfills are no nominal ticks: they neither wait for the cursor nor move it. A
-    tick claimed `while_active` ($14) finds a job that is not active `inactive`.
+    The job's cursor (migration 0014) is locked too, for the update that may follow: a
+    tick is claimed, or counted before its cursor, by one statement at a time. A claim
+    never waits for a cursor: where the audit, a skip, an edit or another claim holds
+    it, the tick is `contended` (its lock given back) and asked again a moment
+    later, so one busy job never holds up a batch of ticks. Ticks not claimed are
+    answered from the rows as the statement saw them. A scheduled tick before the
+    cursor has its outcome (`ticked`), and an admitted one at the cursor moves it on to
+    the tick after ($12; `opens` $13: the tick is the job's first after its threshold,
+    where a cursor starts). Manual runs and backfills are no nominal ticks: they
+    neither wait for the cursor nor move it. A tick claimed `while_active` ($14) finds
+    a job that is not active `inactive`.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
@@ -104,9 +107,21 @@ def claim_statement(*, counted: bool) -> str:
                          AND p.expires_at > clock_timestamp()) AS queued_before
         FROM ticks
     ), current AS MATERIALIZED (
+        -- Locked only where a tick got its lock. The cursor is never waited for: one
+        -- another statement holds (the audit, a skip, an edit, a claim elsewhere)
+        -- leaves its ticks `contended`, asked again, and the rest of the batch goes on.
+        -- The job row is (a delete, or an edit of a counted job: both brief).
         SELECT {_CURSORED_JOB}
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name = ANY($1::text[]) ORDER BY j.name {row_lock} OF j FOR NO KEY UPDATE OF k
+        WHERE j.name IN (SELECT job FROM gated WHERE got)
+        {row_lock} OF j FOR NO KEY UPDATE OF k SKIP LOCKED
+    ), looked AS (
+        -- The answers' view of each job: as locked, or else as this statement saw it.
+        SELECT *, true AS locked FROM current
+        UNION ALL
+        SELECT {_CURSORED_JOB}, false
+        FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+        WHERE j.name = ANY($1::text[]) AND j.name NOT IN (SELECT name FROM current)
     ), admitted AS (
         SELECT g.*, c.version AS current_version, c.fire_after
         FROM gated g JOIN current c ON c.name = g.job
@@ -148,10 +163,11 @@ def claim_statement(*, counted: bool) -> str:
                AND (ticked.found IS NOT NULL OR COALESCE({_passed("g", "c")}, false)) AS ticked,
            (NOT g.got AND running.found IS NOT NULL)
                OR (claimed.id IS NULL AND g.queued_before) AS busy,
+           COALESCE(g.got AND NOT c.locked, false) AS contended,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
            stored.job AS stored_job, claimed.*
-    FROM gated g LEFT JOIN current c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    FROM gated g LEFT JOIN looked c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
     -- A manual run or backfill runs the job as stored, read here under the row lock.
     LEFT JOIN LATERAL (
         SELECT {job_document("j")} FROM tickgate_jobs j

@@ -88,7 +88,8 @@ class NoSuchJobError(LookupError):
 @dataclass
 class Hooks:
     """Where a test may hold a call mid-flight. `before_deciding`: a claim, after it
-    took its ticks' locks and before it reads the jobs and writes rows. `before_finishing`:
+    took its ticks' locks and before it reads the jobs and writes rows (called with
+    the ticks that took theirs, if any). `before_finishing`:
     a run's end on its pinned session, before it is written and its lock released."""
 
     before_deciding: ClaimHook | None = None
@@ -281,8 +282,12 @@ class MemoryDatabase:
             )
             for tick in ticks
         ]
-        if self.hooks.before_deciding is not None:
-            await self.hooks.before_deciding(ticks)
+        # Only ticks that took their lock go on to the job's rows, where PostgreSQL may
+        # hold a claim; the others are answered at once. (A statement here is atomic
+        # past this point: no claim ever finds another's rows held, none is contended.)
+        taken = [tick for tick, took in zip(ticks, got, strict=True) if took]
+        if self.hooks.before_deciding is not None and taken:
+            await self.hooks.before_deciding(taken)
         session.check_open()  # a session closed meanwhile failed its statement
         counted = any(tick.counted for tick in ticks)
         statement = _Statement(session.id, began, ticks[0].runner if ticks else "", counted)

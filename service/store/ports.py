@@ -56,6 +56,8 @@ class ClaimOutcome(Enum):
     or deleted and made anew): judge the tick again against the job as it stands.
     JOB_GONE: no such job. CAPPED: `max_runs` reached. INACTIVE: the claim runs only an
     active job (a backfill begun on one), and the job is paused or completed now.
+    CONTENDED: another statement (the audit, a skip, an edit, a claim elsewhere) held
+    the job's rows, which a claim never waits for; not an outcome, ask again.
     """
 
     CLAIMED = "claimed"
@@ -66,6 +68,7 @@ class ClaimOutcome(Enum):
     JOB_GONE = "job_gone"
     CAPPED = "capped"
     INACTIVE = "inactive"
+    CONTENDED = "contended"
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,9 @@ class GateFacts:
     progress when the claim began, or an earlier tick of the job holds its queue_one
     slot. released: the lock was taken and given back, the tick not being claimed.
     run: the row claimed, if it was. stored_job: the job as the claim read it, for a
-    claimed tick that takes any version.
+    claimed tick that takes any version. contended: the lock was taken, but the job's
+    rows were held by another statement (the audit, a skip, an edit, a claim
+    elsewhere), which the claim does not wait for: the lock was given back; ask again.
     """
 
     got: bool
@@ -147,6 +152,7 @@ class GateFacts:
     run: Run | None
     stored_job: Job | None = None
     inactive: bool = False
+    contended: bool = False
 
     def claim(self, tick: TickClaim) -> Claim:
         holds = tick.lock and self.got and not self.released
@@ -160,6 +166,8 @@ class GateFacts:
             return ClaimOutcome.JOB_GONE
         if self.ticked:
             return ClaimOutcome.ALREADY_RAN
+        if self.contended:
+            return ClaimOutcome.CONTENDED
         if not self.same_incarnation or not (self.same_revision or tick.any_version):
             return ClaimOutcome.STALE  # judged again as the job stands, before any policy
         if self.inactive:

@@ -349,6 +349,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
         ticked=bool(row["ticked"]),
         busy=bool(row["busy"]),
         released=bool(row["released"]),
+        contended=bool(row["contended"]),
         run=run_from_row(row) if row["id"] else None,
         stored_job=job_from_row({"job": row["stored_job"]}) if row["stored_job"] else None,
     )

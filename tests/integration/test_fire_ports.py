@@ -190,9 +190,10 @@ async def test_a_manual_or_backfill_claim_comes_back_with_the_job_as_stored(
 async def test_two_claims_of_a_lockless_tick_in_flight_at_once_let_one_through(
     backend: Backend,
 ) -> None:
-    """ "allow" jobs take no lock: only the ledger's uniqueness stands between two
-    claims of one tick. Both held before deciding, both began with no row: one writes
-    it, the other loses the race for it (and says ALREADY_RAN)."""
+    """ "allow" jobs take no lock: the ledger's uniqueness and the job's cursor stand
+    between two claims of one tick. Both held before deciding, both began with no
+    row: one writes it; the other finds it (ALREADY_RAN), or finds the cursor held by
+    the first (CONTENDED) and, asking again, finds the row."""
     job = await backend.add_job("allowed", overlap=Overlap.ALLOW)
     at = tick_now()
     async with (
@@ -206,10 +207,12 @@ async def test_two_claims_of_a_lockless_tick_in_flight_at_once_let_one_through(
         await held.reached(2)
         await held.resume()
         decided = [claim for [claim] in await asyncio.gather(*claims)]
-    assert sorted((c.outcome.value, c.holds_lock) for c in decided) == [
-        ("already_ran", False),
-        ("claimed", False),
-    ]
+        [again] = await second.claim([tick(job, at, lock=False)])
+    assert sorted((c.outcome.value, c.holds_lock) for c in decided) in (
+        [("already_ran", False), ("claimed", False)],
+        [("claimed", False), ("contended", False)],
+    )
+    assert again.outcome is ClaimOutcome.ALREADY_RAN
     assert [run.id for run in await backend.runs_of("allowed")] == [
         claim.run.id for claim in decided if claim.run
     ]
@@ -627,7 +630,11 @@ async def test_a_claim_held_after_taking_the_lock_makes_the_other_replica_ask_ag
             await held.reached(1)
             assert await backend.locks_on(job.lock_key) == 1  # A's, taken mid-claim
             b.fire(job, at)
-            await held.reached(2)  # B's claim began before A's row was written
+            await eventually_async(  # B asked while A held the lock, before A's row
+                lambda: b.outcomes("contested", at)[:1] == [ClaimOutcome.LOCKED],
+                30,
+                "B to hear LOCKED",
+            )
             assert await backend.runs_of("contested") == []
             await held.resume()
         await eventually_async(
@@ -950,9 +957,9 @@ async def test_a_manual_trigger_gets_through_while_the_schedule_holds_every_sess
     backend: Backend, gates: Gates
 ) -> None:
     """Both scheduled sessions are busy with a claim that cannot finish (held on the
-    crowd's row); a manual run of another job still starts within its deadline, on
-    the side session."""
-    crowd = await backend.add_job("crowd")
+    crowd's row; the crowd takes no lock, so both claims go on to it); a manual run of
+    another job still starts within its deadline, on the side session."""
+    crowd = await backend.add_job("crowd", overlap=Overlap.ALLOW)
     manual = await backend.add_job("manual", args={"gate": "manual"})
     at = tick_now()
     async with (
