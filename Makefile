@@ -127,9 +127,12 @@ bench-smoke: $(VENV)/.bench
 # on 2 cores): bench/versus.json's scenarios on BENCH_BASELINE (a scratch clone with its
 # own venv, its replicas under this harness), then the same here; writes
 # bench/results/versus-<date>.md and its section of BENCHMARKS.md (see bench/README.md).
+# BENCH_BEFORE=<stored versus json> measures this checkout only, against its baseline.
 BENCH_BASELINE ?=
+BENCH_BEFORE ?=
 bench-versus: $(VENV)/.bench
-	$(BIN)/python -m bench.versus $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE))
+	$(BIN)/python -m bench.versus $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)) \
+		$(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
 
 # `make soak`: the soak run of issue #13 (not in `make test`): 3 replicas, 2,000 jobs, API
 # churn, kill -9 of a replica every 5 minutes, a PostgreSQL restart and a blackholed link,

@@ -1,5 +1,5 @@
-"""`python -m bench.versus [--baseline REF] [--smoke] [--out DIR] [--render VERSUS.json]`:
-issue #22's scale table, measured side by side in one run.
+"""`python -m bench.versus [--baseline REF] [--smoke] [--out DIR] [--render VERSUS.json]
+[--before VERSUS.json]`: issue #22's scale table, measured side by side in one run.
 
 The baseline commit (by default `versus.json`'s, the one the issue was filed against) is
 cloned into a scratch directory with a venv of its own; the table's scenarios run there
@@ -7,7 +7,8 @@ first, under this harness (`TICKGATE_SERVED_TREE` makes the replicas that tree's
 the same scenarios here. Each run is a plain `python -m bench` with the same sizes; this
 module only judges the two documents with the rows' checks (`bench/targets.py`) and
 writes `<out>/versus-<date>.md` and `.json`, and the section of BENCHMARKS.md between
-its markers (a full `make bench` keeps it).
+its markers (a full `make bench` keeps it). `--before` measures this checkout only and
+takes the baseline's figures from a stored run, which the table then dates.
 """
 
 import argparse
@@ -39,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="VERSUS.json",
         help="measure nothing: judge a stored run again (after editing versus.json's rows)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="VERSUS.json",
+        help="measure this checkout only; the baseline's figures are this stored run's",
+    )
     return parser
 
 
@@ -65,8 +72,11 @@ def measure(rows: dict[str, Any], out: Path, smoke: bool, tree: Path | None) -> 
     return document
 
 
-def section(rows: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The table: each row judged on the baseline's figures and on this commit's."""
+def section(
+    rows: dict[str, Any], before: dict[str, Any], after: dict[str, Any], reused: bool = False
+) -> list[str]:
+    """The table: each row judged on the baseline's figures and on this commit's
+    (`reused`: the baseline's from an earlier run, which the intro dates)."""
     lines = []
     for row in rows["rows"]:
         check = CHECKS[row["check"]]
@@ -80,9 +90,10 @@ def section(rows: dict[str, Any], before: dict[str, Any], after: dict[str, Any])
     commits = [doc["meta"]["machine"].get("git_commit") or "?" for doc in (before, after)]
     header = ["measure", "target", f"before (`{commits[0]}`)", f"after (`{commits[1]}`)"]
     header.append("why not")
-    when = after["meta"]["date"]
+    when, then = after["meta"]["date"], before["meta"]["date"]
     smoke = " (smoke sizes: not judged)" if after["meta"].get("smoke") else ""
-    intro = f"{rows['intro']} This run: {when}{smoke}."
+    earlier = f"; the baseline's figures are from the run of {then}" if reused else ""
+    intro = f"{rows['intro']} This run: {when}{earlier}{smoke}."
     return [f"## {rows['title']}", "", intro, "", *table(header, lines)]
 
 
@@ -116,6 +127,16 @@ def measure_both(rows: dict[str, Any], baseline: str, smoke: bool) -> dict[str, 
     return {"before": before, "after": after}
 
 
+def measured(rows: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Both documents: measured side by side, or this checkout's against `--before`'s."""
+    if not args.before:
+        return measure_both(rows, args.baseline or rows["baseline"], args.smoke)
+    before = json.loads(args.before.read_text())["before"]
+    with tempfile.TemporaryDirectory(prefix="tickgate-versus-") as scratch:
+        after = measure(rows, Path(scratch), args.smoke, None)
+    return {"before": before, "after": after, "reused": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     rows: dict[str, Any] = json.loads(ROWS.read_text())
@@ -123,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         both = json.loads(args.render.read_text())
         stem, args.out = args.render.stem, args.render.parent
     else:
-        both = measure_both(rows, args.baseline or rows["baseline"], args.smoke)
-        stem = f"{'smoke-' if args.smoke else ''}versus-{time.strftime('%Y-%m-%d')}"
+        both = measured(rows, args)
+        # A run against stored baseline figures never overwrites the run they came from.
+        again = f"-{time.strftime('%H%M')}" if args.before else ""
+        stem = f"{'smoke-' if args.smoke else ''}versus-{time.strftime('%Y-%m-%d')}{again}"
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"{stem}.json").write_text(json.dumps(both))
-    lines = section(rows, both["before"], both["after"])
+    lines = section(rows, both["before"], both["after"], both.get("reused", False))
     (args.out / f"{stem}.md").write_text("\n".join(lines))
     if not both["after"]["meta"].get("smoke"):
         benchmarks = REPO / "BENCHMARKS.md"

@@ -78,6 +78,8 @@ ACQUIRE_SECONDS = 5.0
 # the schedule never delays them and they never take a scheduled claim's turn; the
 # same wait there ends in a TimeoutError (503).
 SIDE_SESSIONS = 1
+# Orphans one resume statement takes over at most.
+RESUME_BATCH = 200
 SIDE_WAIT_SECONDS = 10.0
 # A backfill tick waits this long for the job's lock, then the backfill stops.
 BACKFILL_WAIT_SECONDS = 30.0
@@ -602,33 +604,45 @@ class Runner:
             log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
         resumable = [o for o in orphans if o.resumable(now) and o.run.id not in self._resuming]
         random.shuffle(resumable)  # racing replicas each win a share, not the same ones
-        for orphan in resumable[: max(room, 0)]:
-            if self.accepting:
-                self._resuming.add(orphan.run.id)
-                self._spawn(self._resume(orphan, now))
+        if self.accepting:
+            for batch in _resume_batches(resumable[: max(room, 0)]):
+                self._resuming.update(orphan.run.id for orphan in batch)
+                self._spawn(self._resume(batch, now))
         return min(waiting, default=None)
 
-    async def _resume(self, orphan: Orphan, now: datetime) -> None:
-        """Take the orphan's run over on a lock session and make its next attempts; one
-        another replica took first, or that ended meanwhile, is left alone."""
+    async def _resume(self, batch: list[Orphan], now: datetime) -> None:
+        """Take the orphans' runs over on a lock session, in one statement, and make their
+        next attempts there; one another replica took first, or that ended meanwhile, is
+        left alone. (A crash mid-crowd leaves a thousand orphans: a statement each kept
+        the last of them waiting for seconds.)"""
         try:
-            # On the replica's lock sessions, not the one side session: a crash mid-crowd
-            # leaves a thousand orphans, each resumed by a statement of its own.
             async with self._sessions.session(SIDE_WAIT_SECONDS) as session:
-                claim = await session.resume(orphan, self._runner_id)
-                if claim.run is None:
-                    return
-                log.warning(
-                    "run %s resumed here at attempt %d: runner %s stopped mid-run",
-                    claim.run.id,
-                    claim.run.attempts,
-                    orphan.run.runner,
-                    extra={"job": orphan.run.job},
-                )
-                spent = (now - orphan.run.started_at).total_seconds()
-                await self._executor.run(session, orphan.job, claim, spent)
-        except Exception as error:  # noqa: BLE001 - logged; the next sweep finds it again
-            _log_failure(f"resuming run {orphan.run.id}", error)
+                claims = await session.resume(batch, self._runner_id)
+                answers = list(zip(batch, claims, strict=True))
+                resumed = [(orphan, claim) for orphan, claim in answers if claim.run is not None]
+                # Those not taken here may be found again by the next sweep.
+                self._resuming.difference_update(o.run.id for o, c in answers if c.run is None)
+                await asyncio.gather(*(self._resumed(session, o, c, now) for o, c in resumed))
+        except Exception as error:  # noqa: BLE001 - logged; the next sweep finds them again
+            _log_failure(f"resuming {len(batch)} runs", error)
+        finally:
+            self._resuming.difference_update(orphan.run.id for orphan in batch)
+
+    async def _resumed(
+        self, session: PinnedSession, orphan: Orphan, claim: Claim, now: datetime
+    ) -> None:
+        """Make the next attempts of an orphan's run this session took over."""
+        assert claim.run is not None
+        log.warning(
+            "run %s resumed here at attempt %d: runner %s stopped mid-run",
+            claim.run.id,
+            claim.run.attempts,
+            orphan.run.runner,
+            extra={"job": orphan.run.job},
+        )
+        try:
+            spent = (now - orphan.run.started_at).total_seconds()
+            await self._executor.run(session, orphan.job, claim, spent)
         finally:
             self._resuming.discard(orphan.run.id)
 
@@ -666,6 +680,25 @@ def _log_failure(what: str, error: Exception) -> None:
         log.warning("%s failed: database unavailable (%r)", what, error)
     else:
         log.exception("%s failed", what, exc_info=error)
+
+
+def _resume_batches(orphans: list[Orphan]) -> Iterator[list[Orphan]]:
+    """The orphans in batches of at most RESUME_BATCH, one orphan per lock key each
+    (a session's locks are re-entrant: a key taken twice in one statement would let
+    two runs of a job through)."""
+    while orphans:
+        batch: list[Orphan] = []
+        keys: set[int] = set()
+        rest = []
+        for orphan in orphans:
+            if len(batch) == RESUME_BATCH or (orphan.locked and orphan.lock_key in keys):
+                rest.append(orphan)
+                continue
+            batch.append(orphan)
+            if orphan.locked:
+                keys.add(orphan.lock_key)
+        yield batch
+        orphans = rest
 
 
 def _claimed_run(job: Job, claim: Claim) -> Run:

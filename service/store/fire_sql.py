@@ -14,7 +14,7 @@ from uuid import UUID
 from service.domain.jobs import Job
 from service.domain.runs import RunTrigger
 from service.store.members_sql import MEMBER_IS_LIVE
-from service.store.ports import Following, NextTick, RunEnd, Skip, TickClaim
+from service.store.ports import Following, NextTick, Orphan, RunEnd, Skip, TickClaim
 from service.store.rows import RUN_COLUMNS, job_document
 
 # The ledger's columns, read from the table named r (where another table is joined).
@@ -399,25 +399,46 @@ ABANDON = f"""UPDATE tickgate_runs r SET status = 'abandoned',
     WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
     RETURNING {RUN_COLUMNS}"""
 
-# An orphan's next attempt moves to this session: it takes the job's lock ($3: whether
-# the run holds one, $4 its key), then the row, by compare-and-set on the backend that
-# held it ($2), so of several replicas resuming it at once one wins. Its attempts count
-# the one its replica lost. A lock taken for a row another session won is given back.
-RESUME = f"""WITH gate AS MATERIALIZED (
-        SELECT CASE WHEN $3 THEN pg_try_advisory_lock($4) ELSE true END AS got
+# Orphans' next attempts move to this session, a batch in one statement ($1 run ids, $2
+# the backends that held them, $3 whether each holds a lock, $4 its key; at most one
+# orphan per key): each takes its job's lock, then its row, by compare-and-set on the
+# backend that held it, so of several replicas resuming it at once one wins. Its
+# attempts count the one its replica lost. A lock taken for a row another session won
+# is given back. The backends alive are read once per statement, not once per orphan.
+RESUME = f"""WITH orphans AS (
+        SELECT * FROM unnest($1::uuid[], $2::int[], $3::boolean[], $4::bigint[])
+            WITH ORDINALITY AS o(id, backend_pid, locking, lock_key, n)
+    ), gate AS MATERIALIZED (
+        SELECT o.*, CASE WHEN o.locking THEN pg_try_advisory_lock(o.lock_key) ELSE true END
+            AS got
+        FROM orphans o
+    ), alive AS MATERIALIZED (
+        SELECT pid FROM pg_stat_activity
     ), moved AS (
         UPDATE tickgate_runs r SET runner = $5, backend_pid = pg_backend_pid(),
             attempts = r.attempts + 1, orphaned_at = NULL
-        FROM gate
-        WHERE gate.got AND r.id = $1 AND r.backend_pid = $2 AND r.status = 'running'
-          AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $2)
+        FROM gate g
+        WHERE g.got AND r.id = g.id AND r.backend_pid = g.backend_pid AND r.status = 'running'
+          AND NOT EXISTS (SELECT 1 FROM alive a WHERE a.pid = g.backend_pid)
         RETURNING {_RUN_COLUMNS_OF_R}
     )
-    SELECT gate.got, gate.got AND moved.id IS NOT NULL AND $3 AS holds_lock,
-           CASE WHEN gate.got AND $3 AND moved.id IS NULL
-                THEN pg_advisory_unlock($4) ELSE false END AS released,
+    SELECT gate.got, gate.got AND moved.id IS NOT NULL AND gate.locking AS holds_lock,
+           CASE WHEN gate.got AND gate.locking AND moved.id IS NULL
+                THEN pg_advisory_unlock(gate.lock_key) ELSE false END AS released,
            moved.*
-    FROM gate LEFT JOIN moved ON true"""
+    FROM gate LEFT JOIN moved ON moved.id = gate.id
+    ORDER BY gate.n"""
+
+
+def resume_arguments(orphans: Sequence[Orphan], runner: str) -> tuple[object, ...]:
+    return (
+        [orphan.run.id for orphan in orphans],
+        [orphan.backend_pid for orphan in orphans],
+        [orphan.locked for orphan in orphans],
+        [orphan.lock_key for orphan in orphans],
+        runner,
+    )
+
 
 # A retry is about to start: the row counts it, so a replica that resumes the run after
 # a crash knows how many attempts were made.

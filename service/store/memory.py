@@ -53,6 +53,7 @@ from service.store.ports import (
     RunEnd,
     Skip,
     TickClaim,
+    check_orphans,
 )
 
 __all__ = [
@@ -604,11 +605,12 @@ class MemorySession(PinnedSession):
             self.check_open()
             return self._database.unlock(self.id, key)
 
-    async def resume(self, orphan: Orphan, runner: str) -> Claim:
+    async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
+        check_orphans(orphans)
         await _round_trip()
         async with self._turn:
             self.check_open()
-            return self._database.resume(self.id, orphan, runner)
+            return [self._database.resume(self.id, orphan, runner) for orphan in orphans]
 
     def try_lock(self, key: int) -> bool:
         """pg_try_advisory_lock on this session: what a foreign lock holder does."""

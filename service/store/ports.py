@@ -121,6 +121,14 @@ class Orphan:
         return self.job.retry.allows_attempt(self.run.attempts + 1, elapsed)
 
 
+def check_orphans(orphans: Sequence[Orphan]) -> None:
+    """One resume takes at most one orphan per lock key: a session's locks are
+    re-entrant, so a key taken twice in one statement would let two runs through."""
+    keys = [orphan.lock_key for orphan in orphans if orphan.locked]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a resume takes at most one orphan per lock key")
+
+
 @dataclass(frozen=True)
 class GateFacts:
     """What the gate found out about one tick (see `fire_sql.claim_statement`), from
@@ -237,13 +245,14 @@ class PinnedSession(Protocol):
         session held the lock to release."""
         ...
 
-    async def resume(self, orphan: Orphan, runner: str) -> Claim:
-        """Make the orphan's next attempt this session's, for `runner`: take the job's
+    async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
+        """Make each orphan's next attempt this session's, for `runner`, in one
+        statement (at most one orphan per lock key: `check_orphans`): take the job's
         lock if the run holds one (never waiting), then the row, only while it is
         `running` and still names the backend that was lost, counting one more attempt.
-        CLAIMED (holding the lock, if any) with the row as it is now; otherwise LOCKED
-        (the lock is held: whoever holds it is running the job) or ALREADY_RAN (another
-        session resumed it, or it ended), holding nothing."""
+        Per orphan, in order: CLAIMED (holding the lock, if any) with the row as it is
+        now; otherwise LOCKED (the lock is held: whoever holds it is running the job) or
+        ALREADY_RAN (another session resumed it, or it ended), holding nothing."""
         ...
 
     async def unlock(self, key: int) -> bool:

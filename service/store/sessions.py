@@ -36,7 +36,15 @@ from service.store.coalesce import Coalescer
 from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.link import Link, deadline, heartbeat
-from service.store.ports import Claim, ClaimOutcome, GateFacts, Orphan, RunEnd, TickClaim
+from service.store.ports import (
+    Claim,
+    ClaimOutcome,
+    GateFacts,
+    Orphan,
+    RunEnd,
+    TickClaim,
+    check_orphans,
+)
 from service.store.rows import job_from_row, run_from_row
 from service.store.turns import Turns
 
@@ -292,21 +300,28 @@ class LockSession:
             results.append((run_from_row(row) if row["id"] is not None else None, released))
         return results
 
-    async def resume(self, orphan: Orphan, runner: str) -> Claim:
-        """Take over the orphan's run, its lock first (see `fire_sql.RESUME`). A lock
-        this session holds already is another run of the job here: LOCKED, as a claim
-        would answer (the session's locks are re-entrant; the gate is not)."""
-        key, locking = orphan.lock_key, orphan.locked
+    async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
+        """Take over the orphans' runs, their locks first, in one statement (see
+        `fire_sql.RESUME`). A lock this session holds already is another run of the job
+        here: LOCKED, as a claim would answer (the session's locks are re-entrant; the
+        gate is not)."""
+        check_orphans(orphans)
         async with self._turns.turn():
-            if locking and key in self._held:
-                return Claim(ClaimOutcome.LOCKED)
-            arguments = (orphan.run.id, orphan.backend_pid, locking, key, runner)
-            [row] = await self._claiming({key} if locking else set(), fire_sql.RESUME, arguments)
-            if row["id"] is None:
-                return Claim(ClaimOutcome.ALREADY_RAN if row["got"] else ClaimOutcome.LOCKED)
-            claim = Claim(ClaimOutcome.CLAIMED, run_from_row(row), bool(row["holds_lock"]))
-            self._took(claim, key)
-            return claim
+            asking = [o for o in orphans if not (o.locked and o.lock_key in self._held)]
+            taking = {o.lock_key for o in asking if o.locked}
+            arguments = fire_sql.resume_arguments(asking, runner)
+            rows = await self._claiming(taking, fire_sql.RESUME, arguments) if asking else []
+            answers = dict(zip((o.run.id for o in asking), rows, strict=True))
+            return [self._resumed(answers.get(o.run.id), o.lock_key) for o in orphans]
+
+    def _resumed(self, row: Mapping[str, Any] | None, key: int) -> Claim:
+        if row is None:  # this session holds the job's lock for another run
+            return Claim(ClaimOutcome.LOCKED)
+        if row["id"] is None:
+            return Claim(ClaimOutcome.ALREADY_RAN if row["got"] else ClaimOutcome.LOCKED)
+        claim = Claim(ClaimOutcome.CLAIMED, run_from_row(row), bool(row["holds_lock"]))
+        self._took(claim, key)
+        return claim
 
     async def unlock(self, key: int) -> bool:
         """True once this session no longer holds `key`; False if it never did."""

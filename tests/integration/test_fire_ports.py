@@ -445,12 +445,12 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         assert (orphan.run.attempts, orphan.locked) == (1, True)
         assert orphan.resumable(orphan.run.started_at + timedelta(seconds=3))
         async with backend.foreign_lock(job.lock_key):
-            assert (await taker.resume(orphan, "b")).outcome is ClaimOutcome.LOCKED
-        resumed = await taker.resume(orphan, "b")
+            assert (await taker.resume([orphan], "b"))[0].outcome is ClaimOutcome.LOCKED
+        [resumed] = await taker.resume([orphan], "b")
         assert (resumed.outcome, resumed.holds_lock) == (ClaimOutcome.CLAIMED, True)
         assert resumed.run is not None
         assert (resumed.run.id, resumed.run.attempts, resumed.run.runner) == (orphan.run.id, 2, "b")
-        assert (await late.resume(orphan, "c")).outcome is ClaimOutcome.LOCKED
+        assert (await late.resume([orphan], "c"))[0].outcome is ClaimOutcome.LOCKED
         assert await backend.locks_on(job.lock_key) == 1
         assert await backend.ledger.orphans(10) == []  # its session is alive
         # The replica that lost it records its end no more: the run is the taker's now.
@@ -477,11 +477,51 @@ async def test_of_two_sessions_resuming_a_lockless_orphan_one_wins(backend: Back
         await backend.pass_time(2.5)
         orphan = await _the_orphan(backend)
         async with backend.sessions.session(5) as racing:
-            won, lost = await asyncio.gather(other.resume(orphan, "b"), racing.resume(orphan, "c"))
+            [won], [lost] = await asyncio.gather(
+                other.resume([orphan], "b"), racing.resume([orphan], "c")
+            )
         outcomes = sorted([won.outcome.value, lost.outcome.value])
         assert outcomes == [ClaimOutcome.ALREADY_RAN.value, ClaimOutcome.CLAIMED.value]
         assert (won.holds_lock, lost.holds_lock) == (False, False)
         assert await backend.advisory_locks() == (0, 0)
+
+
+async def test_a_crowd_of_orphans_is_taken_over_in_one_resume(backend: Backend) -> None:
+    """A crash mid-crowd leaves many orphans: one resume takes them all over, each as it
+    would be alone (the lockless one without a lock); the same lock key twice in one
+    resume is refused before anything is taken."""
+    jobs = [await backend.add_job(f"crowd-{n}", retry={"max_attempts": 2}) for n in range(4)]
+    free = await backend.add_job("crowd-free", overlap="allow", retry={"max_attempts": 2})
+    async with backend.sessions.session(5) as doomed, backend.sessions.session(5) as taker:
+        at = tick_now()
+        ticks = [tick(job, at) for job in jobs] + [tick(free, at, lock=False)]
+        assert all(claim.run for claim in await doomed.claim(ticks))
+        doomed.terminate()
+        await backend.pass_time(2.5)
+        orphans = await _orphans(backend, 5)
+        locked = next(orphan for orphan in orphans if orphan.locked)
+        with pytest.raises(ValueError, match="one orphan per lock key"):
+            await taker.resume([locked, locked], "b")
+        resumed = await taker.resume(orphans, "b")
+        assert [claim.outcome for claim in resumed] == [ClaimOutcome.CLAIMED] * 5
+        assert [(c.run.id, c.run.attempts, c.run.runner) for c in resumed if c.run] == [
+            (orphan.run.id, 2, "b") for orphan in orphans
+        ]
+        assert [claim.holds_lock for claim in resumed] == [orphan.locked for orphan in orphans]
+        assert [await backend.locks_on(job.lock_key) for job in jobs] == [1, 1, 1, 1]
+        assert await backend.ledger.orphans(10) == []
+
+
+async def _orphans(backend: Backend, count: int) -> list[Orphan]:
+    """The `count` orphans, once the database shows their session gone."""
+    found: list[Orphan] = []
+
+    async def all_of_them() -> bool:
+        found[:] = await backend.ledger.orphans(10)
+        return len(found) == count
+
+    await eventually_async(all_of_them, 30, f"{count} runs to be orphaned")
+    return found
 
 
 async def _the_orphan(backend: Backend) -> Orphan:

@@ -485,8 +485,8 @@ class RecordingSession:
     ) -> tuple[Run | None, bool]:
         return await self.inner.finish(run_id, outcome, release_lock)
 
-    async def resume(self, orphan: Orphan, runner: str) -> Claim:
-        return await self.inner.resume(orphan, runner)
+    async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
+        return await self.inner.resume(orphans, runner)
 
     async def unlock(self, key: int) -> bool:
         return await self.inner.unlock(key)
