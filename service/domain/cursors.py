@@ -135,7 +135,8 @@ def audit_cursor(
         if tick not in decided:
             owed.append(OwedTick(tick, walk.tick))
     missed = [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]
-    return CursorAudit(at, missed, owed, _look_again(job, caught_up, walk.tick, takeover))
+    handed = now if owed else None
+    return CursorAudit(at, missed, owed, _look_again(job, caught_up, walk.tick, handed, takeover))
 
 
 def _catch_up_tick(
@@ -156,12 +157,19 @@ def _catch_up_tick(
 
 
 def _look_again(
-    job: Job, caught_up: datetime | None, first_open: datetime | None, takeover: Takeover
+    job: Job,
+    caught_up: datetime | None,
+    first_open: datetime | None,
+    handed: datetime | None,
+    takeover: Takeover,
 ) -> datetime | None:
     """The cursor's `due_at`: the audit reads it again once `takeover.after` has passed
     this. The first tick not handed over is owed then; a catch-up tick still waited for
-    is past its reach, to record."""
+    is past its reach, to record; ticks handed over (`handed`: when) and still without
+    a row then were let go (the taker was full, or died): they go again."""
     bounds = [job.due(first_open)] if first_open is not None else []
+    if handed is not None:
+        bounds.append(handed)
     if caught_up is not None:
         bounds.append(caught_up + job.reach - takeover.after)
     return min(bounds, default=None)

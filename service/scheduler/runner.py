@@ -85,8 +85,8 @@ SIDE_WAIT_SECONDS = 10.0
 BACKFILL_WAIT_SECONDS = 30.0
 # Ticks waiting for room here, at most. The window hands over no more while this many
 # wait (the rest stay filed there, in its bounded heap, until room frees or their
-# deadline passes); ticks that arrive from elsewhere past it (takeovers) are recorded
-# as misfires at once rather than queued without bound.
+# deadline passes); ticks that arrive from elsewhere past it (retries, takeovers) are
+# let go, undecided, rather than queued without bound: the audit hands them over again.
 WAITING_LIMIT = 20_000
 SKIP_LINGER_SECONDS = 0.01
 # A replica that lost a run's session (not its life) records the run's end itself, trying
@@ -272,7 +272,7 @@ class Runner:
         self._dispatch_planned = False
         random.shuffle(self._arrived)
         arrived, self._arrived = self._arrived, []
-        self._misfire(self._admission.offer(arrived), "too many ticks waited for room here")
+        self._let_go(self._admission.offer(arrived))
         self._misfire(self._admission.expired(self._clock.now()), "no room in time")
         while self.accepting and (batch := self._admission.take(CLAIM_BATCH)):
             self._spawn(self._claim_and_run(batch))
@@ -428,6 +428,17 @@ class Runner:
 
     async def _release_slot(self, tick: DueTick) -> None:
         await run_to_completion(self._store.release_pending(tick.job_name, tick.scheduled_for))
+
+    def _let_go(self, ticks: Sequence[DueTick]) -> None:
+        """Ticks beyond the waiting limit: the window holds back while the runner is
+        full, but retries and takeovers arrive anyway. They are left undecided, not
+        recorded: each is at or past its job's cursor, so the audit hands it over again
+        (to a replica with room, maybe this one later) or records it a misfire once it
+        is past its reach; a replica merely full never decides a tick's outcome."""
+        if ticks:
+            log.warning("%d ticks left for the audit to hand over: no room here", len(ticks))
+            for tick in ticks:
+                self._settled(tick)
 
     def _misfire(self, ticks: Sequence[DueTick], why: str) -> None:
         if ticks:

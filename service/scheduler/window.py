@@ -182,6 +182,11 @@ class Window:
     def __len__(self) -> int:
         return len(self._held)
 
+    @property
+    def runner(self) -> Runner:
+        """The runner this window hands its ticks to (and the audit its takeovers)."""
+        return self._runner
+
     def held(self) -> dict[str, tuple[UUID, int]]:
         """Name to revision of every job with ticks in the window."""
         return {name: held.job.revision for name, held in self._held.items()}

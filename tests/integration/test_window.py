@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from harness.waiting import eventually_async
+from service.domain.cursors import OwedTick
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
 from service.domain.names import lock_key
 from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
@@ -390,6 +391,50 @@ async def test_a_crowd_beyond_the_runner_s_waiting_limit_all_runs(
         await eventually_async(all_ended, 30.0, f"{crowd} outcomes")
     statuses = {(run.job, run.status) for run in await outcomes()}
     assert statuses == {(name, RunStatus.SUCCEEDED) for name in names}
+
+
+async def test_takeovers_past_the_waiting_limit_are_left_to_the_audit_not_misfired(
+    database_url: str, store: Store
+) -> None:
+    """Retries and takeovers reach a full runner anyway (the window holds back, they
+    do not). Those past the waiting limit are left undecided, not recorded as misfires
+    (a replica merely full never decides a tick): the audit hands them over again, and
+    every one runs. Before, each was recorded at once: a 100,000-job crowd over 3
+    replicas lost 2,521 ticks that way."""
+    made = datetime.now(UTC) - timedelta(seconds=30)
+    at = datetime.fromtimestamp(int(datetime.now(UTC).timestamp()) - 5, UTC)  # owed now
+    once = spec("owed").model_copy(update={"schedule": OnceSchedule(kind="once", at=at)})
+    names = [f"owed-{index}" for index in range(6)]
+    jobs = []
+    for name in names:
+        change = await store.mutate_job(name, lambda _, name=name: create_job(name, once, made))
+        assert change.after is not None
+        jobs.append(change.after)
+    runner_kw = {"room": 1, "waiting_limit": 2, "takeover_seconds": 1.0}
+    async with opened_window(database_url, store, runner_kw=runner_kw) as window:
+        for job in jobs:  # one audit's hand-over, in one turn of the loop: 4 past the limit
+            window.runner.take_over(job, OwedTick(at, None))
+
+        async def outcomes() -> list[Any]:
+            return [r for n in names for r in await store.list_runs(n, 10, None, None)]
+
+        await eventually_async(
+            lambda: _count(outcomes, RunStatus.SUCCEEDED, 2), 30.0, "the two admitted"
+        )
+        assert [r for r in await outcomes() if r.status is RunStatus.SKIPPED] == []
+        await window.start()  # and its audit
+        await eventually_async(
+            lambda: _count(outcomes, RunStatus.SUCCEEDED, len(names)), 30.0, "every tick"
+        )
+    assert sorted((run.job, run.status) for run in await outcomes()) == [
+        (name, RunStatus.SUCCEEDED) for name in names
+    ]
+
+
+async def _count(
+    outcomes: Callable[[], Awaitable[list[Any]]], status: RunStatus, count: int
+) -> bool:
+    return sum(run.status is status for run in await outcomes()) == count
 
 
 async def test_a_window_reads_and_hears_only_the_buckets_it_owns(
