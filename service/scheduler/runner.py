@@ -635,7 +635,7 @@ class Runner:
                 self._resuming.difference_update(o.run.id for o, c in answers if c.run is None)
                 await asyncio.gather(*(self._resumed(session, o, c, now) for o, c in resumed))
         except Exception as error:  # noqa: BLE001 - logged; the next sweep finds them again
-            _log_failure(f"resuming {len(batch)} runs", error)
+            _log_failure(f"taking over {len(batch)} orphaned runs", error)
         finally:
             self._resuming.difference_update(orphan.run.id for orphan in batch)
 
@@ -654,6 +654,8 @@ class Runner:
         try:
             spent = (now - orphan.run.started_at).total_seconds()
             await self._executor.run(session, orphan.job, claim, spent)
+        except Exception as error:  # noqa: BLE001 - logged; the batch's other runs go on
+            _log_failure(f"resumed run {orphan.run.id}", error)
         finally:
             self._resuming.discard(orphan.run.id)
 
@@ -717,4 +719,6 @@ def _claimed_run(job: Job, claim: Claim) -> Run:
         return claim.run
     if claim.outcome is ClaimOutcome.JOB_GONE:
         raise NotFound(f"no job named {job.name!r}")
+    if claim.outcome is ClaimOutcome.CONTENDED:
+        raise Conflict(f"job {job.name!r} could not be started: {_CONTENDED}")
     raise Conflict(f"job {job.name!r} is running somewhere; overlap is '{job.overlap.value}'")
