@@ -52,10 +52,13 @@ class Takeover:
     ago (the takeover time), and at or after `since`, when the earliest live replica
     joined (the database's clock). A tick that fell due before then fell while every
     replica now live was down: a catch-up matter, never a takeover, which would run
-    every one of them."""
+    every one of them. A replica that is itself behind takes over nothing (`taking`
+    false): its owner, only late like it, or a replica with time to spare claims the
+    tick, or a later round records it missed; the audit then only accounts."""
 
     after: timedelta
     since: datetime
+    taking: bool = True
 
     @classmethod
     def anytime(cls, after: timedelta) -> "Takeover":
@@ -63,7 +66,7 @@ class Takeover:
         return cls(after, datetime.min.replace(tzinfo=UTC))
 
     def owes(self, job: Job, tick: datetime, now: datetime) -> bool:
-        return job.due(tick) + self.after <= now
+        return self.taking and job.due(tick) + self.after <= now
 
     def missed_by_all(self, job: Job, tick: datetime) -> bool:
         return job.due(tick) < self.since

@@ -53,6 +53,11 @@ class Admission(Generic[T]):
     def __len__(self) -> int:
         return len(self._waiting)
 
+    @property
+    def oldest(self) -> T | None:
+        """The tick that has waited longest (None: none waits)."""
+        return self._waiting[0] if self._waiting else None
+
     def offer(self, ticks: Iterable[T]) -> list[T]:
         """Queue `ticks`; return the oldest waiting ticks beyond the limit."""
         for tick in ticks:

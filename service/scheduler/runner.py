@@ -192,6 +192,16 @@ class Runner:
         return self._executor.in_flight
 
     @property
+    def behind(self) -> bool:
+        """The tick that has waited longest here fell due more than half a takeover
+        period ago: this replica has its own ticks to catch up with, and takes over no
+        other's (overload is not spread by moving it around)."""
+        oldest = self._admission.oldest
+        if oldest is None:
+            return False
+        return oldest.job.due(oldest.scheduled_for) + self._takeover / 2 < self._clock.now()
+
+    @property
     def full(self) -> bool:
         """As many ticks wait for room here as may: hand over no more for now."""
         return len(self._admission) + len(self._arrived) >= self._waiting_limit

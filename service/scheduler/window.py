@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -453,6 +453,8 @@ class Window:
         runner = self._runner
         after, since = timedelta(seconds=runner.takeover_seconds), self._cluster_since()
         takeover = Takeover(after, since) if since else Takeover.anytime(after)
+        # A replica behind with its own ticks only accounts (`Takeover.taking`).
+        takeover = replace(takeover, taking=not runner.behind)
         await audit_cursors(
             self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
         )

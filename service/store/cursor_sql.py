@@ -23,12 +23,16 @@ REFRESH = """WITH moved AS (
 
 # The cursors that do lag: the tick they wait for is due more than $2 seconds ago, the
 # longest lagging first, at most $1, with their jobs as they stand, locked, skipping
-# (never waiting for) rows others hold: this round leaves them to the next.
+# (never waiting for) rows others hold: this round leaves them to the next. An audit that
+# takes nothing over ($3 false) reads only the cursors with a tick past its job's reach
+# to record, and leaves the others alone (its lock would make their claims wait).
 LAGGING = f"""SELECT {job_document("j")}, k.tick AS cursor, clock_timestamp() AS now
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
     WHERE k.due_at < clock_timestamp() - make_interval(secs => $2)
       AND k.tick < clock_timestamp() - make_interval(secs => $2)
       AND j.state = 'active'
+      AND ($3 OR k.tick < clock_timestamp()
+          - make_interval(secs => j.misfire_grace_seconds + j.jitter_seconds))
     ORDER BY k.due_at LIMIT $1
     FOR UPDATE OF k SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"""
 

@@ -95,7 +95,9 @@ async def audit(
 ) -> list[Audited]:
     """Audit up to `most` cursors lagging more than the takeover time, in the caller's
     transaction."""
-    rows = await connection.fetch(cursor_sql.LAGGING, most, takeover.after.total_seconds())
+    rows = await connection.fetch(
+        cursor_sql.LAGGING, most, takeover.after.total_seconds(), takeover.taking
+    )
     if not rows:
         return []
     now: datetime = rows[0]["now"]

@@ -184,19 +184,16 @@ class JobStore(StoreBase):
         return [job_from_row(row) for row in rows]
 
     async def insert_job(self, job: Job, next_tick: datetime | None = None) -> bool:
-        """Create `job`, book its `next_tick` (None: none) and notify the schedulers, in
-        one statement; False if a job of that name exists (nothing is written). Conflict
-        if its lock_key is taken."""
+        """Create `job`, book its `next_tick` (None: none), open its cursor and notify the
+        schedulers, in one statement; False if a job of that name exists (nothing is
+        written). Conflict if its lock_key is taken."""
+        arguments = (jobs_sql.JOBS_CHANNEL, next_tick, job.first_tick)
         try:
-            rows = await self._pool.fetch(
-                jobs_sql.INSERT_JOB, *job_values(job), jobs_sql.JOBS_CHANNEL, next_tick
-            )
+            rows = await self._pool.fetch(jobs_sql.INSERT_JOB, *job_values(job), *arguments)
         except asyncpg.UniqueViolationError as error:
             if error.constraint_name == jobs_sql.LOCK_KEY_UNIQUE:
                 raise _lock_key_conflict(job.name) from error
             raise
-        if rows:
-            await open_cursors(self._pool, [job])
         return bool(rows)
 
     async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:

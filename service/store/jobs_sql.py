@@ -63,17 +63,29 @@ INSERT = f"INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({JOB_PLACEHOLDERS})
 DELETE = "DELETE FROM tickgate_jobs WHERE name = $1"
 NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
 
+_CHANNEL, _BOOKED, _FIRST = (JOB_COLUMNS.count(",") + n for n in (2, 3, 4))
+
 # A create that needs no row lock and no transaction: the name's own uniqueness makes
 # the loser of a race see "exists"; the notification goes out only if the row went in.
+# The job's cursor opens at its first tick (NULL: none) if it is active, at its threshold
+# otherwise, as OPEN_CURSORS would move it (migration 0017 has the trigger leave it so).
 INSERT_JOB = f"""WITH inserted AS (
         INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({JOB_PLACEHOLDERS})
         ON CONFLICT (name) DO NOTHING
-        RETURNING name),
+        RETURNING name, state, fire_after, lock_key),
     booked AS (
         INSERT INTO tickgate_next_ticks (job, tick)
-        SELECT name, coalesce(${JOB_COLUMNS.count(",") + 3}::timestamptz, 'infinity')
+        SELECT name, coalesce(${_BOOKED}::timestamptz, 'infinity') FROM inserted),
+    opened AS (
+        INSERT INTO tickgate_cursors (job, tick, due_at, bucket)
+        SELECT name,
+            CASE WHEN state = 'active' THEN coalesce(${_FIRST}::timestamptz, 'infinity')
+                 ELSE fire_after END,
+            CASE WHEN state = 'active' THEN coalesce(${_FIRST}::timestamptz, 'infinity')
+                 ELSE 'infinity' END,
+            lock_key & 4095
         FROM inserted)
-    SELECT pg_notify(${JOB_COLUMNS.count(",") + 2}, name) FROM inserted"""
+    SELECT pg_notify(${_CHANNEL}, name) FROM inserted"""
 
 # The book's order (migration 0012): the active jobs with a tick by (tick, name), after
 # the position ($7, $1); then (JOBS_AFTER_TICKS) every other job by name, after $1.

@@ -3,6 +3,7 @@ claims and skips of the tick it stands at, and by the audit past every tick nobo
 decided; the invariant read back from the database alone (`cursor_problems`)."""
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -62,6 +63,26 @@ async def test_a_new_job_s_cursor_is_its_first_tick_and_its_first_claim_moves_it
         assert later.run is not None
         await session.finish(later.run.id, SUCCEEDED, job.lock_key)
     assert await store.cursor("fresh") == first + SECOND
+
+
+async def test_a_create_opens_its_cursor_in_its_one_statement(
+    store: Store, database_url: str
+) -> None:
+    """`insert_job` (POST /v1/jobs) writes the job, its cursor at its first tick and its
+    booked tick in one statement; a job made paused keeps its cursor at its threshold,
+    read by no window or audit until it is resumed."""
+    now = await store.clock()
+    spec = JobSpec(schedule=EVERY_SECOND, task="log", args={})
+    active = create_job("made", spec, now)
+    paused = pause_job(create_job("made-paused", spec, now), now)
+    for job in (active, paused):
+        assert await store.insert_job(job, job.next_run_at(now))
+    assert not await store.insert_job(active, active.next_run_at(now))
+    first = active.first_tick
+    assert first is not None
+    assert await _cursor_row(database_url, "made") == (first, first)
+    infinity = datetime.max  # asyncpg reads infinity as a naive datetime.max
+    assert await _cursor_row(database_url, "made-paused") == (paused.fire_after, infinity)
 
 
 async def test_a_claim_never_waits_for_a_job_whose_rows_another_statement_holds(
@@ -211,6 +232,39 @@ async def test_the_audit_hands_over_the_ticks_an_owner_left_within_reach(
     assert await _problems(database_url, {"left": 1}) == []
 
 
+async def test_an_audit_behind_with_its_own_ticks_takes_over_none_and_still_accounts(
+    store: Store, sessions: LockSessions, database_url: str
+) -> None:
+    """A replica whose own ticks wait past half a takeover period (`Runner.behind`)
+    audits without taking: a tick still within reach is left to its owner, unlocked and
+    untouched, while ticks past reach are recorded misfires as ever. A replica with
+    time to spare then takes the owner's over."""
+    late = await _made(store, "late", timedelta(seconds=8), misfire_grace_seconds=20)
+    gone = await _made(store, "gone", timedelta(seconds=30), misfire_grace_seconds=2)
+    ran = _whole_second(_now()) - 5 * SECOND
+    async with sessions.session(5) as session:
+        [claimed] = await session.claim([_claim(late, ran)])
+        assert claimed.run is not None
+        await session.finish(claimed.run.id, SUCCEEDED, late.lock_key)
+    cursor = await store.cursor("late")
+    handed: list[datetime] = []
+
+    def take_over(job: Job, owed: OwedTick) -> None:
+        handed.append(owed.tick)
+
+    behind = replace(TAKEOVER, taking=False)
+    await audit_cursors(store, behind, "busy", Metrics(), take_over)
+    assert handed == []
+    assert await store.cursor("late") == cursor
+    gone_cursor = await store.cursor("gone")
+    assert gone_cursor is not None
+    assert gone_cursor > gone.fire_after + 20 * SECOND
+    assert [run.skip_reason for run in await runs_of(store, "gone")] == [SkipReason.MISFIRE]
+    await audit_cursors(store, TAKEOVER, "spare", Metrics(), take_over)
+    assert handed[0] == cursor
+    assert ran not in handed
+
+
 def _seconds(first: datetime, last: datetime) -> list[datetime]:
     return [first + n * SECOND for n in range(int((last - first) / SECOND) + 1)]
 
@@ -347,7 +401,7 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
         finally:
             await connection.close()
 
-        assert await store.migrate() == 3
+        assert await store.migrate() == 4
         connection = await asyncpg.connect(url)
         try:
             buckets = dict(await connection.fetch("SELECT job, bucket FROM tickgate_cursors"))

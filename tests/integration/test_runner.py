@@ -162,6 +162,25 @@ async def test_due_ticks_wait_for_room_under_the_in_flight_cap(
             assert len(await finished_runs(store, job.name, 1)) == 1
 
 
+async def test_a_replica_whose_ticks_wait_past_half_a_takeover_is_behind(
+    store: Store, sessions: LockSessions, gates: Gates, metrics: Metrics
+) -> None:
+    """`behind` (its audit then takes over no other replica's ticks) holds while a tick
+    due more than half a takeover period ago still waits for room here, and no longer."""
+    jobs = [await add_job(store, f"behind-{index}", misfire_grace_seconds=60) for index in range(2)]
+    async with running(store, sessions, gates, metrics, room=1, takeover_seconds=2) as runner:
+        assert not runner.behind
+        tick = tick_now() - timedelta(seconds=5)
+        for job in jobs:
+            runner.fire(job, tick, RunTrigger.SCHEDULE)
+        await eventually_async(lambda: len(gates.started) == 1, 30, "one run to start")
+        assert runner.behind  # the other tick, due 5 s ago, waits for the room
+        gates["default"].set()
+        await eventually_async(lambda: not runner.behind, 30, "the waiting tick to start")
+        for job in jobs:
+            assert len(await finished_runs(store, job.name, 1)) == 1
+
+
 async def test_a_run_holds_the_lock_until_it_ends(
     runner: Runner, store: Store, gates: Gates, database_url: str
 ) -> None:
