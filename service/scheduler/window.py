@@ -234,7 +234,8 @@ class Window:
         """Read the window again: every job of the buckets read whose cursor may fall
         due in it, each planned from past what is filed already."""
         async with self._loading:
-            read = await self._store.read_window(self._buckets.reading(_monotonic()), self._seconds)
+            buckets = self._buckets.reading(_monotonic())
+            read = await self._store.read_window(buckets, self._seconds, held=self._held_job)
             self._up_since = self._up_since or read.now
             for index, (job, cursor) in enumerate(read.jobs, 1):
                 self._plan(job, cursor, read)
@@ -242,6 +243,10 @@ class Window:
                     await asyncio.sleep(0)  # a crowd's ticks: the due ones still go out
             self._forget_all_but({job.name for job, _ in read.jobs})
             self.last_sync = datetime.now(UTC)
+
+    def _held_job(self, name: str) -> Job | None:
+        held = self._held.get(name)
+        return held.job if held is not None else None
 
     async def _load(self, names: list[str]) -> None:
         """Bring these jobs, notified as changed, up to date in the window, if they are

@@ -76,15 +76,23 @@ CURSOR = "SELECT tick FROM tickgate_cursors WHERE job = $1"
 # due before $2, the window's end, with its cursor; one range of the (bucket, due_at)
 # index per bucket. `due_at` is a bound at or before the cursor's due time, so a job
 # whose claims moved its cursor on a moment ago is read too, until the audit sets it
-# again: the plan then files nothing for it.
-WINDOW = f"""SELECT {job_document("j")}, k.tick AS cursor
+# again: the plan then files nothing for it. Each job's revision, not the job: a crowd
+# is read again while it drains, and the window reads the definitions only of the jobs
+# it does not hold at that revision (WINDOW_JOBS).
+WINDOW = """SELECT j.name, j.incarnation, j.version, k.tick AS cursor
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
     WHERE k.bucket = ANY($1::smallint[]) AND k.due_at < $2 AND j.state = 'active'"""
 
 # The same for every bucket (a replica alone, or with ownership off).
-WINDOW_ALL = f"""SELECT {job_document("j")}, k.tick AS cursor
+WINDOW_ALL = """SELECT j.name, j.incarnation, j.version, k.tick AS cursor
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
     WHERE k.due_at < $1 AND j.state = 'active'"""
+
+# The jobs of the names $1 that a window read and does not hold at their revision, as
+# they stand if still active, each with its cursor.
+WINDOW_JOBS = f"""SELECT {job_document("j")}, k.tick AS cursor
+    FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
+    WHERE j.name = ANY($1::text[]) AND j.state = 'active'"""
 
 # The jobs of the names $1 as they stand, in any state, each with its cursor: what a
 # window makes of a change it was notified of.

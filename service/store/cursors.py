@@ -3,7 +3,7 @@
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -24,6 +24,9 @@ ROWS_PER_SLICE = 1000
 # Cursors whose due_at one statement sets again from their tick, at most.
 REFRESH_BATCH = 10_000
 
+# What a window holds of a job by name, at some revision (None: nothing).
+Held = Callable[[str], Job | None]
+
 
 @dataclass(frozen=True)
 class WindowRead:
@@ -42,11 +45,12 @@ class WindowRows:
     now: datetime
     until: datetime
     rows: list[Mapping[str, Any]]
+    kept: list[tuple[Job, datetime]] = field(default_factory=list)  # held, reused
 
     async def read(self, job_of: Callable[[Mapping[str, Any]], Job]) -> WindowRead:
         """The jobs, made a slice at a time: a crowd's window is tens of thousands of
         rows, and the ticks due meanwhile still go out between slices."""
-        jobs = []
+        jobs = list(self.kept)
         for start in range(0, len(self.rows), ROWS_PER_SLICE):
             jobs += [(job_of(r), r["cursor"]) for r in self.rows[start : start + ROWS_PER_SLICE]]
             await asyncio.sleep(0)
@@ -58,19 +62,38 @@ async def fetch_window(
     buckets: frozenset[int] | None,
     seconds: float,
     names: Sequence[str] | None = None,
+    held: Held = lambda _: None,
 ) -> WindowRows:
     """The active jobs of `buckets` (None: all) with a cursor that may fall due in the
-    next `seconds`, by the database's clock; or, given `names`, the jobs of those names
-    that exist, in any state."""
+    next `seconds`, by the database's clock, the `held` ones (at the revision read)
+    reused; or, given `names`, the jobs of those names that exist, in any state."""
     now: datetime = await connection.fetchval("SELECT clock_timestamp()")
     until = now + timedelta(seconds=seconds)
     if names is not None:
         rows = await connection.fetch(cursor_sql.CURSORED_JOBS, list(names))
-    elif buckets is None:
-        rows = await connection.fetch(cursor_sql.WINDOW_ALL, until)
+        return WindowRows(now, until, rows)
+    if buckets is None:
+        due = await connection.fetch(cursor_sql.WINDOW_ALL, until)
     else:
-        rows = await connection.fetch(cursor_sql.WINDOW, sorted(buckets), until)
-    return WindowRows(now, until, rows)
+        due = await connection.fetch(cursor_sql.WINDOW, sorted(buckets), until)
+    kept, unheld = _held_at_revision(due, held)
+    rows = await connection.fetch(cursor_sql.WINDOW_JOBS, unheld) if unheld else []
+    return WindowRows(now, until, rows, kept)
+
+
+def _held_at_revision(
+    due: Sequence[Mapping[str, Any]], held: Held
+) -> tuple[list[tuple[Job, datetime]], list[str]]:
+    """The jobs read that are held at the revision read, with their cursors, and the
+    names of the others, whose definitions are to read."""
+    kept, unheld = [], []
+    for row in due:
+        job = held(row["name"])
+        if job is not None and job.revision == (row["incarnation"], row["version"]):
+            kept.append((job, row["cursor"]))
+        else:
+            unheld.append(row["name"])
+    return kept, unheld
 
 
 @dataclass(frozen=True)
@@ -173,13 +196,18 @@ class CursorStore(StoreBase):
             return await audit(connection, most, runner, takeover)
 
     async def read_window(
-        self, buckets: frozenset[int] | None, seconds: float, names: Sequence[str] | None = None
+        self,
+        buckets: frozenset[int] | None,
+        seconds: float,
+        names: Sequence[str] | None = None,
+        held: Held = lambda _: None,
     ) -> WindowRead:
         """The active jobs of `buckets` (None: all) whose cursor may fall due in the
-        next `seconds`, or the jobs of `names` in any state (`cursors.read_window`),
-        each with its cursor; shared parts held once, as by `get_jobs`."""
+        next `seconds` (those `held` at their revision reused), or the jobs of `names` in
+        any state (`cursors.fetch_window`), each with its cursor; shared parts held
+        once, as by `get_jobs`."""
         async with self._bounded() as connection:
-            rows = await fetch_window(connection, buckets, seconds, names)
+            rows = await fetch_window(connection, buckets, seconds, names, held)
         return await rows.read(self._shared.job_from_row)
 
     async def cursor(self, job: str) -> datetime | None:

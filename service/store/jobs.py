@@ -209,9 +209,7 @@ class JobStore(StoreBase):
             before = [job_from_row(row) for row in rows]
             changed = [a for b in before if (a := updates[b.name](b, now)) != b]
             if changed:
-                await connection.executemany(
-                    jobs_sql.UPDATE_JOB, [job_values(job) for job in changed]
-                )
+                await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(changed))
                 await open_cursors(connection, changed)
                 await connection.execute(
                     jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, [j.name for j in changed]

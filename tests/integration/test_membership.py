@@ -250,6 +250,27 @@ async def test_a_notified_read_finds_the_named_jobs_in_any_state(store: Store) -
     assert active[0] == "job-0000"
 
 
+async def test_a_refill_reads_again_only_the_jobs_it_does_not_hold_at_their_revision(
+    store: Store,
+) -> None:
+    """A crowd is read again while it drains: the jobs a window holds at the revision
+    read come back as held (no definition read or parsed again), a job edited since
+    comes back as it stands, and a job paused since not at all."""
+    names = await add_jobs(store, 4)
+    first = {job.name: job for job, _ in (await store.read_window(None, 2 * 86400)).jobs}
+    await store.update_jobs(
+        {"job-0001": lambda job, now: job.model_copy(update={"version": job.version + 1})}
+    )
+    await store.update_jobs({"job-0002": pause_job})
+    again = await store.read_window(None, 2 * 86400, held=first.get)
+    read = {job.name: job for job, _ in again.jobs}
+    assert sorted(read) == [names[0], names[1], names[3]]
+    assert read["job-0000"] is first["job-0000"]
+    assert read["job-0003"] is first["job-0003"]
+    assert read["job-0001"] is not first["job-0001"]
+    assert read["job-0001"].version == first["job-0001"].version + 1
+
+
 async def test_alone_or_with_no_view_a_replica_owns_everything(
     database_url: str, store: Store
 ) -> None:

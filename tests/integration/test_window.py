@@ -31,7 +31,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner, Window
 from service.store import Store
 from service.store.connection import Pool
-from service.store.cursors import WindowRead
+from service.store.cursors import Held, WindowRead
 from service.store.link import Link
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
@@ -85,10 +85,14 @@ class ScriptedStore(Store):
         return read not in self._failures
 
     async def read_window(
-        self, buckets: frozenset[int] | None, seconds: float, names: Sequence[str] | None = None
+        self,
+        buckets: frozenset[int] | None,
+        seconds: float,
+        names: Sequence[str] | None = None,
+        held: Held = lambda _: None,
     ) -> WindowRead:
         self.reads.append("refill" if names is None else "load")
-        call = partial(super().read_window, buckets, seconds, names)
+        call = partial(super().read_window, buckets, seconds, names, held)
         return await self._scripted("refill" if names is None else "load", call)
 
     async def _scripted(self, read: str, call: Callable[[], Awaitable[T]]) -> T:
