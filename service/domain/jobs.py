@@ -402,6 +402,12 @@ def ends_by(job: Job, now: datetime) -> bool:
     return job.end_at is not None and job.end_at <= now and job.tick_after(now) is None
 
 
+def done_with_its_tick(job: Job) -> bool:
+    """A one-time job completed: its one tick has its outcome, or will have it from the
+    audit, and no window holds another tick of it to fire."""
+    return isinstance(job.schedule, OnceSchedule) and job.state is JobState.COMPLETED
+
+
 def policy_finishes(job: Job) -> bool:
     """Whether a scheduled run may complete the job, so the runner must look after it."""
     return isinstance(job.schedule, OnceSchedule) or job.max_runs is not None

@@ -11,7 +11,7 @@ from uuid import UUID
 import asyncpg
 
 from service.domain.errors import Conflict
-from service.domain.jobs import Job, JobState
+from service.domain.jobs import Job, JobState, done_with_its_tick
 from service.domain.runs import Run
 from service.store import jobs_sql
 from service.store.base import StoreBase
@@ -201,8 +201,10 @@ class JobStore(StoreBase):
 
         Rows are locked in name order, so two replicas updating overlapping sets never
         deadlock; `now` given to each update is the database's clock; the schedulers
-        are notified of every job that changed. For updates only: nothing is created
-        or deleted here (`mutate_job` does that)."""
+        are notified of every job that changed, but for a one-time job completed
+        (`done_with_its_tick`): no window has a tick of it left, and a crowd's completions
+        would have each owner read back every job of the crowd. For updates only:
+        nothing is created or deleted here (`mutate_job` does that)."""
         async with self._bounded() as connection, connection.transaction():
             rows = await connection.fetch(jobs_sql.LOCK_JOBS, sorted(updates))
             now: datetime = await connection.fetchval(jobs_sql.CLOCK)
@@ -211,9 +213,8 @@ class JobStore(StoreBase):
             if changed:
                 await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(changed))
                 await open_cursors(connection, changed)
-                await connection.execute(
-                    jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, [j.name for j in changed]
-                )
+                notified = [job.name for job in changed if not done_with_its_tick(job)]
+                await connection.execute(jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, notified)
 
     async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
