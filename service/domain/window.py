@@ -5,9 +5,9 @@ jobs' tick cursors (see `service/scheduler/window.py`). For each job it reads th
 files the ticks from the cursor, or from past the last tick it filed already, up to the
 window's end:
 - a tick past its reach (misfire grace + jitter) is the audit's, never filed;
-- a tick due by now that fell due before this replica was up (`since`) was missed
-  while it was down: the job's catch-up policy's (`latest`: the last of them runs, as
-  a catch-up; `none`: none);
+- a tick due by now that fell due before the earliest live replica was up (`since`,
+  the audit's `Takeover.since`) was missed while every replica was down: the job's
+  catch-up policy's (`latest`: the last of them runs, as a catch-up; `none`: none);
 - any other is filed to run as scheduled, late if it is due already (a job created,
   or handed over, a moment before its tick).
 """
@@ -44,7 +44,8 @@ def plan_ticks(
     job: Job, after: datetime, *, now: datetime, until: datetime, since: datetime, most: int
 ) -> Plan:
     """The ticks of `job` after `after` (exclusive) that fall due before `until`, at most
-    `most`; `now` and `since` (when this replica came up) on the database's clock."""
+    `most`; `now` and `since` (when the earliest live replica came up) on the database's
+    clock."""
     tick = job.tick_after(max(after, now - job.reach - _INSTANT))
     filings: list[Filing] = []
     missed: list[Filing] = []  # due by now, before this replica was up

@@ -171,8 +171,11 @@ class Window:
         self._stopping = False
         self._lost = asyncio.Event()
         self.last_sync: datetime | None = None
-        # The database's clock at the first read: a tick due by then that nobody ran was
-        # missed while this replica was down, a catch-up matter (`plan_ticks`).
+        # The database's clock at the first read: while no member is known, a tick due
+        # by then that nobody ran was missed while this replica was down, a catch-up
+        # matter (`plan_ticks`). Once members are known, the earliest one's start is:
+        # the audit judges by that (`Takeover.since`), and the window must agree with it
+        # on which tick is the catch-up, or the one the audit waits for never runs.
         self._up_since: datetime | None = None
 
     @property
@@ -279,7 +282,7 @@ class Window:
             held.job, held.filed_through = job, None
         if held is not None:
             after = max(after, held.filed_through or held.fired_through or after)
-        since = self._up_since or read.now
+        since = self._cluster_since() or self._up_since or read.now
         plan = plan_ticks(
             job, after, now=read.now, until=read.until, since=since, most=MOST_TICKS_PER_JOB
         )

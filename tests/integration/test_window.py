@@ -347,6 +347,43 @@ async def test_a_tick_due_between_a_job_s_creation_and_its_load_runs_as_schedule
     assert (run.trigger, run.status is not RunStatus.SKIPPED) == (RunTrigger.SCHEDULE, True)
 
 
+async def test_the_window_and_the_audit_agree_on_the_catch_up_tick(
+    database_url: str, store: Store
+) -> None:
+    """Replicas start one after another: the earliest joined 4 s before this one reads
+    its window. A one-second job made before any of them has ticks missed by all (before
+    the earliest joined) and ticks due since. The audit waits for the last tick missed
+    by all to run as the catch-up, so the window must make that same tick the catch-up
+    (it used its own start, caught up a later tick, and the cursor waited at a tick
+    nobody would run until its reach: a minute of audits, then a misfire)."""
+    every_second = spec("catch-up").model_copy(
+        update={
+            "schedule": IntervalSchedule(kind="interval", every_seconds=1),
+            "catchup": Catchup.LATEST,
+        }
+    )
+    made = datetime.now(UTC) - timedelta(seconds=8)
+    change = await store.mutate_job("caught", lambda _: create_job("caught", every_second, made))
+    assert change.after is not None
+    since = _whole_second(datetime.now(UTC)) - timedelta(seconds=3, microseconds=500_000)
+    async with opened_window(database_url, store, cluster_since=lambda: since) as window:
+        await window.start()
+
+        async def passed_since() -> bool:
+            cursor = await store.cursor("caught")
+            return cursor is not None and cursor > since
+
+        await eventually_async(passed_since, 30, "the cursor to pass the catch-up")
+    runs = {r.scheduled_for: r for r in await store.list_runs("caught", 100, None, None)}
+    caught_up = _whole_second(since)
+    assert runs[caught_up].trigger is RunTrigger.CATCHUP
+    assert runs[caught_up + timedelta(seconds=1)].trigger is RunTrigger.SCHEDULE
+
+
+def _whole_second(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
+
+
 async def test_a_job_with_no_tick_in_the_window_is_not_held(
     database_url: str, store: Store
 ) -> None:
