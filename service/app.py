@@ -33,6 +33,7 @@ from service.store.link import Link
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
+from service.tasks.hosts import HostTally
 from service.tasks.plugins import load_plugins
 from service.tasks.sql import sql_task
 from service.tzdb import tz_database
@@ -43,12 +44,13 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings, registry: TaskRegistry | None = None) -> FastAPI:
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url (the CLI fills it in)")
-    tasks = registry or build_registry(settings)
+    hosts = HostTally()  # the http task's connections, for the metrics
+    tasks = registry or build_registry(settings, hosts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            services = await _open(stack, settings, tasks)
+            services = await _open(stack, settings, tasks, hosts)
             app.state.services = services
             if settings.apply_jobs is not None:
                 await apply_job_file(services, settings.apply_jobs)
@@ -98,9 +100,15 @@ def sql_target_dsns(settings: Settings) -> dict[str, str]:
     return targets
 
 
-def build_registry(settings: Settings) -> TaskRegistry:
-    """Built-in tasks, the sql task for the configured targets, then plugins."""
-    registry = builtin_registry(settings.http_allow)
+def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRegistry:
+    """Built-in tasks, the sql task for the configured targets, then plugins; the http
+    task's connections are counted in `hosts`."""
+    registry = builtin_registry(
+        settings.http_allow,
+        max_per_host=settings.http_max_connections_per_host,
+        connect_timeout_seconds=settings.http_connect_timeout_seconds,
+        hosts=hosts,
+    )
     registry.register(sql_task(frozenset(sql_target_dsns(settings))))
     loaded = load_plugins(registry, split_names(settings.task_modules))
     if loaded:
@@ -156,7 +164,9 @@ def begin_shutdown(app: FastAPI) -> None:
         services.begin_shutdown()
 
 
-async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) -> Services:
+async def _open(
+    stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry, hosts: HostTally
+) -> Services:
     """Open everything; `stack` closes it in reverse: ticks stop, runs get their grace,
     then the listener, the HTTP client and the pools close."""
     dsn = str(settings.database_url)
@@ -174,7 +184,7 @@ async def _open(stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry) 
     stack.push_async_callback(tasks.aclose)
     if settings.scheduler:
         tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
-    metrics = Metrics(database_gauges=settings.api)
+    metrics = Metrics(database_gauges=settings.api, hosts=hosts)
     metrics.set_tzdata(tz_database())
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:

@@ -203,6 +203,22 @@ class Settings(BaseSettings):
         description="Comma-separated CIDRs or host names the http task may reach although "
         "they are loopback or private; link-local and metadata addresses stay denied.",
     )
+    http_max_connections_per_host: int = Field(
+        64,
+        ge=1,
+        le=10_000,
+        description="Connections the http task keeps open to one host (host:port) at most, "
+        "per replica. Runs beyond it wait for a free connection within their own timeout, "
+        "kept-alive connections first: a crowd of runs to one target takes turns instead of "
+        "opening a connection each.",
+    )
+    http_connect_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="How long the http task waits for a TCP connect, apart from the run's "
+        "timeout: a dead host fails fast ('connect to host:port timed out after Ns').",
+    )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Larger request bodies get 413."
     )

@@ -4,10 +4,11 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.domain.runs import RunStatus
+from service.tasks.hosts import HostTally
 from service.tzdb import TzDatabase
 
 HELD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -22,8 +23,10 @@ class Metrics:
     walks every active job, work the fire path's process should not do at each scrape;
     the API process, or the API's pods, report them."""
 
-    def __init__(self, *, database_gauges: bool = True) -> None:
+    def __init__(self, *, database_gauges: bool = True, hosts: HostTally | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        if hosts is not None:
+            self.registry.register(_HostCollector(hosts))
         self.database_gauges = database_gauges
         exported_if_read = self.registry if database_gauges else None
         self.last_success = Gauge(
@@ -132,7 +135,46 @@ def _without_created(families: Iterable[Metric]) -> list[Metric]:
 # Gauges whose values add up across a pod's processes (each counts its own runs). Every
 # other gauge reads the same in each process that sets it, or is set in one only (the
 # others export their initial 0), so the pod reports the largest.
-SUMMED_GAUGES = frozenset({"tickgate_runs_in_flight"})
+SUMMED_GAUGES = frozenset(
+    {
+        "tickgate_runs_in_flight",
+        "tickgate_http_connections_open",
+        "tickgate_http_runs_waiting_for_connection",
+    }
+)
+
+
+class _HostCollector:
+    """The http task's connections per host (`HostTally`), read at scrape time."""
+
+    def __init__(self, hosts: HostTally) -> None:
+        self._hosts = hosts
+
+    def describe(self) -> list[Metric]:
+        return []  # read at each scrape: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        open_ = GaugeMetricFamily(
+            "tickgate_http_connections_open",
+            "Connections the http task holds open to the host (in use or kept alive).",
+            labels=["host"],
+        )
+        waiting = GaugeMetricFamily(
+            "tickgate_http_runs_waiting_for_connection",
+            "http runs waiting for a free connection to the host (the per-host cap is in use).",
+            labels=["host"],
+        )
+        failures = CounterMetricFamily(
+            "tickgate_http_connect_failures",
+            "Connects to the host that failed or timed out.",
+            labels=["host"],
+        )
+        for host, counts in sorted(self._hosts.snapshot().items()):
+            open_.add_metric([host], counts.open)
+            waiting.add_metric([host], counts.waiting)
+            failures.add_metric([host], counts.connect_failures)
+        yield from (open_, waiting, failures)
+
 
 _SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 

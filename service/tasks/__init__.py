@@ -8,7 +8,8 @@ from service.tasks.base import (
     TaskRegistry,
     task,
 )
-from service.tasks.http import http_task
+from service.tasks.hosts import HostTally
+from service.tasks.http import CONNECT_TIMEOUT_SECONDS, MAX_CONNECTIONS_PER_HOST, http_task
 from service.tasks.log import LOG_TASK
 from service.tasks.netguard import Allowlist
 
@@ -23,7 +24,21 @@ __all__ = [
 ]
 
 
-def builtin_registry(http_allow: str = "") -> TaskRegistry:
+def builtin_registry(
+    http_allow: str = "",
+    *,
+    max_per_host: int = MAX_CONNECTIONS_PER_HOST,
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
+    hosts: HostTally | None = None,
+) -> TaskRegistry:
     """`http` and `log`. `http_allow` is TICKGATE_HTTP_ALLOW: the loopback/private
-    targets the http task may reach (none by default); ValueError if malformed."""
-    return TaskRegistry([http_task(Allowlist.from_setting(http_allow)), LOG_TASK])
+    targets the http task may reach (none by default); ValueError if malformed. The
+    http task's connections per host are capped at `max_per_host` and counted in
+    `hosts`."""
+    http = http_task(
+        Allowlist.from_setting(http_allow),
+        max_per_host=max_per_host,
+        connect_timeout_seconds=connect_timeout_seconds,
+        hosts=hosts,
+    )
+    return TaskRegistry([http, LOG_TASK])

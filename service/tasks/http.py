@@ -46,6 +46,7 @@ from pydantic import (
 )
 
 from service.tasks.base import TaskContext, TaskDefinition
+from service.tasks.hosts import HostTally
 from service.tasks.netguard import (
     Allowlist,
     IPAddress,
@@ -68,6 +69,11 @@ MAX_HEADER_VALUE_LENGTH = 8 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REDIRECTS = 5
 KEEPALIVE_SECONDS = 15.0
+# Connections per host and replica (TICKGATE_HTTP_MAX_CONNECTIONS_PER_HOST), and how
+# long a connect may take (TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS), apart from the run's
+# own timeout, which also bounds the wait for a free connection.
+MAX_CONNECTIONS_PER_HOST = 64
+CONNECT_TIMEOUT_SECONDS = 10.0
 # A response's status line and each of its headers may be this long: the bound the
 # client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
 MAX_RESPONSE_HEADER_BYTES = 100 * 1024
@@ -427,17 +433,20 @@ def plain_socket(addr_info: AddrInfoType) -> socket.socket:
 @dataclass(frozen=True)
 class PinnedSockets:
     """Opens a socket (through `inner`) only toward an address and port the current
-    exchange vetted: the check under the resolver, which aiohttp skips for IP literals."""
+    exchange vetted: the check under the resolver, which aiohttp skips for IP literals.
+    Each is counted open for its host in `hosts` until it closes."""
 
     inner: SocketFactoryType = plain_socket
+    hosts: HostTally = field(default_factory=HostTally)
 
     def __call__(self, addr_info: AddrInfoType) -> socket.socket:
         host, port = str(addr_info[4][0]), int(addr_info[4][1])
         address = parse_host(host)
         vetted = _PINS.get({}).values()
-        if not any(port == t.port and address in t.addresses for t in vetted):
+        target = next((t for t in vetted if port == t.port and address in t.addresses), None)
+        if target is None:
             raise _not_vetted(host, port)
-        return self.inner(addr_info)
+        return self.hosts.opened(target.key, self.inner(addr_info))
 
 
 @dataclass(frozen=True)
@@ -460,6 +469,9 @@ class HttpSender:
     network: SocketFactoryType = plain_socket
     trust: ssl.SSLContext | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
+    max_per_host: int = MAX_CONNECTIONS_PER_HOST
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    hosts: HostTally = field(default_factory=HostTally)
     _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -476,29 +488,36 @@ class HttpSender:
         """The client and its pool, opened on first use, so a registry that never sends
         holds no sockets. No proxies (one would resolve the host itself, after our
         check), no cookies (a cookie set by one job's target is no other run's business),
-        no decoding, and no timeouts of its own: `run` bounds the whole exchange."""
+        no decoding; `run` bounds the whole exchange, the wait for a free connection
+        included, and a connect alone gets `connect_timeout_seconds`."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=self._connector(),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,
                 auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(total=None),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self.connect_timeout_seconds
+                ),
+                trace_configs=[self.hosts.trace_config()],
                 max_line_size=MAX_RESPONSE_HEADER_BYTES,
                 max_field_size=MAX_RESPONSE_HEADER_BYTES,
             )
         return self._session
 
     def _connector(self) -> aiohttp.TCPConnector:
-        """No cap on connections (each run may need one at once); idle ones are kept a
-        short while. A name's vetted addresses are tried one after the other, in order."""
+        """At most `max_per_host` connections to a host (a crowd of runs to one target
+        takes turns on them rather than flooding it), none overall; idle ones are kept a
+        short while and reused first. A name's vetted addresses are tried one after the
+        other, in order."""
         return aiohttp.TCPConnector(
             resolver=PinnedResolver(),
             use_dns_cache=False,
-            socket_factory=PinnedSockets(self.network),
+            socket_factory=PinnedSockets(self.network, self.hosts),
             happy_eyeballs_delay=None,
             ssl=self.ssl_context(),
             limit=0,
+            limit_per_host=self.max_per_host,
             keepalive_timeout=KEEPALIVE_SECONDS,
         )
 
@@ -536,7 +555,7 @@ class HttpSender:
             target = await self._vet(url, hop)
             pins[target.host] = target
             headers = wire_headers(url, request_headers(args, context, dropped), body)
-            answer = await self._send(args, method, url, headers, body)
+            answer = await self._send(args, method, url, headers, body, host=target.key)
             if not isinstance(answer, Redirect):
                 return answer
             status = answer.status
@@ -561,10 +580,19 @@ class HttpSender:
         url: httpx.URL,
         headers: dict[str, str],
         body: bytes | None,
+        *,
+        host: str,
     ) -> JsonValue | Redirect:
-        """One request: the run's result, or the redirect to follow."""
+        """One request to `host` (`host:port`, as vetted): the run's result, or the
+        redirect to follow."""
+        waiting = self.hosts.waiting(host)
         request = self._pooled().request(
-            method, connect_url(url), headers=headers, data=body, allow_redirects=False
+            method,
+            connect_url(url),
+            headers=headers,
+            data=body,
+            allow_redirects=False,
+            trace_request_ctx=waiting,
         )
         try:
             async with request as response:
@@ -573,9 +601,24 @@ class HttpSender:
                     return Redirect(response.status, location)
                 size, truncated = await read_capped(response, self.max_response_bytes)
         except aiohttp.ClientError as error:  # its repr would spell out the pool's key
-            failure = f"{type(error).__name__}: {error}".removesuffix(": ")
-            raise HttpTaskError(f"{method} {shown(url)} failed: {failure}") from error
+            raise self._failed(method, url, host, error) from error
+        finally:
+            waiting.over()  # a run cancelled while it waited waits no more
         return self._outcome(args, f"{method} {shown(url)}", response.status, size, truncated)
+
+    def _failed(
+        self, method: str, url: httpx.URL, host: str, error: aiohttp.ClientError
+    ) -> HttpTaskError:
+        """The run's error for a failed exchange; a connect that failed is counted."""
+        if isinstance(error, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+            self.hosts.of(host).connect_failures += 1
+        if isinstance(error, aiohttp.ConnectionTimeoutError):
+            timeout = f"{self.connect_timeout_seconds:g}s"
+            return HttpTaskError(
+                f"{method} {shown(url)}: connect to {host} timed out after {timeout}"
+            )
+        failure = f"{type(error).__name__}: {error}".removesuffix(": ")
+        return HttpTaskError(f"{method} {shown(url)} failed: {failure}")
 
     async def _vet(self, url: httpx.URL, hop: int) -> VettedTarget:
         try:
@@ -621,9 +664,21 @@ def http_task(
     resolve: Resolver = resolve_host,
     network: SocketFactoryType = plain_socket,
     trust: ssl.SSLContext | None = None,
+    max_per_host: int = MAX_CONNECTIONS_PER_HOST,
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
+    hosts: HostTally | None = None,
 ) -> TaskDefinition[HttpArgs]:
-    """The `http` task reaching loopback/private targets only as `allow` permits."""
-    sender = HttpSender(allow, resolve, network, trust)
+    """The `http` task reaching loopback/private targets only as `allow` permits, with
+    at most `max_per_host` connections to a host, counted in `hosts`."""
+    sender = HttpSender(
+        allow,
+        resolve,
+        network,
+        trust,
+        max_per_host=max_per_host,
+        connect_timeout_seconds=connect_timeout_seconds,
+        hosts=hosts or HostTally(),
+    )
     return TaskDefinition(
         name="http",
         description="Send one HTTP request per run; headers carry the run id as "

@@ -266,6 +266,11 @@ class VettedTarget:
     port: int
     addresses: tuple[IPAddress, ...]
 
+    @property
+    def key(self) -> str:
+        """`host:port`: what the http task's connections are counted by."""
+        return f"{self.host}:{self.port}"
+
 
 async def resolve_host(host: str, port: int) -> list[IPAddress]:
     """Every address the system resolver gives for `host` (A and AAAA), in its order."""

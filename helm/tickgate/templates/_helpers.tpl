@@ -161,6 +161,10 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
   value: {{ join "," .Values.tasks.modules | quote }}
 - name: TICKGATE_HTTP_ALLOW
   value: {{ join "," .Values.tasks.http.allow | quote }}
+- name: TICKGATE_HTTP_MAX_CONNECTIONS_PER_HOST
+  value: {{ .Values.tasks.http.maxConnectionsPerHost | int | quote }}
+- name: TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS
+  value: {{ .Values.tasks.http.connectTimeoutSeconds | quote }}
 - name: TICKGATE_SQL_ALLOW_SELF
   value: {{ .Values.tasks.sql.allowSelf | quote }}
 {{- with .Values.tasks.sql.existingSecret }}
