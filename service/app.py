@@ -35,6 +35,7 @@ from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
 from service.tasks.hosts import HostTally
 from service.tasks.plugins import load_plugins
+from service.tasks.signing import SigningKeys
 from service.tasks.sql import sql_task
 from service.tzdb import tz_database
 
@@ -108,6 +109,7 @@ def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRe
         max_per_host=settings.http_max_connections_per_host,
         connect_timeout_seconds=settings.http_connect_timeout_seconds,
         hosts=hosts,
+        signing=SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key),
     )
     registry.register(sql_task(frozenset(sql_target_dsns(settings))))
     loaded = load_plugins(registry, split_names(settings.task_modules))

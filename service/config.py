@@ -219,6 +219,17 @@ class Settings(BaseSettings):
         description="How long the http task waits for a TCP connect, apart from the run's "
         "timeout: a dead host fails fast ('connect to host:port timed out after Ns').",
     )
+    webhook_keys_file: Path | None = Field(
+        None,
+        description="A JSON file (mount it from a Secret) of the http task's signing keys by "
+        'key id: {"id": "whsec_<base64>"}, or {"id": ["whsec_new", "whsec_old"]} while '
+        "rotating (both sign). Jobs name a key id (`signing_key`); the keys are never shown.",
+    )
+    webhook_signing_key: str | None = Field(
+        None,
+        description="A key id of TICKGATE_WEBHOOK_KEYS_FILE that every http job signs with "
+        "unless it names its own (Standard Webhooks). Unset: only jobs that name a key sign.",
+    )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Larger request bodies get 413."
     )

@@ -68,6 +68,9 @@ class TaskDefinition(Generic[ArgsT]):
     # Sets up, before the replica reports ready, what `run` would set up on first use
     # (certificates, connection pools), so a replica's first runs are as quick as later ones.
     warm: Callable[[], None] | None = None
+    # Checks, when a job is written, what the args model alone cannot (a name that
+    # must be configured, say): raises InvalidInput.
+    check: Callable[[ArgsT], None] | None = None
 
     def parse_args(self, args: Mapping[str, JsonValue]) -> ArgsT:
         return self.args_model.model_validate(args)
@@ -131,6 +134,8 @@ class TaskRegistry:
             known = ", ".join(sorted(self._tasks))
             raise InvalidInput.one(("body", "task"), f"unknown task; known tasks: {known}", task)
         try:
-            definition.parse_args(args)
+            parsed = definition.parse_args(args)
         except ValidationError as error:
             raise InvalidInput.from_validation(error, ("body", "args")) from error
+        if definition.check is not None:
+            definition.check(parsed)

@@ -20,6 +20,7 @@ import json
 import re
 import socket
 import ssl
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -45,6 +46,7 @@ from pydantic import (
     model_validator,
 )
 
+from service.domain.errors import InvalidInput
 from service.tasks.base import TaskContext, TaskDefinition
 from service.tasks.hosts import HostTally
 from service.tasks.netguard import (
@@ -59,6 +61,7 @@ from service.tasks.netguard import (
     static_denial,
     vet,
 )
+from service.tasks.signing import SigningKeys
 
 VERSION = version("tickgate")
 
@@ -164,6 +167,15 @@ class HttpArgs(BaseModel):
         max_length=100,
         description="Statuses that count as success; default any 2xx. A redirect status "
         "listed here is not followed.",
+    )
+    signing_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Sign each request as Standard Webhooks (webhook-id: the run id, the same "
+        "for every attempt; webhook-timestamp; webhook-signature) with the operator's key of "
+        "this id (TICKGATE_WEBHOOK_KEYS_FILE); unknown ids are refused. Default: the "
+        "operator's TICKGATE_WEBHOOK_SIGNING_KEY, if set. The key itself is never shown.",
     )
 
     @field_validator("url")
@@ -472,6 +484,7 @@ class HttpSender:
     max_per_host: int = MAX_CONNECTIONS_PER_HOST
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     hosts: HostTally = field(default_factory=HostTally)
+    signing: SigningKeys = field(default_factory=SigningKeys)
     _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -555,6 +568,7 @@ class HttpSender:
             target = await self._vet(url, hop)
             pins[target.host] = target
             headers = wire_headers(url, request_headers(args, context, dropped), body)
+            headers |= self._signature(args, context, body)
             answer = await self._send(args, method, url, headers, body, host=target.key)
             if not isinstance(answer, Redirect):
                 return answer
@@ -605,6 +619,23 @@ class HttpSender:
         finally:
             waiting.over()  # a run cancelled while it waited waits no more
         return self._outcome(args, f"{method} {shown(url)}", response.status, size, truncated)
+
+    def _signature(
+        self, args: HttpArgs, context: TaskContext, body: bytes | None
+    ) -> dict[str, str]:
+        """The Standard Webhooks headers of one request (none if the job signs with no
+        key): the run id signs every attempt alike, the timestamp is this request's."""
+        key_id = self.signing.key_for(args.signing_key)
+        if key_id is None:
+            return {}
+        return self.signing.signed(key_id, str(context.run_id), int(time.time()), body or b"")
+
+    def check(self, args: HttpArgs) -> None:
+        """At write time: the key a job names must be one the operator configured."""
+        if args.signing_key is not None and args.signing_key not in self.signing.secrets:
+            known = ", ".join(self.signing.ids()) or "none (TICKGATE_WEBHOOK_KEYS_FILE is unset)"
+            message = f"unknown signing key id; the configured ones: {known}"
+            raise InvalidInput.one(("body", "args", "signing_key"), message, args.signing_key)
 
     def _failed(
         self, method: str, url: httpx.URL, host: str, error: aiohttp.ClientError
@@ -667,6 +698,7 @@ def http_task(
     max_per_host: int = MAX_CONNECTIONS_PER_HOST,
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
     hosts: HostTally | None = None,
+    signing: SigningKeys | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits, with
     at most `max_per_host` connections to a host, counted in `hosts`."""
@@ -678,6 +710,7 @@ def http_task(
         max_per_host=max_per_host,
         connect_timeout_seconds=connect_timeout_seconds,
         hosts=hosts or HostTally(),
+        signing=signing or SigningKeys(),
     )
     return TaskDefinition(
         name="http",
@@ -688,4 +721,5 @@ def http_task(
         run=sender.run,
         close=sender.aclose,
         warm=sender.warm,
+        check=sender.check,
     )

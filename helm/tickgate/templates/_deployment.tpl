@@ -149,6 +149,11 @@ spec:
             - name: api-tokens
               mountPath: {{ dir (include "tickgate.apiTokensFile" $root) | quote }}
               readOnly: true
+            {{- if $v.tasks.http.signing.existingSecret }}
+            - name: webhook-keys
+              mountPath: {{ dir (include "tickgate.webhookKeysFile" $root) | quote }}
+              readOnly: true
+            {{- end }}
             {{- if $jobs }}
             - name: jobs
               mountPath: {{ dir $v.jobsFile | quote }}
@@ -164,6 +169,15 @@ spec:
           {{- end }}
         - name: api-tokens
           {{- include "tickgate.apiTokensVolume" $root | nindent 10 }}
+        {{- with $v.tasks.http.signing.existingSecret }}
+        - name: webhook-keys
+          secret:
+            secretName: {{ . | quote }}
+            defaultMode: {{ ternary 0440 0444 (hasKey $v.podSecurityContext "fsGroup") }}
+            items:
+              - key: webhook-keys.json
+                path: webhook-keys.json
+        {{- end }}
         {{- if $jobs }}
         - name: jobs
           configMap:

@@ -165,6 +165,14 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
   value: {{ .Values.tasks.http.maxConnectionsPerHost | int | quote }}
 - name: TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS
   value: {{ .Values.tasks.http.connectTimeoutSeconds | quote }}
+{{- if .Values.tasks.http.signing.existingSecret }}
+- name: TICKGATE_WEBHOOK_KEYS_FILE
+  value: {{ include "tickgate.webhookKeysFile" . | quote }}
+{{- end }}
+{{- with .Values.tasks.http.signing.defaultKey }}
+- name: TICKGATE_WEBHOOK_SIGNING_KEY
+  value: {{ . | quote }}
+{{- end }}
 - name: TICKGATE_SQL_ALLOW_SELF
   value: {{ .Values.tasks.sql.allowSelf | quote }}
 {{- with .Values.tasks.sql.existingSecret }}
@@ -221,6 +229,11 @@ Where the pods read the API tokens (TICKGATE_API_TOKENS_FILE): the auth Secret's
 TICKGATE_API_TOKENS, mounted read-only. Its directory must not be the jobs file's, which
 is another volume.
 */}}
+{{/* Where the pods read the http task's signing keys (TICKGATE_WEBHOOK_KEYS_FILE). */}}
+{{- define "tickgate.webhookKeysFile" -}}
+/var/run/secrets/tickgate-webhook/webhook-keys.json
+{{- end }}
+
 {{- define "tickgate.apiTokensFile" -}}
 /var/run/secrets/tickgate/api-tokens.json
 {{- end }}

@@ -142,3 +142,26 @@ def test_the_printed_token_is_a_read_token(
     (key,) = re.findall(r"jsonpath='\{\.data\.(\w+)\}'", notes(DEFAULTS))
     token = base64.b64decode(data[key]).decode()
     assert "read" in tokens_in(manifests)[token]
+
+
+def test_webhook_signing_keys_are_mounted_from_the_named_secret(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
+    """`tasks.http.signing`: the keys Secret is a read-only file the pods are pointed at
+    (never an env var), and the default key id is passed on; unset, neither appears."""
+    signing = {"existingSecret": "tickgate-webhook-keys", "defaultKey": "billing"}
+    manifests = render(DEFAULTS | {"tasks": {"http": {"signing": signing}}})
+    main = container(manifests)
+    env = env_of(main)
+    path = env["TICKGATE_WEBHOOK_KEYS_FILE"]["value"]
+    assert env["TICKGATE_WEBHOOK_SIGNING_KEY"]["value"] == "billing"
+    directory, _, filename = path.rpartition("/")
+    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "tickgate-webhook-keys"
+    assert volume["secret"]["items"] == [{"key": "webhook-keys.json", "path": filename}]
+    plain = env_of(container(render(DEFAULTS)))
+    assert "TICKGATE_WEBHOOK_KEYS_FILE" not in plain
+    assert "TICKGATE_WEBHOOK_SIGNING_KEY" not in plain
