@@ -34,6 +34,7 @@ from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
 from service.tasks.hosts import HostTally
+from service.tasks.oauth import OAuthSecrets
 from service.tasks.plugins import load_plugins
 from service.tasks.signing import SigningKeys
 from service.tasks.sql import sql_task
@@ -110,6 +111,7 @@ def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRe
         connect_timeout_seconds=settings.http_connect_timeout_seconds,
         hosts=hosts,
         signing=SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key),
+        oauth=OAuthSecrets.load(settings.oauth_secrets_file),
     )
     registry.register(sql_task(frozenset(sql_target_dsns(settings))))
     loaded = load_plugins(registry, split_names(settings.task_modules))

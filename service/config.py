@@ -230,6 +230,12 @@ class Settings(BaseSettings):
         description="A key id of TICKGATE_WEBHOOK_KEYS_FILE that every http job signs with "
         "unless it names its own (Standard Webhooks). Unset: only jobs that name a key sign.",
     )
+    oauth_secrets_file: Path | None = Field(
+        None,
+        description="A JSON file (mount it from a Secret) of OAuth client secrets by name: "
+        '{"name": "secret"}. An http job\'s `oauth.client_secret` names one; the secrets are '
+        "never shown.",
+    )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Larger request bodies get 413."
     )

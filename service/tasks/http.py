@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Annotated, Any, Literal
+from urllib.parse import quote_plus
 
 import aiohttp
 import httpx
@@ -55,12 +56,15 @@ from service.tasks.netguard import (
     Resolver,
     TargetDenied,
     TargetUnresolved,
+    Verdict,
     VettedTarget,
+    classify,
     parse_host,
     resolve_host,
     static_denial,
     vet,
 )
+from service.tasks.oauth import OAuthClient, OAuthSecrets, TokenCache
 from service.tasks.signing import SigningKeys
 
 VERSION = version("tickgate")
@@ -76,6 +80,9 @@ KEEPALIVE_SECONDS = 15.0
 # long a connect may take (TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS), apart from the run's
 # own timeout, which also bounds the wait for a free connection.
 MAX_CONNECTIONS_PER_HOST = 64
+ALLOW = "TICKGATE_HTTP_ALLOW"
+# What is read of a token endpoint's answer, at most.
+TOKEN_BODY_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
 # A response's status line and each of its headers may be this long: the bound the
 # client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
@@ -177,6 +184,12 @@ class HttpArgs(BaseModel):
         "this id (TICKGATE_WEBHOOK_KEYS_FILE); unknown ids are refused. Default: the "
         "operator's TICKGATE_WEBHOOK_SIGNING_KEY, if set. The key itself is never shown.",
     )
+    oauth: OAuthClient | None = Field(
+        default=None,
+        description="Send `Authorization: Bearer <token>` from an OAuth 2.0 client-credentials "
+        "grant; the token is cached until shortly before it expires and fetched anew once "
+        "if the target answers 401.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -223,6 +236,14 @@ class HttpArgs(BaseModel):
 
 class HttpTaskError(Exception):
     """The request went out but did not succeed, or could not be sent."""
+
+
+class HttpStatusError(HttpTaskError):
+    """The target answered with a status the job does not count as success."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # Secrets in args ---------------------------------------------------------------------
@@ -485,7 +506,12 @@ class HttpSender:
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     hosts: HostTally = field(default_factory=HostTally)
     signing: SigningKeys = field(default_factory=SigningKeys)
+    oauth: OAuthSecrets = field(default_factory=OAuthSecrets)
     _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
+    _tokens: TokenCache = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tokens = TokenCache(self.oauth, self._fetch_token)
 
     def ssl_context(self) -> ssl.SSLContext:
         if self.trust is None:
@@ -564,12 +590,23 @@ class HttpSender:
         method: str = args.method
         body = encode_json(request_body(args, context))
         dropped: set[str] = set()
+        token = await self._tokens.token(args.oauth) if args.oauth else None
+        renewed = False
         for hop in range(MAX_REDIRECTS + 1):
             target = await self._vet(url, hop)
             pins[target.host] = target
             headers = wire_headers(url, request_headers(args, context, dropped), body)
             headers |= self._signature(args, context, body)
-            answer = await self._send(args, method, url, headers, body, host=target.key)
+            if token is not None and "authorization" not in dropped:
+                headers["Authorization"] = f"Bearer {token}"
+            try:
+                answer = await self._send(args, method, url, headers, body, host=target.key)
+            except HttpStatusError as refused:
+                if refused.status != 401 or token is None or renewed or args.oauth is None:
+                    raise
+                # The token may have been revoked: one new one, one more try.
+                token, renewed = await self._tokens.token(args.oauth, refused=token), True
+                continue
             if not isinstance(answer, Redirect):
                 return answer
             status = answer.status
@@ -631,11 +668,59 @@ class HttpSender:
         return self.signing.signed(key_id, str(context.run_id), int(time.time()), body or b"")
 
     def check(self, args: HttpArgs) -> None:
-        """At write time: the key a job names must be one the operator configured."""
+        """At write time: the signing key and the OAuth client secret a job names must
+        be ones the operator configured, and a token endpoint at an address (not a
+        name, resolved only when called) must be one the guard lets through."""
         if args.signing_key is not None and args.signing_key not in self.signing.secrets:
             known = ", ".join(self.signing.ids()) or "none (TICKGATE_WEBHOOK_KEYS_FILE is unset)"
             message = f"unknown signing key id; the configured ones: {known}"
             raise InvalidInput.one(("body", "args", "signing_key"), message, args.signing_key)
+        if args.oauth is not None:
+            self._check_oauth(args.oauth)
+
+    def _check_oauth(self, client: OAuthClient) -> None:
+        where = ("body", "args", "oauth")
+        if client.client_secret not in self.oauth.secrets:
+            known = ", ".join(self.oauth.names()) or "none (TICKGATE_OAUTH_SECRETS_FILE is unset)"
+            message = f"unknown client secret name; the configured ones: {known}"
+            raise InvalidInput.one((*where, "client_secret"), message, client.client_secret)
+        host = client.token_url.host or ""
+        address = parse_host(host)
+        if address is not None and not self._permitted(address, host):
+            message = f"token endpoint {host} is a loopback/private address; allow it with {ALLOW}"
+            raise InvalidInput.one((*where, "token_url"), message, str(client.token_url))
+
+    def _permitted(self, address: IPAddress, host: str) -> bool:
+        verdict = classify(address)
+        return verdict is Verdict.PUBLIC or (
+            verdict is Verdict.PRIVATE and self.allow.permits(address, host)
+        )
+
+    async def _fetch_token(self, client: OAuthClient, secret: str) -> tuple[str, float | None]:
+        """One client-credentials grant at the token endpoint, through the guard: the
+        token and its lifetime; HttpTaskError with the endpoint's status and (capped)
+        body if it refuses."""
+        url = httpx.URL(str(client.token_url))
+        target = await self._vet(url, 0)
+        form = {"grant_type": "client_credentials"}
+        form |= {k: v for k, v in (("scope", client.scope), ("audience", client.audience)) if v}
+        pair = f"{quote_plus(client.client_id)}:{quote_plus(secret)}".encode()
+        headers = {
+            "Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}",
+            "Accept": "application/json",
+            "User-Agent": f"tickgate/{VERSION}",
+        }
+        with pinning() as pins:
+            pins[target.host] = target
+            request = self._pooled().request(
+                "POST", connect_url(url), data=form, headers=headers, allow_redirects=False
+            )
+            try:
+                async with request as response:
+                    status, body = response.status, await read_upto(response, TOKEN_BODY_BYTES)
+            except aiohttp.ClientError as error:
+                raise self._failed("POST", url, target.key, error) from error
+        return token_of(shown(url), status, body)
 
     def _failed(
         self, method: str, url: httpx.URL, host: str, error: aiohttp.ClientError
@@ -682,11 +767,37 @@ class HttpSender:
         args: HttpArgs, request: str, status: int, size: int, truncated: bool
     ) -> JsonValue:
         if not args.succeeded(status):
-            raise HttpTaskError(f"{request} answered HTTP {status}")
+            raise HttpStatusError(f"{request} answered HTTP {status}", status)
         result: dict[str, JsonValue] = {"status": status, "bytes": size}
         if truncated:
             result["truncated"] = True
         return result
+
+
+def token_of(endpoint: str, status: int, body: bytes) -> tuple[str, float | None]:
+    """The access token and its lifetime from a token endpoint's answer."""
+    text = body.decode("utf-8", "replace")
+    if status != 200:
+        raise HttpTaskError(f"token endpoint {endpoint} answered HTTP {status}: {text[:500]}")
+    try:
+        answer = json.loads(text)
+        token, lifetime = answer["access_token"], answer.get("expires_in")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise HttpTaskError(f"token endpoint {endpoint} answered no access_token") from None
+    if not isinstance(token, str) or not token:
+        raise HttpTaskError(f"token endpoint {endpoint} answered no access_token")
+    return token, float(lifetime) if isinstance(lifetime, int | float) else None
+
+
+async def read_upto(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most `limit` bytes of the body."""
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(16 * 1024):
+        chunks.append(chunk[: limit - size])
+        size += len(chunks[-1])
+        if size >= limit:
+            break
+    return b"".join(chunks)
 
 
 def http_task(
@@ -699,6 +810,7 @@ def http_task(
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
     hosts: HostTally | None = None,
     signing: SigningKeys | None = None,
+    oauth: OAuthSecrets | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits, with
     at most `max_per_host` connections to a host, counted in `hosts`."""
@@ -711,6 +823,7 @@ def http_task(
         connect_timeout_seconds=connect_timeout_seconds,
         hosts=hosts or HostTally(),
         signing=signing or SigningKeys(),
+        oauth=oauth or OAuthSecrets(),
     )
     return TaskDefinition(
         name="http",

@@ -154,6 +154,11 @@ spec:
               mountPath: {{ dir (include "tickgate.webhookKeysFile" $root) | quote }}
               readOnly: true
             {{- end }}
+            {{- if $v.tasks.http.oauth.existingSecret }}
+            - name: oauth-secrets
+              mountPath: {{ dir (include "tickgate.oauthSecretsFile" $root) | quote }}
+              readOnly: true
+            {{- end }}
             {{- if $jobs }}
             - name: jobs
               mountPath: {{ dir $v.jobsFile | quote }}
@@ -177,6 +182,15 @@ spec:
             items:
               - key: webhook-keys.json
                 path: webhook-keys.json
+        {{- end }}
+        {{- with $v.tasks.http.oauth.existingSecret }}
+        - name: oauth-secrets
+          secret:
+            secretName: {{ . | quote }}
+            defaultMode: {{ ternary 0440 0444 (hasKey $v.podSecurityContext "fsGroup") }}
+            items:
+              - key: oauth-secrets.json
+                path: oauth-secrets.json
         {{- end }}
         {{- if $jobs }}
         - name: jobs

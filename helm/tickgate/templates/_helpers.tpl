@@ -169,6 +169,10 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
 - name: TICKGATE_WEBHOOK_KEYS_FILE
   value: {{ include "tickgate.webhookKeysFile" . | quote }}
 {{- end }}
+{{- if .Values.tasks.http.oauth.existingSecret }}
+- name: TICKGATE_OAUTH_SECRETS_FILE
+  value: {{ include "tickgate.oauthSecretsFile" . | quote }}
+{{- end }}
 {{- with .Values.tasks.http.signing.defaultKey }}
 - name: TICKGATE_WEBHOOK_SIGNING_KEY
   value: {{ . | quote }}
@@ -232,6 +236,11 @@ is another volume.
 {{/* Where the pods read the http task's signing keys (TICKGATE_WEBHOOK_KEYS_FILE). */}}
 {{- define "tickgate.webhookKeysFile" -}}
 /var/run/secrets/tickgate-webhook/webhook-keys.json
+{{- end }}
+
+{{/* Where the pods read the http task's OAuth client secrets (TICKGATE_OAUTH_SECRETS_FILE). */}}
+{{- define "tickgate.oauthSecretsFile" -}}
+/var/run/secrets/tickgate-oauth/oauth-secrets.json
 {{- end }}
 
 {{- define "tickgate.apiTokensFile" -}}

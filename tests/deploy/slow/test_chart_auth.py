@@ -165,3 +165,19 @@ def test_webhook_signing_keys_are_mounted_from_the_named_secret(
     plain = env_of(container(render(DEFAULTS)))
     assert "TICKGATE_WEBHOOK_KEYS_FILE" not in plain
     assert "TICKGATE_WEBHOOK_SIGNING_KEY" not in plain
+
+
+def test_oauth_client_secrets_are_mounted_from_the_named_secret(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
+    manifests = render(DEFAULTS | {"tasks": {"http": {"oauth": {"existingSecret": "oauth"}}}})
+    main = container(manifests)
+    path = env_of(main)["TICKGATE_OAUTH_SECRETS_FILE"]["value"]
+    directory, _, filename = path.rpartition("/")
+    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "oauth"
+    assert volume["secret"]["items"] == [{"key": "oauth-secrets.json", "path": filename}]
+    assert "TICKGATE_OAUTH_SECRETS_FILE" not in env_of(container(render(DEFAULTS)))
