@@ -57,6 +57,8 @@ MOST_TICKS_PER_JOB = 600
 ORPHAN_SLACK_SECONDS = 0.1
 # Jobs planned between two turns of the event loop.
 PLANS_PER_SLICE = 1000
+# How often a healthy listener's connection is looked at, should its loss go unannounced.
+LISTENER_CHECK_SECONDS = 1.0
 # With nothing filed, the loop still looks again this often.
 IDLE_SECONDS = 1.0
 # How soon a window whose runner was full (a crowd bigger than its room and waiting
@@ -391,10 +393,22 @@ class Window:
         backoff = Backoff()
         while True:
             if in_sync and self.healthy:
-                await self._lost.wait()
+                await self._until_listener_lost()
                 backoff.reset()
             await backoff.pause()
             in_sync = await self._guarded(self._listen_and_refill(), "reconnecting the listener")
+
+    async def _until_listener_lost(self) -> None:
+        """Until the listener is lost: its termination callback says so, or its
+        connection is found closed at a check every LISTENER_CHECK_SECONDS. asyncpg
+        skips the callback for a connection lost while it was already closing, which
+        once left a replica deaf (and not ready) after a database restart."""
+        while self.healthy:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LISTENER_CHECK_SECONDS):
+                    await self._lost.wait()
+                    return
+        log.warning("the LISTEN connection is closed; reconnecting")
 
     async def _apply_changes_forever(self) -> None:
         backoff = Backoff()

@@ -297,6 +297,26 @@ async def test_a_failed_resync_after_a_reconnect_is_retried(
     assert scripted.tripped("refill")
 
 
+async def test_a_listener_lost_without_its_callback_is_noticed_and_replaced(
+    store: Store, window: Window, database_url: str
+) -> None:
+    """asyncpg calls no termination callback for a connection lost while it was already
+    closing. A listener gone that way still leaves the window unhealthy for a moment
+    only: the closed connection is found and replaced, and changes are heard again."""
+    await create(store, "report", "v1")
+    await window.start()
+    assert window.healthy
+    listener = window._listener
+    assert listener is not None
+    listener._connection._termination_listeners.clear()  # the callback that never comes
+    await cut_listener(database_url)
+    await eventually_async(
+        lambda: window.healthy and window._listener is not listener, 30, "a new listener"
+    )
+    v2 = await update(store, "report", "v2")
+    await holds(window, v2)
+
+
 async def cut_listener(database_url: str) -> None:
     """Terminate the window's LISTEN session and wait until it is gone, as a database
     failover or a proxy dropping the connection would."""
