@@ -12,10 +12,10 @@ import pytest
 
 from harness.postgres import EmbeddedServer, Sql, with_database
 from harness.receiver import Receiver, receiving
-from service.app import create_app
 from service.config import Settings
 from service.store import Store
 from tests.support.db import TemplateDatabases
+from tests.support.inprocess import served
 
 # The slow folders: whatever starts a real `tickgate serve`, a browser, PgBouncer, Helm,
 # npm tools or a wheel build, and the injected faults. Marked here by folder (a folder
@@ -106,11 +106,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 @pytest.fixture
 async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The app in-process, lifespan included, spoken to through httpx."""
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as http,
-    ):
+    async with served(settings) as http:
         yield http
 
 

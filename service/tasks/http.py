@@ -60,8 +60,8 @@ from service.tasks.netguard import (
     VettedTarget,
     classify,
     parse_host,
+    refuse_never_called,
     resolve_host,
-    static_denial,
     vet,
 )
 from service.tasks.oauth import OAuthClient, OAuthSecrets, TokenCache
@@ -191,13 +191,7 @@ class HttpArgs(BaseModel):
         "if the target answers 401.",
     )
 
-    @field_validator("url")
-    @classmethod
-    def _not_always_denied(cls, url: AnyHttpUrl) -> AnyHttpUrl:
-        reason = static_denial(url.host or "")
-        if reason is not None:
-            raise ValueError(f"{reason}; the http task never calls it")
-        return url
+    _not_always_denied = field_validator("url")(refuse_never_called)
 
     @field_validator("headers")
     @classmethod

@@ -16,6 +16,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import httpx
 
@@ -184,6 +185,23 @@ _HOST_NAME = re.compile(
     r"^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
     r"(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$"
 )
+
+
+class _HasHost(Protocol):
+    @property
+    def host(self) -> str | None: ...
+
+
+U = TypeVar("U", bound=_HasHost)
+
+
+def refuse_never_called(url: U) -> U:
+    """A URL field validator: ValueError for a host the http task never calls (a
+    link-local or metadata address or name), whatever the allowlist."""
+    reason = static_denial(url.host or "")
+    if reason is not None:
+        raise ValueError(f"{reason}; the http task never calls it")
+    return url
 
 
 def static_denial(host: str) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
 
-from service.tasks.netguard import static_denial
+from service.tasks.netguard import refuse_never_called
 
 # A token is used until this long before it expires (a run may outlast its last moments).
 EXPIRY_MARGIN_SECONDS = 30.0
@@ -44,13 +44,7 @@ class OAuthClient(BaseModel):
     scope: str | None = Field(default=None, max_length=1024)
     audience: str | None = Field(default=None, max_length=1024)
 
-    @field_validator("token_url")
-    @classmethod
-    def _not_always_denied(cls, url: HttpUrl) -> HttpUrl:
-        reason = static_denial(url.host or "")
-        if reason is not None:
-            raise ValueError(f"{reason}; the http task never calls it")
-        return url
+    _not_always_denied = field_validator("token_url")(refuse_never_called)
 
     @property
     def cache_key(self) -> "CacheKey":

@@ -7,12 +7,10 @@ import json
 import subprocess
 from pathlib import Path
 
-import httpx
-
 from harness.receiver import Receipt, receiving
 from harness.waiting import eventually_async
-from service.app import create_app
 from service.config import Settings
+from tests.support.inprocess import served
 from tests.support.npm import TS_CLIENT, run_tool
 
 NEW = "whsec_" + base64.b64encode(b"N" * 32).decode()
@@ -60,12 +58,8 @@ async def test_typescript_verifies_a_signed_delivery_with_either_rotated_key(
     workdir = tmp_path / "ts"
     workdir.mkdir()
     program = compiled(workdir)
-    app = create_app(settings)
     with receiving() as target:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
-        ):
+        async with served(settings) as client:
             args = {"url": f"{target.url}/signed", "signing_key": "billing"}
             job = {"name": "signed", "schedule": {"kind": "cron", "expression": "0 0 1 1 *"}}
             made = await client.post("/v1/jobs", json=job | {"task": "http", "args": args})

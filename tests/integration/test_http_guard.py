@@ -23,13 +23,12 @@ import trustme
 from aiohappyeyeballs import AddrInfoType
 
 from harness.receiver import Receiver, receiving
-from harness.waiting import eventually_async
-from service.app import create_app
 from service.config import Settings
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext, TaskRegistry
 from service.tasks.http import MAX_RESPONSE_BYTES, http_task
 from service.tasks.netguard import Allowlist, IPAddress
+from tests.support.inprocess import served, triggered_run
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
@@ -77,18 +76,6 @@ def network() -> LoopbackOnly:
     return LoopbackOnly()
 
 
-@asynccontextmanager
-async def tickgate(
-    settings: Settings, registry: TaskRegistry | None = None
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, registry)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
-    ):
-        yield http
-
-
 def guarded(network: LoopbackOnly, allow: str = "127.0.0.1", **kwargs: Any) -> TaskRegistry:
     return TaskRegistry([http_task(Allowlist.from_setting(allow), network=network, **kwargs)])
 
@@ -98,26 +85,13 @@ async def run_job(client: httpx.AsyncClient, name: str, **args: Any) -> dict[str
     job = {"name": name, "schedule": NEVER, "task": "http", "args": args}
     created = await client.post("/v1/jobs", json=job)
     assert created.status_code == 201, created.text
-    return await trigger(client, name)
-
-
-async def trigger(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    started = await client.post(f"/v1/jobs/{name}/trigger")
-    assert started.status_code == 202, started.text
-    run_url = f"/v1/runs/{started.json()['id']}"
-
-    async def done() -> bool:
-        return bool((await client.get(run_url)).json()["status"] != "running")
-
-    await eventually_async(done, 30, f"run of {name} to finish")
-    run: dict[str, Any] = (await client.get(run_url)).json()
-    return run
+    return await triggered_run(client, name)
 
 
 async def test_loopback_is_denied_until_allowlisted(settings: Settings, receiver: Receiver) -> None:
     """Through the real wiring: Settings.http_allow -> create_app -> the http task."""
     denied_settings = settings.model_copy(update={"http_allow": ""})
-    async with tickgate(denied_settings) as client:
+    async with served(denied_settings) as client:
         run = await run_job(client, "denied", url=f"{receiver.url}/hook")
     assert run["status"] == "failed"
     assert run["error"] == (
@@ -126,8 +100,8 @@ async def test_loopback_is_denied_until_allowlisted(settings: Settings, receiver
     )
     assert receiver.receipts() == []
 
-    async with tickgate(settings) as client:  # the fixture allowlists 127.0.0.1
-        run = await trigger(client, "denied")
+    async with served(settings) as client:  # the fixture allowlists 127.0.0.1
+        run = await triggered_run(client, "denied")
     assert run["status"] == "succeeded"
     assert run["result"] == {"status": 200, "bytes": len(b'{"ok":true}')}
     assert [r.path for r in receiver.receipts()] == ["/hook"]
@@ -137,7 +111,7 @@ async def test_other_loopback_spellings_need_their_own_entry(
     settings: Settings, receiver: Receiver, network: LoopbackOnly
 ) -> None:
     port = receiver.url.rsplit(":", 1)[1]
-    async with tickgate(settings, guarded(network, allow="127.0.0.1")) as client:
+    async with served(settings, guarded(network, allow="127.0.0.1")) as client:
         v6 = await run_job(client, "v6", url=f"http://[::1]:{port}/v6")
         mapped = await run_job(client, "mapped", url=f"http://[::ffff:127.0.0.2]:{port}/m")
         decimal = await run_job(client, "decimal", url=f"http://2130706433:{port}/decimal")
@@ -156,7 +130,7 @@ async def test_a_redirect_to_a_metadata_address_is_refused_before_connecting(
     receiver.respond("/hop", status=302, location=metadata)
     receiver.respond("/decimal-hop", status=307, location="http://2852039166/")
     receiver.respond("/name-hop", status=301, location="http://metadata.google.internal/")
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         runs = [
             await run_job(client, name, url=f"{receiver.url}/{name}")
             for name in ("hop", "decimal-hop", "name-hop")
@@ -178,7 +152,7 @@ async def test_a_redirect_to_a_loopback_target_not_allowlisted_is_refused(
 ) -> None:
     port = receiver.url.rsplit(":", 1)[1]
     receiver.respond("/to-v6", status=302, location=f"http://[::1]:{port}/landed")
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "to-v6", url=f"{receiver.url}/to-v6")
     assert run["status"] == "failed"
     assert f"redirect to http://[::1]:{port}/landed refused: http target ::1" in run["error"]
@@ -191,7 +165,7 @@ async def test_allowed_redirects_are_followed_with_browser_method_rules(
     port = receiver.url.rsplit(":", 1)[1]
     receiver.respond("/see-other", status=303, location="/landed")
     receiver.respond("/temporary", status=307, location=f"http://0x7f000001:{port}/kept")
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         see_other = await run_job(client, "see-other", url=f"{receiver.url}/see-other")
         temporary = await run_job(
             client, "temporary", url=f"{receiver.url}/temporary", body={"keep": "me"}
@@ -215,7 +189,7 @@ async def test_redirects_stop_after_five(
     settings: Settings, receiver: Receiver, network: LoopbackOnly
 ) -> None:
     receiver.respond("/loop", status=302, location="/loop")
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "loop", url=f"{receiver.url}/loop")
         listed = await run_job(client, "listed", url=f"{receiver.url}/loop", success_status=[302])
     assert run["status"] == "failed"
@@ -232,10 +206,10 @@ async def test_the_connection_goes_to_the_vetted_address_resolved_once(
     each run resolves once and connects where it vetted, keeping the Host header."""
     port = receiver.url.rsplit(":", 1)[1]
     names = Names({"pinned.test": "127.0.0.1"}, then={"pinned.test": "169.254.169.254"})
-    async with tickgate(settings, guarded(network, resolve=names)) as client:
+    async with served(settings, guarded(network, resolve=names)) as client:
         first = await run_job(client, "pinned", url=f"http://pinned.test:{port}/pin")
         assert names.lookups == ["pinned.test"]
-        second = await trigger(client, "pinned")
+        second = await triggered_run(client, "pinned")
     assert first["status"] == "succeeded"
     [receipt] = receiver.receipts()
     assert receipt.headers["host"] == f"pinned.test:{port}"
@@ -250,9 +224,9 @@ async def test_runs_to_one_origin_reuse_a_kept_alive_connection(
     settings: Settings, network: LoopbackOnly
 ) -> None:
     with receiving(keep_alive=True) as target:
-        async with tickgate(settings, guarded(network)) as client:
+        async with served(settings, guarded(network)) as client:
             runs = [await run_job(client, "again", url=f"{target.url}/again")]
-            runs += [await trigger(client, "again") for _ in range(2)]
+            runs += [await triggered_run(client, "again") for _ in range(2)]
         assert [run["status"] for run in runs] == ["succeeded"] * 3
         assert len(target.receipts()) == 3
     assert network.connects == ["127.0.0.1"]  # one connection carried all three
@@ -267,7 +241,7 @@ async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     receiver.respond("/away", status=302, location=f"http://other.test:{port}/away-landed")
     headers = {"Authorization": "Bearer s3cret", "X-Api-Key": "k3y", "X-Plain": "p"}
     args = {"headers": headers, "secret_headers": ["x-api-key"]}
-    async with tickgate(settings, guarded(network, resolve=names)) as client:
+    async with served(settings, guarded(network, resolve=names)) as client:
         for path in ("same", "away"):
             run = await run_job(client, path, url=f"{receiver.url}/{path}", **args)
             assert run["status"] == "succeeded"
@@ -290,7 +264,7 @@ async def test_a_name_is_tried_at_each_vetted_address_in_turn(
         return [ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")]
 
     registry = guarded(network, allow="127.0.0.0/8", resolve=two_addresses)
-    async with tickgate(settings, registry) as client:
+    async with served(settings, registry) as client:
         run = await run_job(client, "two", url=f"http://two.test:{port}/two")
     assert run["status"] == "succeeded", run
     assert network.connects == ["127.0.0.2", "127.0.0.1"]
@@ -304,7 +278,7 @@ async def test_a_redirect_to_a_legacy_ip_spelling_connects_to_its_address(
     """`2130706433` is 127.0.0.1 to the guard, as to the OS; the Host header keeps it."""
     port = receiver.url.rsplit(":", 1)[1]
     receiver.respond("/legacy", status=307, location=f"http://2130706433:{port}/landed")
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "legacy", url=f"{receiver.url}/legacy")
     assert run["status"] == "succeeded", run
     _, landed = receiver.receipts()
@@ -319,7 +293,7 @@ async def test_credentials_in_the_url_are_sent_as_basic_authorization(
     port = receiver.url.rsplit(":", 1)[1]
     url = f"http://user:p%40ss@127.0.0.1:{port}/auth"
     headers = {"Authorization": "Bearer replaced", "Content-Type": "text/plain"}
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "auth", url=url, headers=headers, body="plain")
     assert run["status"] == "succeeded", run
     [receipt] = receiver.receipts()
@@ -333,7 +307,7 @@ async def test_a_long_response_header_is_read(
     settings: Settings, receiver: Receiver, network: LoopbackOnly
 ) -> None:
     receiver.respond("/long", headers=(("Content-Security-Policy", "x" * 20_000),))
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "long", url=f"{receiver.url}/long")
     assert run["status"] == "succeeded", run
 
@@ -345,9 +319,9 @@ async def test_cookies_a_target_sets_are_not_sent_by_later_runs(
     with receiving(keep_alive=True) as target:
         target.respond("/cookie", headers=(("Set-Cookie", "session=s3cret; Path=/"),))
         port = target.url.rsplit(":", 1)[1]
-        async with tickgate(settings, guarded(network, resolve=names)) as client:
+        async with served(settings, guarded(network, resolve=names)) as client:
             runs = [await run_job(client, "cookie", url=f"http://cookie.test:{port}/cookie")]
-            runs.append(await trigger(client, "cookie"))
+            runs.append(await triggered_run(client, "cookie"))
         assert [run["status"] for run in runs] == ["succeeded"] * 2
         assert [r.headers.get("cookie") for r in target.receipts()] == [None, None]
 
@@ -358,7 +332,7 @@ async def test_a_refused_connection_fails_the_run_naming_the_target(
     with socket.socket() as closed:  # a port nothing listens on once it is closed
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "refused", url=f"http://127.0.0.1:{port}/x")
     assert run["status"] == "failed"
     assert run["error"].startswith(
@@ -439,7 +413,7 @@ async def test_https_verifies_the_certificate_for_the_name_not_the_address(
     names = Names({"tls.test": "127.0.0.1", "other.test": "127.0.0.1"})
     async with TlsTarget(ca).serving() as target:
         registry = guarded(network, resolve=names, trust=trusted)
-        async with tickgate(settings, registry) as client:
+        async with served(settings, registry) as client:
             good = await run_job(client, "good", url=f"https://tls.test:{target.port}/")
             wrong = await run_job(client, "wrong", url=f"https://other.test:{target.port}/")
     assert good["status"] == "succeeded", good
@@ -458,7 +432,7 @@ async def test_https_refuses_a_certificate_from_an_unknown_authority(
     names = Names({"tls.test": "127.0.0.1"})
     async with (
         TlsTarget(ca).serving() as target,
-        tickgate(settings, guarded(network, resolve=names)) as client,
+        served(settings, guarded(network, resolve=names)) as client,
     ):
         run = await run_job(client, "untrusted", url=f"https://tls.test:{target.port}/")
     assert run["status"] == "failed"
@@ -486,7 +460,7 @@ async def test_the_response_bytes_read_are_capped(
     result: dict[str, Any],
 ) -> None:
     receiver.respond("/big", body_size=size)
-    async with tickgate(settings, guarded(network)) as client:
+    async with served(settings, guarded(network)) as client:
         run = await run_job(client, "big", url=f"{receiver.url}/big")
     assert run["status"] == "succeeded"
     assert run["result"] == result

@@ -16,9 +16,8 @@ import pytest
 from aiohttp import web
 
 from harness.receiver import Receiver
-from harness.waiting import eventually_async
-from service.app import create_app
 from service.config import Settings
+from tests.support.inprocess import served, triggered_run
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 SECRET = "s3cr3t-client-secret"
@@ -69,29 +68,6 @@ def secrets_file(tmp_path: Path) -> Path:
     return path
 
 
-@asynccontextmanager
-async def tickgate(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
-    ):
-        yield http
-
-
-async def finished_run(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    started = await client.post(f"/v1/jobs/{name}/trigger")
-    assert started.status_code == 202, started.text
-    url = f"/v1/runs/{started.json()['id']}"
-
-    async def done() -> bool:
-        return bool((await client.get(url)).json()["status"] != "running")
-
-    await eventually_async(done, 30, f"the run of {name} to end")
-    run: dict[str, Any] = (await client.get(url)).json()
-    return run
-
-
 def oauth(token_url: str, **extra: str) -> dict[str, str]:
     return {
         "token_url": token_url,
@@ -115,12 +91,12 @@ async def test_one_token_serves_many_runs_and_a_401_fetches_one_anew(
     No answer of the API and no log line shows the secret or a token."""
     caplog.set_level(logging.DEBUG)
     configured = settings.model_copy(update={"oauth_secrets_file": secrets_file})
-    async with token_endpoint() as endpoint, tickgate(configured) as client:
+    async with token_endpoint() as endpoint, served(configured) as client:
         made = await create(client, "reports", f"{receiver.url}/reports", oauth=oauth(endpoint.url))
         assert made.status_code == 201, made.text
-        runs = [await finished_run(client, "reports") for _ in range(3)]
+        runs = [await triggered_run(client, "reports") for _ in range(3)]
         receiver.fail_first("/reports", 1, status=401)
-        runs += [await finished_run(client, "reports") for _ in range(2)]
+        runs += [await triggered_run(client, "reports") for _ in range(2)]
         shown = (await client.get("/v1/jobs/reports")).text + json.dumps(runs)
     assert [run["status"] for run in runs] == ["succeeded"] * 5
     assert len(endpoint.grants) == 2
@@ -143,10 +119,10 @@ async def test_a_refusing_token_endpoint_fails_the_attempt_with_its_status_and_b
 ) -> None:
     configured = settings.model_copy(update={"oauth_secrets_file": secrets_file})
     body = '{"error": "invalid_client"}' + " " * 2000
-    async with token_endpoint(status=400, body=body) as endpoint, tickgate(configured) as client:
+    async with token_endpoint(status=400, body=body) as endpoint, served(configured) as client:
         made = await create(client, "denied", f"{receiver.url}/denied", oauth=oauth(endpoint.url))
         assert made.status_code == 201, made.text
-        run = await finished_run(client, "denied")
+        run = await triggered_run(client, "denied")
     assert run["status"] == "failed"
     said = f'token endpoint {endpoint.url} answered HTTP 400: {{"error": "invalid_client"}}'
     assert run["error"].startswith(f"HttpTaskError: {said}"), run["error"]
@@ -166,7 +142,7 @@ async def test_what_a_job_names_is_checked_when_it_is_written(
         (oauth("http://10.1.2.3/token"), "token_url"),
         (oauth("http://169.254.169.254/token"), "token_url"),
     ]
-    async with tickgate(configured) as client:
+    async with served(configured) as client:
         for index, (grant, named) in enumerate(cases):
             refused = await create(client, f"bad-{index}", "https://example.test/x", oauth=grant)
             assert refused.status_code == 422, refused.text

@@ -5,8 +5,6 @@ package from PyPI."""
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +13,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from harness.receiver import Receipt, Receiver
-from harness.waiting import eventually_async
-from service.app import create_app
 from service.config import Settings
 from service.tasks.signing import SigningKeys, SigningKeysError
+from tests.support.inprocess import served, triggered_run
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 NEW = "whsec_" + base64.b64encode(b"n" * 32).decode()
@@ -31,29 +28,6 @@ def keys_file(tmp_path: Path) -> Path:
     path = tmp_path / "webhook-keys.json"
     path.write_text(json.dumps({"billing": [NEW, OLD], "reports": OTHER}))
     return path
-
-
-@asynccontextmanager
-async def tickgate(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
-    ):
-        yield http
-
-
-async def finished_run(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    started = await client.post(f"/v1/jobs/{name}/trigger")
-    assert started.status_code == 202, started.text
-    url = f"/v1/runs/{started.json()['id']}"
-
-    async def done() -> bool:
-        return bool((await client.get(url)).json()["status"] != "running")
-
-    await eventually_async(done, 30, f"the run of {name} to end")
-    run: dict[str, Any] = (await client.get(url)).json()
-    return run
 
 
 async def create(client: httpx.AsyncClient, name: str, **extra: Any) -> httpx.Response:
@@ -76,7 +50,7 @@ async def test_a_signed_delivery_verifies_with_either_key_of_a_rotation(
     caplog.set_level(logging.DEBUG)
     signed = settings.model_copy(update={"webhook_keys_file": keys_file})
     receiver.fail_first("/signed", 1)
-    async with tickgate(signed) as client:
+    async with served(signed) as client:
         made = await create(
             client,
             "signed",
@@ -85,7 +59,7 @@ async def test_a_signed_delivery_verifies_with_either_key_of_a_rotation(
             retry={"max_attempts": 2, "min_backoff_seconds": 0.1},
         )
         assert made.status_code == 201, made.text
-        run = await finished_run(client, "signed")
+        run = await triggered_run(client, "signed")
         shown = (await client.get("/v1/jobs/signed")).text
     assert (run["status"], run["attempts"]) == ("succeeded", 2)
     first, second = receiver.receipts()
@@ -112,9 +86,9 @@ async def test_the_operator_s_default_key_signs_every_job_that_names_none(
     defaulted = settings.model_copy(
         update={"webhook_keys_file": keys_file, "webhook_signing_key": "reports"}
     )
-    async with tickgate(defaulted) as client:
+    async with served(defaulted) as client:
         assert (await create(client, "plain", url=f"{receiver.url}/plain")).status_code == 201
-        assert (await finished_run(client, "plain"))["status"] == "succeeded"
+        assert (await triggered_run(client, "plain"))["status"] == "succeeded"
     [receipt] = receiver.receipts()
     verify(OTHER, receipt)
 
@@ -122,9 +96,9 @@ async def test_the_operator_s_default_key_signs_every_job_that_names_none(
 async def test_a_job_without_a_key_sends_no_signature(
     settings: Settings, receiver: Receiver, keys_file: Path
 ) -> None:
-    async with tickgate(settings.model_copy(update={"webhook_keys_file": keys_file})) as client:
+    async with served(settings.model_copy(update={"webhook_keys_file": keys_file})) as client:
         assert (await create(client, "bare", url=f"{receiver.url}/bare")).status_code == 201
-        assert (await finished_run(client, "bare"))["status"] == "succeeded"
+        assert (await triggered_run(client, "bare"))["status"] == "succeeded"
     [receipt] = receiver.receipts()
     assert not any(name.startswith("webhook-") for name in receipt.headers)
 
@@ -133,9 +107,7 @@ async def test_an_unknown_key_id_is_refused_when_the_job_is_written(
     settings: Settings, keys_file: Path
 ) -> None:
     for configured, known in ((keys_file, "billing, reports"), (None, "none")):
-        async with tickgate(
-            settings.model_copy(update={"webhook_keys_file": configured})
-        ) as client:
+        async with served(settings.model_copy(update={"webhook_keys_file": configured})) as client:
             refused = await create(
                 client, "unsigned", url="https://example.test/x", args={"signing_key": "nope"}
             )

@@ -32,8 +32,14 @@ def tokens_in(manifests: Manifests, secret: str = f"{RELEASE}-auth") -> dict[str
 
 def tokens_volume(manifests: Manifests) -> dict[str, Any]:
     """The volume mounted where TICKGATE_API_TOKENS_FILE points."""
+    return file_volume(manifests, "TICKGATE_API_TOKENS_FILE")
+
+
+def file_volume(manifests: Manifests, setting: str) -> dict[str, Any]:
+    """The Secret volume mounted, read-only, where the file setting `setting` points,
+    holding that one file."""
     main = container(manifests)
-    path = env_of(main)["TICKGATE_API_TOKENS_FILE"]["value"]
+    path = env_of(main)[setting]["value"]
     directory, _, filename = path.rpartition("/")
     (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
     assert mount["readOnly"] is True
@@ -151,17 +157,10 @@ def test_webhook_signing_keys_are_mounted_from_the_named_secret(
     (never an env var), and the default key id is passed on; unset, neither appears."""
     signing = {"existingSecret": "tickgate-webhook-keys", "defaultKey": "billing"}
     manifests = render(DEFAULTS | {"tasks": {"http": {"signing": signing}}})
-    main = container(manifests)
-    env = env_of(main)
-    path = env["TICKGATE_WEBHOOK_KEYS_FILE"]["value"]
-    assert env["TICKGATE_WEBHOOK_SIGNING_KEY"]["value"] == "billing"
-    directory, _, filename = path.rpartition("/")
-    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
-    assert mount["readOnly"] is True
-    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert env_of(container(manifests))["TICKGATE_WEBHOOK_SIGNING_KEY"]["value"] == "billing"
+    volume = file_volume(manifests, "TICKGATE_WEBHOOK_KEYS_FILE")
     assert volume["secret"]["secretName"] == "tickgate-webhook-keys"
-    assert volume["secret"]["items"] == [{"key": "webhook-keys.json", "path": filename}]
+    assert volume["secret"]["items"][0]["key"] == "webhook-keys.json"
     plain = env_of(container(render(DEFAULTS)))
     assert "TICKGATE_WEBHOOK_KEYS_FILE" not in plain
     assert "TICKGATE_WEBHOOK_SIGNING_KEY" not in plain
@@ -171,13 +170,7 @@ def test_oauth_client_secrets_are_mounted_from_the_named_secret(
     render: Callable[[dict[str, Any]], Manifests],
 ) -> None:
     manifests = render(DEFAULTS | {"tasks": {"http": {"oauth": {"existingSecret": "oauth"}}}})
-    main = container(manifests)
-    path = env_of(main)["TICKGATE_OAUTH_SECRETS_FILE"]["value"]
-    directory, _, filename = path.rpartition("/")
-    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
-    assert mount["readOnly"] is True
-    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    volume = file_volume(manifests, "TICKGATE_OAUTH_SECRETS_FILE")
     assert volume["secret"]["secretName"] == "oauth"
-    assert volume["secret"]["items"] == [{"key": "oauth-secrets.json", "path": filename}]
+    assert volume["secret"]["items"][0]["key"] == "oauth-secrets.json"
     assert "TICKGATE_OAUTH_SECRETS_FILE" not in env_of(container(render(DEFAULTS)))

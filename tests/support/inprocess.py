@@ -1,0 +1,39 @@
+"""The app in-process, lifespan included, spoken to through httpx; and a manual run
+followed to its end."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from harness.waiting import eventually_async
+from service.app import create_app
+from service.config import Settings
+from service.tasks import TaskRegistry
+
+
+@asynccontextmanager
+async def served(
+    settings: Settings, registry: TaskRegistry | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, registry)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as http,
+    ):
+        yield http
+
+
+async def triggered_run(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    """Trigger the job once and return its run once it has ended."""
+    started = await client.post(f"/v1/jobs/{name}/trigger")
+    assert started.status_code == 202, started.text
+    run_url = f"/v1/runs/{started.json()['id']}"
+
+    async def done() -> bool:
+        return bool((await client.get(run_url)).json()["status"] != "running")
+
+    await eventually_async(done, 30, f"run of {name} to finish")
+    run: dict[str, Any] = (await client.get(run_url)).json()
+    return run
