@@ -121,7 +121,7 @@ bench-smoke: $(VENV)/.bench
 		|| echo "wrk unavailable: the api scenario uses the httpx generator"
 	$(BIN)/python -m bench --smoke --scenario limit --scenario steady --scenario steady_log \
 		--scenario burst --scenario api --scenario bulk --scenario scale --scenario retention \
-		--scenario scale_out --scenario replicas
+		--scenario scale_out --scenario replicas --scenario tracing
 
 # `make bench-versus`: issue #22's scale table side by side in one run (about 40 minutes
 # on 2 cores): bench/versus.json's scenarios on BENCH_BASELINE (a scratch clone with its

@@ -53,6 +53,9 @@ class Sizes:
     burst_log_jobs: tuple[int, ...] = (10_000,)  # burst: `log` crowds, judged from the ledger
     steady_log_rates: tuple[int, ...] = (1000, 2000, 4000, 6000)
     steady_log_seconds: int = 30
+    tracing_crowd_jobs: int = 10_000  # tracing: a `log` crowd, tracing off then on
+    tracing_rate: int = 2_000  # tracing: a steady `log` load, off then on
+    tracing_seconds: int = 20
     replica_counts: tuple[int, ...] = (1, 2, 4)  # replicas: the scaling curve's steps
     replica_crowd_jobs: int = 20_000
     # replicas: members' views settle before T0; a demoted job stays in the old owner's
@@ -91,6 +94,9 @@ class Sizes:
             burst_log_jobs=(500,),
             steady_log_rates=(100,),
             steady_log_seconds=5,
+            tracing_crowd_jobs=500,
+            tracing_rate=100,
+            tracing_seconds=5,
             replica_crowd_jobs=1_000,
             ownership_settle_seconds=1.0,
             scale_out_jobs=10_000,

@@ -591,6 +591,35 @@ def _peer_row(name: str, peer: Result, ours: float | None, top: float | None) ->
     )
 
 
+def _tracing_section(result: Result, document: Result) -> list[str]:
+    crowd, steady = result["crowd"], result["steady"]
+    measures: list[tuple[str, Result, Callable[[Result], Any]]] = [
+        ("crowd: **fires/s** (drain)", crowd, lambda m: m["drain_fires_per_s"]),
+        ("crowd: drain s", crowd, lambda m: m["drain_s"]),
+        ("crowd: 99 % started by, s", crowd, lambda m: m["p99_s"]),
+        ("crowd: CPU of the replicas, cores", crowd, lambda m: m["cpu_cores"].get("replicas")),
+        ("crowd: run traces received", crowd, lambda m: m["traces_received"]),
+        ("steady: fires/s succeeded", steady, lambda m: m["achieved_fires_per_s"]),
+        ("steady: lateness p99 ms", steady, lambda m: m["lateness_p99_ms"]),
+        ("steady: CPU of the replicas, cores", steady, lambda m: m["cpu_cores"].get("replicas")),
+        ("steady: run traces received", steady, lambda m: m["traces_received"]),
+    ]
+    rows = []
+    for name, modes, get in measures:
+        off, on = get(modes["off"]), get(modes["on"])
+        rows.append((name, fmt(off, 2), fmt(on, 2), ratio(on, off)))
+    return _section(
+        f"tracing: off and on, side by side ({result['crowd_jobs']:,}-job crowd, "
+        f"{result['steady_rate']:,} fires/s steady)",
+        "The same `log` loads on three replicas, run with tracing off (the default) and "
+        "then on, every span exported over OTLP/HTTP to a loopback collector "
+        "(`bench/scenarios/tracing.py`). The crowd's drain is the fire path saturated; "
+        f"the steady window ({result['steady_seconds']} s) shows the cost below it.",
+        ["measure", "tracing off", "tracing on", "on ÷ off"],
+        rows,
+    )
+
+
 # The scenarios' sections, in the report's order; a scenario that did not finish has none.
 SECTIONS: dict[str, Callable[[Result, Result], list[str]]] = {
     "limit": _limit_section,
@@ -604,6 +633,7 @@ SECTIONS: dict[str, Callable[[Result, Result], list[str]]] = {
     "scale_out": _scale_out_section,
     "replicas": _replicas_section,
     "peers": _peers_section,
+    "tracing": _tracing_section,
 }
 
 

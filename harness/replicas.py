@@ -144,7 +144,8 @@ def replica_env(
     inherited = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("TICKGATE_") and key != "DATABASE_URL"
+        # OTEL_*: a replica traces only when its caller asks (the tracing test, bench)
+        if not key.startswith(("TICKGATE_", "OTEL_")) and key != "DATABASE_URL"
     }
     python_path = os.pathsep.join(filter(None, [str(SERVED), os.environ.get("PYTHONPATH")]))
     return (

@@ -1,6 +1,7 @@
 """The app factory. Its lifespan opens what the app needs and closes it in reverse order."""
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
@@ -38,6 +39,7 @@ from service.tasks.oauth import OAuthSecrets
 from service.tasks.plugins import load_plugins
 from service.tasks.signing import SigningKeys
 from service.tasks.sql import sql_task
+from service.tracing import tracing_from
 from service.tzdb import tz_database
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,7 @@ def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRe
     registry = builtin_registry(
         settings.http_allow,
         max_per_host=settings.http_max_connections_per_host,
+        max_new_per_host=settings.http_new_connections_per_host,
         connect_timeout_seconds=settings.http_connect_timeout_seconds,
         hosts=hosts,
         signing=SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key),
@@ -190,6 +193,8 @@ async def _open(
         tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
     metrics = Metrics(database_gauges=settings.api, hosts=hosts)
     metrics.set_tzdata(tz_database())
+    # Closed after the runner (pushed before it): the last runs' spans are exported.
+    tracing = await stack.enter_async_context(tracing_from(os.environ, settings.runner_id))
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
@@ -207,6 +212,7 @@ async def _open(
         clock=clock,
         room=settings.max_concurrent_runs,
         takeover_seconds=settings.takeover_seconds,
+        tracing=tracing,
     )
     window = departure = None
     if settings.scheduler:

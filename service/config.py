@@ -212,6 +212,16 @@ class Settings(BaseSettings):
         "kept-alive connections first: a crowd of runs to one target takes turns instead of "
         "opening a connection each.",
     )
+    http_new_connections_per_host: int = Field(
+        2,
+        ge=1,
+        le=10_000,
+        description="Connections to one host the http task opens and has no answer on yet, "
+        "at once, per replica: its pool to a host grows by this many per round trip, so a "
+        "small target's listen backlog never overflows (a dropped connect waits out TCP's "
+        "1 s SYN timeout). A target that closes each connection after one answer gets this "
+        "many requests at a time.",
+    )
     http_connect_timeout_seconds: float = Field(
         10.0,
         gt=0,

@@ -9,6 +9,8 @@ from typing import Literal
 
 # Record attributes that carry run context; every record about a run has them.
 RUN_FIELDS = ("job", "run_id", "scheduled_for", "runner")
+# What service.tracing.TraceIds adds while tracing is on.
+TRACE_FIELDS = ("trace_id", "span_id")
 _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
 
 
@@ -28,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry |= {f: getattr(record, f) for f in RUN_FIELDS if hasattr(record, f)}
+        entry |= {f: getattr(record, f) for f in RUN_FIELDS + TRACE_FIELDS if hasattr(record, f)}
         if record.name == "uvicorn.access" and isinstance(record.args, tuple):
             entry |= dict(zip(_ACCESS_FIELDS, record.args, strict=False))
         if record.exc_info:

@@ -17,6 +17,7 @@ from bench.scenarios import (
     scale_out,
     steady,
     steady_log,
+    tracing,
 )
 
 Scenario = Callable[[Context], dict[str, Any]]
@@ -33,4 +34,5 @@ SCENARIOS: dict[str, Scenario] = {
     scale_out.NAME: scale_out.run,
     replicas.NAME: replicas.run,
     peers.NAME: peers.run,
+    tracing.NAME: tracing.run,
 }

@@ -16,6 +16,7 @@ have exactly one row (rows per job are counted), and a row that is a skip is no 
 """
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from bench.context import Context, receiver, tickgate_replicas
@@ -81,15 +82,23 @@ def run_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
     }
 
 
-def run_log_size(ctx: Context, count: int, margin: Margin) -> dict[str, Any]:
-    """A crowd of `log` jobs, from the ledger."""
-    label = f"{NAME}-log-{count}"
-    url = ctx.postgres.fresh_database(f"{NAME}log{count}")
+def run_log_size(
+    ctx: Context,
+    count: int,
+    margin: Margin,
+    *,
+    variant: str = "",
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A crowd of `log` jobs, from the ledger; `variant` names a second run of the same
+    size (with replicas' `env` on top)."""
+    label = f"{NAME}-log-{count}{variant}"
+    url = ctx.postgres.fresh_database(f"{NAME}log{count}{variant}")
     names = [f"l-{index:06d}" for index in range(count)]
     t0, clone_seconds = seed_crowd(
         ctx, url, label, names, job_at=log_once_job, lead_seconds=margin.seconds(count)
     )
-    with tickgate_replicas(ctx, url, label=label) as replicas:
+    with tickgate_replicas(ctx, url, label=label, env=env) as replicas:
         ready_at = time.time()
         meter = standard_meter(ctx, replicas)
         sleep_until(t0)

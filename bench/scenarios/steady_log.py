@@ -14,7 +14,7 @@ largest such rate.
 """
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.context import Context, api_only_replica, tickgate_replicas
@@ -36,21 +36,31 @@ from harness.postgres import Sql
 NAME = "steady_log"
 
 
-def run_rate(ctx: Context, rate: int) -> dict[str, Any]:
-    label = f"{NAME}-{rate}"
-    url = ctx.postgres.fresh_database(f"steadylog{rate}")
+def run_rate(
+    ctx: Context,
+    rate: int,
+    *,
+    variant: str = "",
+    env: Mapping[str, str] | None = None,
+    seconds: int | None = None,
+) -> dict[str, Any]:
+    """One rate for `seconds` (steady_log_seconds); `variant` names a second run of it
+    (with replicas' `env` on top)."""
+    window = seconds or ctx.sizes.steady_log_seconds
+    label = f"{NAME}-{rate}{variant}"
+    url = ctx.postgres.fresh_database(f"steadylog{rate}{variant}")
     jobs = one_second_jobs(None, rate, "sl", task="log")
     names = [job["name"] for job in jobs]
     with api_only_replica(ctx, url, label=label) as api:
         create_seconds, _ = apply_jobs(api.url, jobs)
-    with tickgate_replicas(ctx, url, label=label) as replicas:
+    with tickgate_replicas(ctx, url, label=label, env=env) as replicas:
         began = window_start(ctx.sizes.steady_warmup_seconds)
-        ended = began + ctx.sizes.steady_log_seconds
+        ended = began + window
         cpu = metered_wait(standard_meter(ctx, replicas), began, ended)
         rss = [round(r.rss_bytes() / 2**20, 1) for r in replicas]
         wait_for_rows(
             url,
-            rate * ctx.sizes.steady_log_seconds,
+            rate * window,
             (began, ended),
             quiet_seconds=QUIET_SECONDS,
             deadline=ended + DRAIN_DEADLINE_SECONDS,

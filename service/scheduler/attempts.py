@@ -15,6 +15,7 @@ from pydantic import JsonValue
 from service.domain.jobs import Job
 from service.domain.runs import Run, RunStatus
 from service.tasks import SqlTargets, TaskContext, TaskRegistry
+from service.tracing import NoTracing, Traced, Tracing
 
 MAX_RESULT_BYTES = 64 * 1024
 # A task told to stop (its attempt timed out, its run's lock was lost, the replica shuts
@@ -72,6 +73,7 @@ class Attempts:
     tasks: TaskRegistry
     http: httpx.AsyncClient
     sql: SqlTargets
+    tracing: Tracing = field(default_factory=NoTracing)
     stop_grace_seconds: float = STOP_GRACE_SECONDS
     # Tasks that ignored cancellation and still run; see `_stop`.
     left_running: set["asyncio.Future[JsonValue]"] = field(default_factory=set)
@@ -87,7 +89,11 @@ class Attempts:
             if progress.attempts > first:
                 await progress.note(progress.attempts)
             seconds = min(job.timeout_seconds, budget_end - time.monotonic())
-            outcome = await self._attempt(job, run, progress.attempts, seconds, logger)
+            with self.tracing.attempt(run, progress.attempts) as traced:
+                outcome = await self._attempt(
+                    job, run, progress.attempts, seconds, logger, traced=traced
+                )
+                traced.ended(outcome.status.value, outcome.error)
             if outcome.status is RunStatus.SUCCEEDED or progress.attempts >= policy.max_attempts:
                 return outcome
             wait = policy.backoff_seconds(progress.attempts - 1)
@@ -99,14 +105,22 @@ class Attempts:
             await asyncio.sleep(wait)
 
     async def _attempt(
-        self, job: Job, run: Run, attempt: int, seconds: float, logger: RunLogger
+        self, job: Job, run: Run, attempt: int, seconds: float, logger: RunLogger, *, traced: Traced
     ) -> Outcome:
         definition = self.tasks.get(job.task)
         if definition is None:
             return Outcome(RunStatus.FAILED, f"task {job.task!r} is not registered here")
         deadline = datetime.now(UTC) + timedelta(seconds=seconds)
         context = TaskContext(
-            job.name, run.id, run.scheduled_for, attempt, logger, deadline, self.http, self.sql
+            job.name,
+            run.id,
+            run.scheduled_for,
+            attempt,
+            logger,
+            deadline,
+            self.http,
+            self.sql,
+            traced.headers,
         )
         try:
             work = asyncio.ensure_future(definition.run(definition.parse_args(job.args), context))

@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -57,6 +57,7 @@ from service.store.ports import (
     TickClaim,
 )
 from service.tasks import SqlTargets, TaskRegistry
+from service.tracing import Claimed, NoTracing, Tracing, now_ns
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ class DueTick:
     deadline: datetime
     patience_until: datetime
     queued: bool = False
+    # When the window handed it over (wall clock, ns): its trace starts there.
+    handed_over: int = field(default_factory=now_ns)
 
     @property
     def job(self) -> Job:
@@ -151,6 +154,7 @@ class Runner:
         room: int = 32,
         takeover_seconds: float = 3.0,
         waiting_limit: int = WAITING_LIMIT,
+        tracing: Tracing | None = None,
     ) -> None:
         self._sessions = sessions
         self._side_sessions = side_sessions
@@ -159,11 +163,13 @@ class Runner:
         self._fire_delay = fire_delay
         self._clock = clock or ReplicaClock()
         self._metrics = metrics
+        self._tracing = tracing or NoTracing()
         self._executor = RunExecutor(
             store=store,
-            attempts=Attempts(tasks, http, sql),
+            attempts=Attempts(tasks, http, sql, self._tracing),
             metrics=metrics,
             record_delay=record_delay,
+            tracing=self._tracing,
         )
         self._admission: Admission[DueTick] = Admission(
             room, claims=sessions.size, limit=waiting_limit
@@ -315,9 +321,14 @@ class Runner:
         try:
             session = await holding.enter_async_context(self._sessions.session(ACQUIRE_SECONDS))
             undecided = self._in_time(batch)
+            sent = now_ns()
             claims = await session.claim([t.claim for t in undecided]) if undecided else []
             decided, undecided = undecided, []
-            runs = [self._settle(session, t, c) for t, c in zip(decided, claims, strict=True)]
+            answered = now_ns()
+            runs = [
+                self._settle(session, t, c, Claimed(t.handed_over, sent, answered, len(decided)))
+                for t, c in zip(decided, claims, strict=True)
+            ]
             return [run for run in runs if run is not None]
         except Exception as error:  # noqa: BLE001 - logged; the ticks go round again
             # A failed claim decided nothing: no tick of it may be lost to it.
@@ -340,12 +351,12 @@ class Runner:
         return [tick for tick in batch if tick.deadline >= now]
 
     def _settle(
-        self, session: PinnedSession, tick: DueTick, claim: Claim
+        self, session: PinnedSession, tick: DueTick, claim: Claim, claimed: Claimed
     ) -> Coroutine[Any, Any, None] | None:
         """What the gate's answer means for the tick: a run, an outcome, or another round."""
         if claim.outcome is ClaimOutcome.CLAIMED:
             self._settled(tick)
-            return self._run_claimed(session, tick.job, claim)
+            return self._run_claimed(session, tick.job, claim, claimed)
         self._room_freed()
         if claim.outcome is ClaimOutcome.LOCKED:
             self._again([tick], RETRY_SECONDS, _HELD_BY_NO_RUN)
@@ -420,9 +431,11 @@ class Runner:
 
     # --- run ----------------------------------------------------------------------
 
-    async def _run_claimed(self, session: PinnedSession, job: Job, claim: Claim) -> None:
+    async def _run_claimed(
+        self, session: PinnedSession, job: Job, claim: Claim, claimed: Claimed
+    ) -> None:
         try:
-            await self._executor.run(session, job, claim)
+            await self._executor.run(session, job, claim, claimed=claimed)
         except Exception as error:  # noqa: BLE001 - logged with its traceback
             # One broken run must never take the scheduler down with it.
             _log_failure(f"run of {job.name}", error)
@@ -493,6 +506,7 @@ class Runner:
         for run in recorded:
             reason = run.skip_reason or SkipReason.MISFIRE
             self._metrics.ticks_skipped.labels(reason.value).inc()
+            self._tracing.skipped(run)
             # A misfire is a tick nobody could run; the others are the job's policies.
             level = logging.WARNING if reason is SkipReason.MISFIRE else logging.INFO
             at = run.scheduled_for.isoformat()
@@ -592,12 +606,15 @@ class Runner:
             on_claim(Claim(ClaimOutcome.LOCKED))
             return None
         async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
+            sent = now_ns()
             claim = await self._claimed_on_the_side(session, tick)
+            claimed = Claimed(sent, sent, now_ns(), 1)
             on_claim(claim)
             if claim.run is None:
                 return None
             # The job as the claim read it: an edit since the caller read it applies.
-            return await self._executor.run(session, claim.stored_job or tick.job, claim)
+            job = claim.stored_job or tick.job
+            return await self._executor.run(session, job, claim, claimed=claimed)
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
         await work

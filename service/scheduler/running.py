@@ -22,6 +22,7 @@ from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.ports import Claim, Ledger, PinnedSession, RunEnd
+from service.tracing import Claimed, NoTracing, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,10 @@ class RunExecutor:
         attempts: Attempts,
         metrics: Metrics,
         record_delay: timedelta = timedelta(0),
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or NoTracing()
         self._record_delay = record_delay.total_seconds()
         self._attempts = attempts
         self._metrics = metrics
@@ -94,20 +97,27 @@ class RunExecutor:
             self._deleted.add(name)
 
     async def run(
-        self, session: PinnedSession, job: Job, claim: Claim, spent_seconds: float = 0.0
+        self,
+        session: PinnedSession,
+        job: Job,
+        claim: Claim,
+        spent_seconds: float = 0.0,
+        claimed: Claimed | None = None,
     ) -> Run | None:
         """Run a claimed tick as `job` stands; whatever happens, record its end and
         release the job's lock if this session still holds it. A resumed run (its row
         counting the attempts made before, `spent_seconds` into the run) makes the
-        attempts its retry policy has left."""
+        attempts its retry policy has left. `claimed`: how the tick came through the
+        loop, for its trace."""
         assert claim.run is not None, "only a claimed tick runs"
         pinned = Pinned(session, LockHold(job.lock_key, claim.holds_lock))
         progress = Progress(claim.run.attempts - 1, spent_seconds, self._noting(claim.run))
-        try:
-            return await self._run(pinned, job, claim.run, progress)
-        finally:
-            if pinned.hold.held:
-                await run_to_completion(self._unlock(session, pinned.hold))
+        with self._tracing.run(claim.run, claimed):
+            try:
+                return await self._run(pinned, job, claim.run, progress)
+            finally:
+                if pinned.hold.held:
+                    await run_to_completion(self._unlock(session, pinned.hold))
 
     async def _unlock(self, session: PinnedSession, hold: "LockHold") -> None:
         """Release the job's lock, or kill the session: a session must never go on
@@ -183,7 +193,9 @@ class RunExecutor:
             storable_json(outcome.result),
             max(1, progress.attempts),
         )
-        finished = await self._finish(pinned, run, end)
+        with self._tracing.record(run) as traced:
+            finished = await self._finish(pinned, run, end)
+            traced.ended(outcome.status.value, outcome.error)
         if returned is not None:
             self._metrics.lock_held_after_return.observe(time.monotonic() - returned)
         if job.name not in self._deleted:

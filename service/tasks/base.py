@@ -3,7 +3,7 @@
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
@@ -37,6 +37,8 @@ class TaskContext:
     `deadline` is when this attempt is cancelled (the job's `timeout_seconds` from the
     attempt's start, or the end of the retry budget if sooner): a task that can stop
     early should check `remaining_seconds()`; one that can't is cancelled there anyway.
+    `trace_headers` carry the attempt's trace to what the task calls (W3C `traceparent`),
+    empty while tracing is off.
     """
 
     job: str
@@ -47,6 +49,7 @@ class TaskContext:
     deadline: datetime
     http: httpx.AsyncClient
     sql: SqlTargets
+    trace_headers: Mapping[str, str] = field(default_factory=dict)
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - datetime.now(UTC)).total_seconds())

@@ -49,7 +49,7 @@ from pydantic import (
 
 from service.domain.errors import InvalidInput
 from service.tasks.base import TaskContext, TaskDefinition
-from service.tasks.hosts import HostTally
+from service.tasks.hosts import HostLimits, HostTally
 from service.tasks.netguard import (
     Allowlist,
     IPAddress,
@@ -80,6 +80,8 @@ KEEPALIVE_SECONDS = 15.0
 # long a connect may take (TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS), apart from the run's
 # own timeout, which also bounds the wait for a free connection.
 MAX_CONNECTIONS_PER_HOST = 64
+# New connections to one host not yet answered, at once (see hosts.Turns).
+NEW_CONNECTIONS_PER_HOST = 2
 ALLOW = "TICKGATE_HTTP_ALLOW"
 # What is read of a token endpoint's answer, at most.
 TOKEN_BODY_BYTES = 64 * 1024
@@ -316,6 +318,7 @@ def request_headers(
         "X-Tickgate-Job": context.job,
         "X-Tickgate-Run-Id": str(context.run_id),
         "X-Tickgate-Scheduled-For": scheduled_for,
+        **context.trace_headers,
     }
 
 
@@ -497,6 +500,7 @@ class HttpSender:
     trust: ssl.SSLContext | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
     max_per_host: int = MAX_CONNECTIONS_PER_HOST
+    max_new_per_host: int = NEW_CONNECTIONS_PER_HOST
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     hosts: HostTally = field(default_factory=HostTally)
     signing: SigningKeys = field(default_factory=SigningKeys)
@@ -506,6 +510,7 @@ class HttpSender:
 
     def __post_init__(self) -> None:
         self._tokens = TokenCache(self.oauth, self._fetch_token)
+        self.hosts.limits = HostLimits(self.max_per_host, self.max_new_per_host)
 
     def ssl_context(self) -> ssl.SSLContext:
         if self.trust is None:
@@ -631,16 +636,19 @@ class HttpSender:
         """One request to `host` (`host:port`, as vetted): the run's result, or the
         redirect to follow."""
         waiting = self.hosts.waiting(host)
-        request = self._pooled().request(
-            method,
-            connect_url(url),
-            headers=headers,
-            data=body,
-            allow_redirects=False,
-            trace_request_ctx=waiting,
-        )
         try:
-            async with request as response:
+            async with (
+                self.hosts.turn(host) as turn,
+                self._pooled().request(
+                    method,
+                    connect_url(url),
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    trace_request_ctx=waiting,
+                ) as response,
+            ):
+                turn.answered()
                 location = self._location(args, response)
                 if location is not None:
                     return Redirect(response.status, location)
@@ -801,19 +809,22 @@ def http_task(
     network: SocketFactoryType = plain_socket,
     trust: ssl.SSLContext | None = None,
     max_per_host: int = MAX_CONNECTIONS_PER_HOST,
+    max_new_per_host: int = NEW_CONNECTIONS_PER_HOST,
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
     hosts: HostTally | None = None,
     signing: SigningKeys | None = None,
     oauth: OAuthSecrets | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits, with
-    at most `max_per_host` connections to a host, counted in `hosts`."""
+    at most `max_per_host` connections to a host (`max_new_per_host` of them new and not
+    yet answered), counted in `hosts`."""
     sender = HttpSender(
         allow,
         resolve,
         network,
         trust,
         max_per_host=max_per_host,
+        max_new_per_host=max_new_per_host,
         connect_timeout_seconds=connect_timeout_seconds,
         hosts=hosts or HostTally(),
         signing=signing or SigningKeys(),

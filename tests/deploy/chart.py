@@ -52,6 +52,7 @@ EVERYTHING_ON: dict[str, Any] = {
         "http": {"allow": ["10.20.0.0/16", "reports.internal"]},
         "sql": {"existingSecret": "sql-targets", "allowSelf": True},
     },
+    "tracing": {"otlpEndpoint": "http://otel-collector.observability:4318", "sampleRatio": 0.25},
 }
 
 

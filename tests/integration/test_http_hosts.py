@@ -139,6 +139,22 @@ async def test_a_crowd_to_one_host_takes_turns_on_the_per_host_cap() -> None:
         assert 1 <= counts.open <= 4
 
 
+async def test_new_connections_open_two_at_a_time_until_they_answer() -> None:
+    """30 runs at once to a target answering after 0.2 s, the cap 64: at first only 2
+    connections open (nothing has answered yet, so the host's backlog is spared), then
+    2 more per round trip as connections answer; every run succeeds."""
+    hosts = HostTally()
+    async with counting_target(delay=0.2) as target, sender(hosts=hosts) as http:
+        runs = asyncio.gather(*(http.run(args(target.port), context()) for _ in range(30)))
+        await asyncio.sleep(0.1)  # within the first round trip
+        first_round = target.most_open
+        results = await runs
+    assert first_round == 2
+    assert results == [{"status": 200, "bytes": 2}] * 30
+    # Round trips of 0.2 s: 2, 4, 6, 8 and 10 at once serve the 30.
+    assert 4 <= target.most_open <= 12
+
+
 async def test_a_run_that_times_out_while_waiting_for_a_connection_waits_no_more() -> None:
     """Cap 1, one slow run holds the connection: the next run's own timeout ends its
     wait, with the run's timeout error, and it is not counted waiting any more."""

@@ -163,6 +163,8 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
   value: {{ join "," .Values.tasks.http.allow | quote }}
 - name: TICKGATE_HTTP_MAX_CONNECTIONS_PER_HOST
   value: {{ .Values.tasks.http.maxConnectionsPerHost | int | quote }}
+- name: TICKGATE_HTTP_NEW_CONNECTIONS_PER_HOST
+  value: {{ .Values.tasks.http.newConnectionsPerHost | int | quote }}
 - name: TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS
   value: {{ .Values.tasks.http.connectTimeoutSeconds | quote }}
 {{- if .Values.tasks.http.signing.existingSecret }}
@@ -185,6 +187,14 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
     secretKeyRef:
       name: {{ . }}
       key: {{ $.Values.tasks.sql.existingSecretKey | default "TICKGATE_SQL_TARGETS" }}
+{{- end }}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $.Values.tracing.sampleRatio | quote }}
 {{- end }}
 {{- end }}
 

@@ -291,11 +291,28 @@ def test_task_settings_env(everything: Manifests, render: Callable[..., Manifest
     assert history["TICKGATE_RUN_HISTORY"]["value"] == "1000000"
 
 
+TRACING_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
+
+
+def test_tracing_is_off_until_an_otlp_endpoint_is_set(
+    everything: Manifests, render: Callable[..., Manifests]
+) -> None:
+    env = env_of(container(everything))
+    assert [env[name]["value"] for name in TRACING_ENV] == [
+        "http://otel-collector.observability:4318",
+        "parentbased_traceidratio",
+        "0.25",
+    ]
+    defaults = env_of(container(render(DEFAULTS)))
+    assert not set(TRACING_ENV) & set(defaults)
+
+
 def test_the_settings_the_chart_sets_exist(render: Callable[..., Manifests]) -> None:
     """Each TICKGATE_* variable the chart sets is a real setting of service/config.py."""
     from service.config import Settings
 
     known = {f"TICKGATE_{name.upper()}" for name in Settings.model_fields} | {"DATABASE_URL"}
+    known |= set(TRACING_ENV)  # what the OpenTelemetry SDK reads itself
     for manifests in (render(DEFAULTS), render(EVERYTHING_ON)):
         for (kind, name), obj in manifests.items():
             if kind not in {"Deployment", "Job"}:
@@ -326,6 +343,8 @@ def test_the_scheduler_can_be_turned_off(
         ({"prometheusRule": {"overdueFor": "ten minutes"}}, "/prometheusRule/overdueFor"),
         ({"ingress": {"hosts": [{"host": "x", "paths": [{"path": "api"}]}]}}, "/path"),
         ({"helmTest": {"enable": True}}, "enable"),
+        ({"tracing": {"otlpEndpoint": "collector:4318"}}, "/tracing/otlpEndpoint"),
+        ({"tracing": {"sampleRatio": 2}}, "/tracing/sampleRatio"),
     ],
 )
 def test_the_schema_refuses_bad_new_values(
