@@ -19,6 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from harness.threaded import serving
+
 PATH = "/v1/traces"
 
 
@@ -116,12 +118,5 @@ def collecting() -> Iterator[Collector]:
     """A collector on 127.0.0.1; `url` is what OTEL_EXPORTER_OTLP_ENDPOINT takes."""
     collector = Collector()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(collector))
-    collector.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, name="otlp", daemon=True)
-    thread.start()
-    try:
+    with serving(server, "otlp") as collector.url:
         yield collector
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

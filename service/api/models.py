@@ -15,6 +15,7 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -185,6 +186,33 @@ class ApplyResult(BaseModel):
 
 class RunOut(Run):
     """One execution of a job for one nominal tick."""
+
+    @field_validator("args")
+    @classmethod
+    def _secrets_masked(cls, args: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        """A run's own arguments show secret header values as "***", as its job's do."""
+        return None if args is None else redact_args(args)
+
+
+class TriggerRequest(BaseModel):
+    """Run the job now; optionally with other arguments, for this run only."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"args": {"message": "once more, louder"}, "note": "after the fix"}]
+        },
+    )
+
+    args: dict[str, JsonValue] | None = Field(
+        None,
+        description="The arguments of this run instead of the job's (the job keeps its"
+        " own); checked against the task's schema as a job's are (422 naming the field)."
+        ' A secret header sent back as "***" keeps the job\'s value.',
+    )
+    note: str | None = Field(
+        None, max_length=500, description="Why the run was triggered; kept on the run."
+    )
 
 
 class RunQuery(BaseModel):

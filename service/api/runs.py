@@ -17,6 +17,7 @@ from service.api.models import (
     RunOut,
     RunPage,
     RunQuery,
+    TriggerRequest,
     decode_run_cursor,
     encode_run_cursor,
 )
@@ -24,6 +25,7 @@ from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
 from service.domain.runs import Run, SkipReason
 from service.store import RunFilter
+from service.tasks.http import merge_secret_headers
 
 router = APIRouter(tags=["runs"])
 
@@ -34,11 +36,21 @@ router = APIRouter(tags=["runs"])
     operation_id="trigger_job",
     responses=WRITE | NOT_FOUND | CONFLICT,
 )
-async def trigger(name: NamePath, services: ServicesDep) -> RunOut:
-    """Run the job now, through the same gates as a scheduled tick (trigger "manual").
-    409 if an overlap "skip" job is running somewhere."""
+async def trigger(
+    name: NamePath, services: ServicesDep, body: TriggerRequest | None = None
+) -> RunOut:
+    """Run the job now, through the same gates as a scheduled tick (trigger "manual"),
+    with the body's `args` instead of the job's if given (that run only; both kept on
+    the run, with the `note`). 409 if an overlap "skip" job is running somewhere; 422
+    naming the field if the args do not fit the task."""
     job = await existing_job(services, name)
-    return RunOut.model_validate(await services.runner.trigger_now(job), from_attributes=True)
+    request = body or TriggerRequest()
+    args = None
+    if request.args is not None:
+        args = merge_secret_headers(request.args, job.args)
+        services.tasks.check_args(job.task, args)
+    run = await services.runner.trigger_now(job, args, request.note)
+    return RunOut.model_validate(run, from_attributes=True)
 
 
 @router.post(

@@ -39,6 +39,7 @@ from service.client.http import (
 )
 from service.client.inputs import (
     UsageError,
+    inline_mapping,
     job_list,
     load_document,
     patch_document,
@@ -525,7 +526,8 @@ def _write(path: str, text: str) -> None:
 
 
 def _trigger(ctx: Context) -> None:
-    run = ctx.client.trigger_job(ctx.args.name)
+    args = inline_mapping(ctx.args.args, "--args") if ctx.args.args is not None else None
+    run = ctx.client.trigger_job(ctx.args.name, args, ctx.args.note)
     ctx.show(run, partial(_show_triggered, ctx.args.name, run))
 
 
@@ -792,7 +794,21 @@ COMMANDS: Final = (
     Command("delete", _delete, "delete a job", (NAME,)),
     Command("pause", _pause, "stop a job firing", (NAME,)),
     Command("resume", _resume, "fire a paused job again", (NAME,)),
-    Command("trigger", _trigger, "run a job now; prints the run", (NAME,)),
+    Command(
+        "trigger",
+        _trigger,
+        "run a job now; prints the run",
+        (
+            NAME,
+            arg(
+                "--args",
+                metavar="JSON",
+                help="arguments for this run only, instead of the job's (JSON, or YAML flow"
+                " style: '{message: hi}'); checked as the job's are",
+            ),
+            arg("--note", metavar="TEXT", help="why the run was triggered; kept on the run"),
+        ),
+    ),
     Command(
         "backfill",
         _backfill,

@@ -49,6 +49,18 @@ def _yaml(text: str, source: str) -> object:
     return document
 
 
+def inline_mapping(text: str, option: str) -> JsonObject:
+    """A mapping given on the command line (`--args '{"a": 1}'`: JSON, or YAML's flow
+    style); UsageError if it is not one."""
+    try:
+        document = parse_document(text)
+    except yaml.YAMLError as error:
+        raise UsageError(f"{option}: not valid YAML or JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f'{option}: expected a mapping, like \'{{"key": "value"}}\'')
+    return document
+
+
 def single_job(document: object, source: str) -> JsonObject:
     """The one job object `create` takes."""
     if not isinstance(document, dict):

@@ -68,6 +68,16 @@ class Run(BaseModel):
         description="A `misfire` skip that sums up this many ticks missed in a row, ending"
         " at this one; the ticks before it that it counts have no row of their own.",
     )
+    args: dict[str, JsonValue] | None = Field(
+        None,
+        description="The arguments this run ran with instead of its job's, when it was"
+        " triggered with some (`POST /v1/jobs/{name}/trigger`); null: the job's.",
+    )
+    note: str | None = Field(None, description="Why the run was triggered, as its caller said.")
+
+    def args_of(self, job_args: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        """What this run runs with: its own arguments, or else its job's."""
+        return job_args if self.args is None else self.args
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,8 @@ class Attempts:
             traced.headers,
         )
         try:
-            work = asyncio.ensure_future(definition.run(definition.parse_args(job.args), context))
+            args = definition.parse_args(run.args_of(job.args))
+            work = asyncio.ensure_future(definition.run(args, context))
         except Exception as error:  # noqa: BLE001 - see below
             return _failed(error)
         try:

@@ -30,6 +30,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
+from pydantic import JsonValue
 
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict, NotFound
@@ -518,11 +519,16 @@ class Runner:
 
     # --- manual runs and backfills ------------------------------------------------
 
-    async def trigger_now(self, job: Job) -> Run:
-        """A manual run through the same gate; returns once the ledger row exists and
-        leaves the run going. Conflict if a "skip" job is running anywhere."""
+    async def trigger_now(
+        self, job: Job, args: dict[str, JsonValue] | None = None, note: str | None = None
+    ) -> Run:
+        """A manual run through the same gate, with `args` instead of the job's if given
+        (checked already) and the caller's `note`, both kept on its row; returns once the
+        row exists and leaves the run going. Conflict if a "skip" job is running anywhere."""
         decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
-        tick = self._claim_of(job, self._clock.now(), RunTrigger.MANUAL, any_version=True)
+        now = self._clock.now()
+        tick = self._claim_of(job, now, RunTrigger.MANUAL, any_version=True)
+        tick = replace(tick, args=args, note=note)
         task = self._spawn(self._discard(self._on_the_side(tick, decided.set_result)))
         either: set[asyncio.Future[Any]] = {decided, task}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)

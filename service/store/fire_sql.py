@@ -93,10 +93,10 @@ def claim_statement(*, counted: bool) -> str:
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::bigint[], $6::boolean[], $7::uuid[], $8::bigint[],
                              $9::boolean[], $12::timestamptz[], $13::boolean[],
-                             $14::boolean[])
+                             $14::boolean[], $15::jsonb[], $16::text[])
             WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
                                  incarnation, version, any_version, following, opens,
-                                 while_active, n)
+                                 while_active, run_args, run_note, n)
     ), gated AS MATERIALIZED (
         -- CASE, not AND: the lock must not be tried for a key this session holds.
         SELECT ticks.*, CASE WHEN NOT locking THEN true
@@ -132,9 +132,9 @@ def claim_statement(*, counted: bool) -> str:
           AND NOT g.queued_before AND NOT {_passed("g", "c")}
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
-            runner, job_version, lock_key, locked, backend_pid)
+            runner, job_version, lock_key, locked, backend_pid, args, note)
         SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), $10,
-            current_version, lock_key, locking, pg_backend_pid()
+            current_version, lock_key, locking, pg_backend_pid(), run_args, run_note
         FROM admitted ORDER BY job, scheduled_for
         ON CONFLICT (job, scheduled_for) DO UPDATE SET id = EXCLUDED.id,
             trigger = EXCLUDED.trigger, status = 'running', skip_reason = NULL,
@@ -142,7 +142,7 @@ def claim_statement(*, counted: bool) -> str:
             attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
             lock_key = EXCLUDED.lock_key, locked = EXCLUDED.locked,
             backend_pid = EXCLUDED.backend_pid, finished_at = NULL, duration_ms = NULL,
-            result = NULL
+            result = NULL, args = EXCLUDED.args, note = EXCLUDED.note
         WHERE tickgate_runs.status = 'skipped' AND EXCLUDED.trigger = 'backfill'
         RETURNING {RUN_COLUMNS}
     ), freed AS (
@@ -218,6 +218,8 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
         [following for following, _ in moves],
         [opens for _, opens in moves],
         [tick.while_active for tick in ticks],
+        [tick.args for tick in ticks],
+        [tick.note for tick in ticks],
     )
 
 

@@ -374,6 +374,8 @@ class MemoryDatabase:
             "missed_ticks": None,
             "result": None,
             "duration_ms": None,
+            "args": tick.args,
+            "note": tick.note,
         }
         if existing is None:
             new = {"job": job.name, "scheduled_for": _utc(tick.scheduled_for)}

@@ -77,7 +77,7 @@ def job_columns(jobs: Sequence[Job]) -> list[list[object]]:
 
 RUN_COLUMNS = (
     "id, job, scheduled_for, trigger, status, started_at, finished_at, duration_ms,"
-    " attempts, runner, error, result, skip_reason, missed_ticks"
+    " attempts, runner, error, result, skip_reason, missed_ticks, args, note"
 )
 _LAST_RUN = "last_run_"
 

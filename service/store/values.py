@@ -42,6 +42,9 @@ class TickClaim:
     any_version: bool = False
     following: NextTick = Following.UNKNOWN
     while_active: bool = False
+    # A manual run's own arguments (None: the job's), and why it was triggered.
+    args: dict[str, JsonValue] | None = None
+    note: str | None = None
 
     @property
     def counted(self) -> bool:

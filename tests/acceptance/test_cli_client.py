@@ -255,6 +255,23 @@ def test_trigger_prints_the_run_and_runs_lists_it(url: str, tmp_path: Path) -> N
     assert "manual" in table
 
 
+def test_trigger_with_args_runs_with_them_and_bad_args_are_refused(
+    url: str, tmp_path: Path
+) -> None:
+    created(url, tmp_path, job("with-args"))
+    run = as_json(
+        url, "trigger", "with-args", "--args", "{message: louder, level: warning}", "--note", "why"
+    )
+    assert (run["args"], run["note"]) == ({"message": "louder", "level": "warning"}, "why")
+    refused = tickgate(url, "trigger", "with-args", "--args", '{"message": "x", "level": "loud"}')
+    assert refused.returncode == 1, refused.stderr
+    assert "args.level" in refused.stderr or "args/level" in refused.stderr, refused.stderr
+    usage = tickgate(url, "trigger", "with-args", "--args", "[1, 2]")
+    assert usage.returncode == 2, usage.stderr
+    assert "--args: expected a mapping" in usage.stderr
+    assert names_of(as_json(url, "runs", "with-args"), key="id") == [run["id"]]
+
+
 def test_runs_without_a_name_lists_every_jobs_runs_newest_first(url: str, tmp_path: Path) -> None:
     created(url, tmp_path, job("across-a"), job("across-b"))
     triggered = [ok(url, "trigger", name) for name in ("across-a", "across-b")]

@@ -5,7 +5,9 @@ webhook target sees."""
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from harness.otlp import Collector, ReceivedSpan, collecting
@@ -34,6 +36,16 @@ def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
         monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
         yield started
+
+
+async def create_http_job(
+    client: httpx.AsyncClient, name: str, receiver: Receiver, schedule: dict[str, Any], **extra: Any
+) -> None:
+    """A job whose http task calls the receiver at /<name>."""
+    job = {"name": name, "schedule": schedule, "task": "http"}
+    job["args"] = {"url": f"{receiver.url}/{name}"}
+    made = await client.post("/v1/jobs", json=job | extra)
+    assert made.status_code == 201, made.text
 
 
 def parent_of(receipt: Receipt) -> tuple[str, str]:
@@ -68,17 +80,8 @@ async def test_a_scheduled_run_is_one_trace_and_its_webhook_calls_carry_it(
     receiver.fail_first("/traced", 1, status=500)
     scheduling = settings.model_copy(update={"scheduler": True})
     async with served(scheduling) as client:
-        made = await client.post(
-            "/v1/jobs",
-            json={
-                "name": "traced",
-                "schedule": EVERY_SECOND,
-                "task": "http",
-                "args": {"url": f"{receiver.url}/traced"},
-                "retry": {"max_attempts": 2, "min_backoff_seconds": 0.1},
-            },
-        )
-        assert made.status_code == 201, made.text
+        retry = {"max_attempts": 2, "min_backoff_seconds": 0.1}
+        await create_http_job(client, "traced", receiver, EVERY_SECOND, retry=retry)
         await eventually_async(lambda: len(receiver.receipts("traced")) >= 2, 30, "two calls")
         first, second = receiver.receipts("traced")[:2]
         run_id = first.headers["x-tickgate-run-id"]
@@ -116,16 +119,7 @@ async def test_a_manual_run_is_traced(
     settings: Settings, receiver: Receiver, collector: Collector
 ) -> None:
     async with served(settings) as client:
-        made = await client.post(
-            "/v1/jobs",
-            json={
-                "name": "by-hand",
-                "schedule": NEVER,
-                "task": "http",
-                "args": {"url": f"{receiver.url}/by-hand"},
-            },
-        )
-        assert made.status_code == 201, made.text
+        await create_http_job(client, "by-hand", receiver, NEVER)
         run = await triggered_run(client, "by-hand")
     [receipt] = receiver.receipts("by-hand")
     trace_id, parent = parent_of(receipt)
@@ -142,17 +136,7 @@ async def test_a_skipped_tick_is_a_span_with_its_reason(
     spans too, so a trace view shows every tick's outcome."""
     receiver.respond("/slow", delay=2.5)
     async with served(settings.model_copy(update={"scheduler": True})) as client:
-        made = await client.post(
-            "/v1/jobs",
-            json={
-                "name": "slow",
-                "schedule": EVERY_SECOND,
-                "task": "http",
-                "args": {"url": f"{receiver.url}/slow"},
-                "overlap": "skip",
-            },
-        )
-        assert made.status_code == 201, made.text
+        await create_http_job(client, "slow", receiver, EVERY_SECOND, overlap="skip")
 
         def skip_spans() -> list[ReceivedSpan]:
             return [span for span in collector.spans() if span.name == "tickgate.skip"]

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness.receiver import Receipt
+from harness.threaded import serving
 
 BACKLOG = 5
 
@@ -119,13 +120,5 @@ class _Server(ThreadingHTTPServer):
 def small_hook() -> Iterator[SmallHook]:
     """The webhook on 127.0.0.1, for as long as the block lasts."""
     hook = SmallHook()
-    server = _Server(("127.0.0.1", 0), _handler(hook))
-    hook.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, name="small-hook", daemon=True)
-    thread.start()
-    try:
+    with serving(_Server(("127.0.0.1", 0), _handler(hook)), "small-hook") as hook.url:
         yield hook
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
