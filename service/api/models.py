@@ -194,6 +194,19 @@ class RunOut(Run):
         return None if args is None else redact_args(args)
 
 
+class RunDetail(RunOut):
+    """One run, with what its last attempt answered."""
+
+    output: JsonValue = Field(
+        None,
+        description="What the run's last attempt answered, where its task keeps it (null:"
+        " nothing kept). The `http` task's: `status`, chosen `headers`, `body` (the first"
+        ' `output_bytes` of it: text as `encoding: "text"`, anything else base64), its'
+        " `content_type`, the `bytes` received and whether the body was `truncated`; the"
+        " job's secret header values, echoed back, read `***`.",
+    )
+
+
 class TriggerRequest(BaseModel):
     """Run the job now; optionally with other arguments, for this run only."""
 

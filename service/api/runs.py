@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Body, Query, status
 
 from service.api.deps import ServicesDep
 from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE
@@ -13,6 +13,7 @@ from service.api.models import (
     MAX_BACKFILL_TICKS,
     AllRunsQuery,
     BackfillRequest,
+    RunDetail,
     RunList,
     RunOut,
     RunPage,
@@ -28,6 +29,9 @@ from service.store import RunFilter
 from service.tasks.http import merge_secret_headers
 
 router = APIRouter(tags=["runs"])
+# A trigger without a body: the job's own args. (An optional body with a default, not
+# `| None`: the schema stays a plain reference, which generated clients handle.)
+NO_OVERRIDE = TriggerRequest()
 
 
 @router.post(
@@ -37,19 +41,18 @@ router = APIRouter(tags=["runs"])
     responses=WRITE | NOT_FOUND | CONFLICT,
 )
 async def trigger(
-    name: NamePath, services: ServicesDep, body: TriggerRequest | None = None
+    name: NamePath, services: ServicesDep, body: Annotated[TriggerRequest, Body()] = NO_OVERRIDE
 ) -> RunOut:
     """Run the job now, through the same gates as a scheduled tick (trigger "manual"),
     with the body's `args` instead of the job's if given (that run only; both kept on
     the run, with the `note`). 409 if an overlap "skip" job is running somewhere; 422
     naming the field if the args do not fit the task."""
     job = await existing_job(services, name)
-    request = body or TriggerRequest()
     args = None
-    if request.args is not None:
-        args = merge_secret_headers(request.args, job.args)
+    if body.args is not None:
+        args = merge_secret_headers(body.args, job.args)
         services.tasks.check_args(job.task, args)
-    run = await services.runner.trigger_now(job, args, request.note)
+    run = await services.runner.trigger_now(job, args, body.note)
     return RunOut.model_validate(run, from_attributes=True)
 
 
@@ -135,9 +138,10 @@ def _page(runs: list[Run], limit: int) -> RunPage:
 
 
 @router.get("/v1/runs/{run_id}", operation_id="get_run", responses=READ | NOT_FOUND)
-async def get_run(run_id: UUID, services: ServicesDep) -> RunOut:
-    """One run by id."""
+async def get_run(run_id: UUID, services: ServicesDep) -> RunDetail:
+    """One run by id, with what its last attempt answered (`output`)."""
     run = await services.store.get_run(run_id)
     if run is None:
         raise NotFound(f"no run with id {run_id}")
-    return RunOut.model_validate(run, from_attributes=True)
+    output = await services.store.run_output(run_id)
+    return RunDetail.model_validate(run.model_dump() | {"output": output})

@@ -5,7 +5,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +14,7 @@ from pydantic import JsonValue
 
 from service.domain.jobs import Job
 from service.domain.runs import Run, RunStatus
-from service.tasks import SqlTargets, TaskContext, TaskRegistry
+from service.tasks import SqlTargets, TaskContext, TaskDefinition, TaskRegistry
 from service.tracing import NoTracing, Traced, Tracing
 
 MAX_RESULT_BYTES = 64 * 1024
@@ -30,6 +30,7 @@ class Outcome:
     status: RunStatus
     error: str | None = None
     result: JsonValue = None
+    output: JsonValue = None  # what the attempt's target answered, if its task kept it
 
 
 async def _unnoted(attempt: int) -> None:
@@ -122,27 +123,40 @@ class Attempts:
             self.sql,
             traced.headers,
         )
+        outcome = await self._run_task(definition, run.args_of(job.args), context, seconds)
+        return replace(outcome, output=context.output.kept)
+
+    async def _run_task(
+        self,
+        definition: TaskDefinition[Any],
+        args: dict[str, JsonValue],
+        context: TaskContext,
+        seconds: float,
+    ) -> Outcome:
+        """The task's outcome within `seconds`: its result, its failure, or a timeout."""
         try:
-            args = definition.parse_args(run.args_of(job.args))
-            work = asyncio.ensure_future(definition.run(args, context))
+            work = asyncio.ensure_future(definition.run(definition.parse_args(args), context))
         except Exception as error:  # noqa: BLE001 - see below
             return _failed(error)
         try:
             done, _ = await asyncio.wait({work}, timeout=seconds)
         except asyncio.CancelledError:  # the lock was lost, or the replica shuts down
-            await self._stop(work, logger)
+            await self._stop(work, context.logger)
             raise
         if not done:
-            left = "" if await self._stop(work, logger) else f"; {LEFT_RUNNING}"
+            left = "" if await self._stop(work, context.logger) else f"; {LEFT_RUNNING}"
             return Outcome(
-                RunStatus.TIMED_OUT, f"attempt {attempt} timed out after {seconds:g}s{left}"
+                RunStatus.TIMED_OUT,
+                f"attempt {context.attempt} timed out after {seconds:g}s{left}",
             )
         try:
             return _bounded(work.result())
         except Exception as error:  # noqa: BLE001 - see _failed
             return _failed(error)
 
-    async def _stop(self, work: "asyncio.Future[JsonValue]", logger: RunLogger) -> bool:
+    async def _stop(
+        self, work: "asyncio.Future[JsonValue]", logger: logging.LoggerAdapter[logging.Logger]
+    ) -> bool:
         """Cancel the task and give it `stop_grace_seconds` to end. False if it did not:
         it is left running (held here, so it is not collected mid-flight), and the run
         goes on to be recorded and its lock released, rather than wait on it forever."""

@@ -192,6 +192,7 @@ class RunExecutor:
             storable_text(outcome.error),
             storable_json(outcome.result),
             max(1, progress.attempts),
+            storable_json(outcome.output),
         )
         with self._tracing.record(run) as traced:
             finished = await self._finish(pinned, run, end)

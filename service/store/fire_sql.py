@@ -232,9 +232,9 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 # tick again.
 FINISH = f"""WITH ends AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[])
+                             $6::bigint[], $8::jsonb[])
             WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, n)
+                                 unlock_key, new_output, n)
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -244,6 +244,12 @@ FINISH = f"""WITH ends AS (
         WHERE r.id = e.run_id AND r.status = 'running'
           AND ($7::int IS NULL OR r.backend_pid = $7)
         RETURNING {_RUN_COLUMNS_OF_R}
+    ), kept AS (
+        -- What the last attempt answered, beside the run (migration 0019).
+        INSERT INTO tickgate_run_outputs (run_id, output)
+        SELECT e.run_id, e.new_output FROM ends e JOIN finished f ON f.id = e.run_id
+        WHERE e.new_output IS NOT NULL
+        ON CONFLICT (run_id) DO UPDATE SET output = EXCLUDED.output
     )
     SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
                      THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
@@ -264,6 +270,7 @@ def finish_arguments(
         [end.attempts for _, end, _ in ends],
         [unlock for _, _, unlock in ends],
         backend,
+        [end.output for _, end, _ in ends],
     )
 
 

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
+from pydantic import JsonValue
+
 from service.domain.runs import Run, SkipReason
 from service.store import fire_sql, runs_sql
 from service.store.base import StoreBase
@@ -24,6 +26,11 @@ class LedgerStore(StoreBase):
     async def get_run(self, run_id: UUID) -> Run | None:
         row = await self._pool.fetchrow(runs_sql.GET_RUN, run_id)
         return run_from_row(row) if row else None
+
+    async def run_output(self, run_id: UUID) -> JsonValue:
+        """What the run's last attempt answered, if its task kept any (None: nothing)."""
+        output: JsonValue = await self._pool.fetchval(runs_sql.RUN_OUTPUT, run_id)
+        return output
 
     async def list_runs(
         self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None

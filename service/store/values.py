@@ -60,6 +60,8 @@ class RunEnd:
     error: str | None
     result: JsonValue
     attempts: int
+    # What the last attempt answered (the http task's response), kept beside the run.
+    output: JsonValue = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,18 @@ class SqlTargets(Protocol):
         ...
 
 
+class Output:
+    """What a run shows of its attempt's answer (the http task's response): a task keeps
+    it here as it goes, even when the attempt then fails, and it is stored with the
+    run's end, beside the run (GET /v1/runs/{id})."""
+
+    def __init__(self) -> None:
+        self.kept: JsonValue = None
+
+    def keep(self, output: JsonValue) -> None:
+        self.kept = output
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """Everything a running task may know about the run it serves.
@@ -38,7 +50,7 @@ class TaskContext:
     attempt's start, or the end of the retry budget if sooner): a task that can stop
     early should check `remaining_seconds()`; one that can't is cancelled there anyway.
     `trace_headers` carry the attempt's trace to what the task calls (W3C `traceparent`),
-    empty while tracing is off.
+    empty while tracing is off. `output` keeps what the attempt's target answered.
     """
 
     job: str
@@ -50,6 +62,7 @@ class TaskContext:
     http: httpx.AsyncClient
     sql: SqlTargets
     trace_headers: Mapping[str, str] = field(default_factory=dict)
+    output: Output = field(default_factory=Output)
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - datetime.now(UTC)).total_seconds())

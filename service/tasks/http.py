@@ -48,6 +48,13 @@ from pydantic import (
 )
 
 from service.domain.errors import InvalidInput
+from service.tasks.answers import (
+    DEFAULT_OUTPUT_BYTES,
+    MAX_OUTPUT_BYTES,
+    Answer,
+    answer_output,
+    read_answer,
+)
 from service.tasks.base import TaskContext, TaskDefinition
 from service.tasks.hosts import HostLimits, HostTally
 from service.tasks.netguard import (
@@ -186,6 +193,13 @@ class HttpArgs(BaseModel):
         "this id (TICKGATE_WEBHOOK_KEYS_FILE); unknown ids are refused. Default: the "
         "operator's TICKGATE_WEBHOOK_SIGNING_KEY, if set. The key itself is never shown.",
     )
+    output_bytes: int = Field(
+        default=DEFAULT_OUTPUT_BYTES,
+        ge=0,
+        le=MAX_OUTPUT_BYTES,
+        description="How much of the response body a run keeps as its output (GET "
+        "/v1/runs/{id}); the status and chosen headers are kept whatever this is.",
+    )
     oauth: OAuthClient | None = Field(
         default=None,
         description="Send `Authorization: Bearer <token>` from an OAuth 2.0 client-credentials "
@@ -228,6 +242,10 @@ class HttpArgs(BaseModel):
 
     def secret_names(self) -> frozenset[str]:
         return frozenset(name.lower() for name in self.secret_headers)
+
+    def secret_values(self) -> list[str]:
+        secret = self.secret_names()
+        return [value for name, value in self.headers.items() if name.lower() in secret]
 
 
 class HttpTaskError(Exception):
@@ -390,17 +408,6 @@ def connect_url(url: httpx.URL) -> yarl.URL:
     if standard == host and not url.userinfo:
         return yarl.URL(str(url), encoded=True)
     return yarl.URL(str(url.copy_with(host=standard, userinfo=b"")), encoded=True)
-
-
-async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[int, bool]:
-    """Bytes of the body as received (never decoded), reading at most `limit` of them;
-    whether the body was longer."""
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return limit, True
-    return size, False
 
 
 # The hosts the current exchange vetted, and where each may be reached. aiohttp resolves
@@ -598,16 +605,15 @@ class HttpSender:
             headers |= self._signature(args, context, body)
             if token is not None and "authorization" not in dropped:
                 headers["Authorization"] = f"Bearer {token}"
-            try:
-                answer = await self._send(args, method, url, headers, body, host=target.key)
-            except HttpStatusError as refused:
-                if refused.status != 401 or token is None or renewed or args.oauth is None:
-                    raise
-                # The token may have been revoked: one new one, one more try.
-                token, renewed = await self._tokens.token(args.oauth, refused=token), True
-                continue
-            if not isinstance(answer, Redirect):
-                return answer
+            answer = await self._send(args, method, url, headers, body, host=target.key)
+            if isinstance(answer, Answer):
+                context.output.keep(answer_output(answer))
+                refused = answer.status == 401 and not args.succeeded(401)
+                if refused and token is not None and not renewed and args.oauth is not None:
+                    # The token may have been revoked: one new one, one more try.
+                    token, renewed = await self._tokens.token(args.oauth, refused=token), True
+                    continue
+                return self._outcome(args, f"{method} {shown(url)}", answer)
             status = answer.status
             following = self._next_url(url, answer.location)
             if origin(following) != origin(url):
@@ -632,9 +638,9 @@ class HttpSender:
         body: bytes | None,
         *,
         host: str,
-    ) -> JsonValue | Redirect:
-        """One request to `host` (`host:port`, as vetted): the run's result, or the
-        redirect to follow."""
+    ) -> Answer | Redirect:
+        """One request to `host` (`host:port`, as vetted): the answer, or the redirect
+        to follow."""
         waiting = self.hosts.waiting(host)
         try:
             async with (
@@ -652,12 +658,13 @@ class HttpSender:
                 location = self._location(args, response)
                 if location is not None:
                     return Redirect(response.status, location)
-                size, truncated = await read_capped(response, self.max_response_bytes)
+                return await read_answer(
+                    response, self.max_response_bytes, args.output_bytes, args.secret_values()
+                )
         except aiohttp.ClientError as error:  # its repr would spell out the pool's key
             raise self._failed(method, url, host, error) from error
         finally:
             waiting.over()  # a run cancelled while it waited waits no more
-        return self._outcome(args, f"{method} {shown(url)}", response.status, size, truncated)
 
     def _signature(
         self, args: HttpArgs, context: TaskContext, body: bytes | None
@@ -765,13 +772,12 @@ class HttpSender:
         return following
 
     @staticmethod
-    def _outcome(
-        args: HttpArgs, request: str, status: int, size: int, truncated: bool
-    ) -> JsonValue:
-        if not args.succeeded(status):
-            raise HttpStatusError(f"{request} answered HTTP {status}", status)
-        result: dict[str, JsonValue] = {"status": status, "bytes": size}
-        if truncated:
+    def _outcome(args: HttpArgs, request: str, answer: Answer) -> JsonValue:
+        """The run's result; a status the job does not count as success fails it."""
+        if not args.succeeded(answer.status):
+            raise HttpStatusError(f"{request} answered HTTP {answer.status}", answer.status)
+        result: dict[str, JsonValue] = {"status": answer.status, "bytes": answer.size}
+        if answer.capped:
             result["truncated"] = True
         return result
 

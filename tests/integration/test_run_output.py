@@ -1,0 +1,109 @@
+"""Output you can read (#24): a run of the `http` task keeps what its target answered
+(status, chosen headers, the body up to the job's `output_bytes`), shown by
+`GET /v1/runs/{id}`, with the job's secret header values masked wherever the target
+echoes them."""
+
+import base64
+import json
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.threaded import serving
+from service.config import Settings
+from tests.support.inprocess import served, triggered_run
+
+NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
+SECRET = "tok-5ecret-value"
+BIG = 2 * 1024 * 1024
+BINARY = bytes(range(256)) * 4
+
+
+class Target(BaseHTTPRequestHandler):
+    """/fail: 500 with a JSON error echoing X-Token (in the body and a header); /big:
+    2 MiB of text; /binary: bytes that are no text."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        token = self.headers.get("X-Token", "")
+        if self.path == "/fail":
+            body = json.dumps({"error": "token rejected", "token": token}).encode()
+            self._answer(500, body, "application/json", (("X-Request-Id", f"req-{token}"),))
+        elif self.path == "/big":
+            self._answer(200, b"x" * BIG, "text/plain; charset=utf-8")
+        else:
+            self._answer(200, BINARY, "application/octet-stream")
+
+    def _answer(
+        self, status: int, body: bytes, content_type: str, extra: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.send_response(status)
+        for name, value in (("Content-Type", content_type), *extra):
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def target() -> Iterator[str]:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Target), "output-target") as url:
+        yield url
+
+
+async def run_of(client: httpx.AsyncClient, name: str, url: str, **args: Any) -> dict[str, Any]:
+    job = {"name": name, "schedule": NEVER, "task": "http", "args": {"url": url, **args}}
+    made = await client.post("/v1/jobs", json=job)
+    assert made.status_code == 201, made.text
+    run_id = (await triggered_run(client, name))["id"]
+    shown: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
+    return shown
+
+
+async def test_a_failed_webhook_s_answer_is_kept_with_its_secret_masked(
+    settings: Settings, target: str
+) -> None:
+    secret = {"headers": {"X-Token": SECRET}, "secret_headers": ["X-Token"]}
+    async with served(settings) as client:
+        run = await run_of(client, "fails", f"{target}/fail", **secret)
+        listed = (await client.get("/v1/jobs/fails/runs")).json()["items"]
+    output = run["output"]
+    assert (run["status"], output["status"]) == ("failed", 500)
+    assert json.loads(output["body"]) == {"error": "token rejected", "token": "***"}
+    assert (output["encoding"], output["content_type"]) == ("text", "application/json")
+    assert output["headers"]["x-request-id"] == "req-***"
+    assert output["truncated"] is False
+    assert SECRET not in json.dumps(run)
+    assert "output" not in listed[0]  # lists never carry outputs
+
+
+async def test_a_2_mib_body_is_kept_up_to_the_cap_and_marked_truncated(
+    settings: Settings, target: str
+) -> None:
+    async with served(settings) as client:
+        default = await run_of(client, "big", f"{target}/big")
+        most = await run_of(client, "bigger", f"{target}/big", output_bytes=1024 * 1024)
+    for run, cap in ((default, 16 * 1024), (most, 1024 * 1024)):
+        output = run["output"]
+        assert run["status"] == "succeeded"
+        assert output["body"] == "x" * cap
+        assert output["truncated"] is True
+        assert output["headers"]["content-length"] == str(BIG)
+    assert default["result"] == {"status": 200, "bytes": 1024 * 1024, "truncated": True}
+
+
+async def test_a_body_that_is_no_text_is_kept_as_base64(settings: Settings, target: str) -> None:
+    async with served(settings) as client:
+        run = await run_of(client, "bytes", f"{target}/binary")
+        nothing = await run_of(client, "none", f"{target}/binary", output_bytes=0)
+    output = run["output"]
+    assert output["encoding"] == "base64"
+    assert base64.b64decode(output["body"]) == BINARY
+    assert (output["bytes"], output["truncated"]) == (len(BINARY), False)
+    assert (nothing["output"]["body"], nothing["output"]["truncated"]) == ("", True)
