@@ -207,6 +207,23 @@ class RunDetail(RunOut):
     )
 
 
+class RunLogLine(BaseModel):
+    """One line a run logged."""
+
+    at: datetime
+    level: str = Field(description="DEBUG is never kept: INFO, WARNING, ERROR or CRITICAL.")
+    message: str = Field(description="As logged, cut at 4,096 characters.")
+
+
+class RunLogOut(BaseModel):
+    """What a run logged through its logger (its task's lines, its retries'), INFO and
+    up whatever the replica's log level: at most 1,000 lines and 64 KiB of messages."""
+
+    run_id: UUID
+    lines: list[RunLogLine]
+    dropped: int = Field(0, description="Lines past the bound, not kept (0: the log is whole).")
+
+
 class TriggerRequest(BaseModel):
     """Run the job now; optionally with other arguments, for this run only."""
 

@@ -15,6 +15,7 @@ from service.api.models import (
     BackfillRequest,
     RunDetail,
     RunList,
+    RunLogOut,
     RunOut,
     RunPage,
     RunQuery,
@@ -145,3 +146,13 @@ async def get_run(run_id: UUID, services: ServicesDep) -> RunDetail:
         raise NotFound(f"no run with id {run_id}")
     output = await services.store.run_output(run_id)
     return RunDetail.model_validate(run.model_dump() | {"output": output})
+
+
+@router.get("/v1/runs/{run_id}/log", operation_id="get_run_log", responses=READ | NOT_FOUND)
+async def get_run_log(run_id: UUID, services: ServicesDep) -> RunLogOut:
+    """What the run logged, once it has ended (a run still going shows nothing yet)."""
+    if await services.store.get_run(run_id) is None:
+        raise NotFound(f"no run with id {run_id}")
+    log = await services.store.run_log(run_id)
+    kept = log if isinstance(log, dict) else {}
+    return RunLogOut.model_validate({"run_id": run_id, "lines": [], **kept})

@@ -560,10 +560,31 @@ def _runs(ctx: Context) -> None:
 
 
 def _run_get(ctx: Context) -> None:
+    if ctx.args.name == "log":
+        _run_log(ctx)
+        return
     if ctx.args.name != "get":
-        raise UsageError("runs takes one job NAME; `runs get RUN_ID` shows one run")
+        raise UsageError(
+            "runs takes one job NAME; `runs get RUN_ID` shows one run, `runs log RUN_ID` its log"
+        )
     run = ctx.client.get_run(ctx.args.run_id)
     ctx.show(run, lambda out: out.table(run_table(run, title=f"run {ctx.args.run_id}")))
+
+
+def _run_log(ctx: Context) -> None:
+    log = ctx.client.get_run_log(ctx.args.run_id)
+    ctx.show(log, partial(_show_run_log, log))
+
+
+def _show_run_log(log: JsonObject, out: Output) -> None:
+    lines = log.get("lines")
+    for line in lines if isinstance(lines, list) else []:
+        if isinstance(line, dict):
+            out.line(f"{line.get('at')} {line.get('level')} {line.get('message')}")
+    if log.get("dropped"):
+        out.line(f"({log.get('dropped')} more lines were not kept)")
+    if not lines:
+        out.line("nothing logged")
 
 
 def _show_runs(name: str | None, page: Page, out: Output) -> None:
@@ -823,16 +844,22 @@ COMMANDS: Final = (
     Command(
         "runs",
         _runs,
-        "a job's runs, newest first; without NAME, every job's; `runs get RUN_ID`: one run",
+        "a job's runs, newest first; without NAME, every job's; `runs get RUN_ID`: one run;"
+        " `runs log RUN_ID`: what it logged",
         (
             arg(
                 "name",
                 metavar="NAME",
                 nargs="?",
-                help="the job's name (or `get`, then RUN_ID)",
+                help="the job's name (or `get` or `log`, then RUN_ID)",
                 completer=complete_job_names,
             ),
-            arg("run_id", metavar="RUN_ID", nargs="?", help="after `get`: the run to show"),
+            arg(
+                "run_id",
+                metavar="RUN_ID",
+                nargs="?",
+                help="after `get`: the run to show; after `log`: the run whose log to show",
+            ),
             arg("--status", choices=RUN_STATUSES),
             arg(
                 "--limit",

@@ -227,6 +227,9 @@ class TickgateClient:
     def get_run(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}"))
 
+    def get_run_log(self, run_id: str) -> JsonObject:
+        return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}/log"))
+
     def backfill_job(self, name: str, start: str, end: str) -> JsonObject:
         """Run the ticks in [start, end] that have no run yet; the runs it made."""
         body = {"from": start, "to": end}

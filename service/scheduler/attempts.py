@@ -18,6 +18,9 @@ from service.tasks import SqlTargets, TaskContext, TaskDefinition, TaskRegistry
 from service.tracing import NoTracing, Traced, Tracing
 
 MAX_RESULT_BYTES = 64 * 1024
+MAX_LOG_LINES = 1000
+MAX_LOG_CHARS = 64 * 1024
+MAX_LOG_LINE_CHARS = 4096
 # A task told to stop (its attempt timed out, its run's lock was lost, the replica shuts
 # down) gets this long to end. One that ignores the cancellation must not pin the run's
 # lock and connection for as long as it likes.
@@ -37,16 +40,45 @@ async def _unnoted(attempt: int) -> None:
     return None
 
 
+class RunLog:
+    """The lines logged through a run's logger (its task's, and its retries'), INFO and
+    up whatever the replica's log level, kept for the run (GET /v1/runs/{id}/log):
+    at most MAX_LOG_LINES lines and MAX_LOG_CHARS characters of messages, each cut at
+    MAX_LOG_LINE_CHARS; what is past that is counted as `dropped`."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, JsonValue]] = []
+        self.dropped = 0
+        self._chars = 0
+
+    def add(self, level: int, message: str) -> None:
+        message = message[:MAX_LOG_LINE_CHARS]
+        if len(self.lines) >= MAX_LOG_LINES or self._chars + len(message) > MAX_LOG_CHARS:
+            self.dropped += 1
+            return
+        self._chars += len(message)
+        at = datetime.now(UTC).isoformat()
+        self.lines.append({"at": at, "level": logging.getLevelName(level), "message": message})
+
+    def stored(self) -> JsonValue:
+        """As the run keeps it; None when nothing was logged."""
+        if not self.lines and not self.dropped:
+            return None
+        lines: list[JsonValue] = list(self.lines)
+        return {"lines": lines, "dropped": self.dropped}
+
+
 @dataclass
 class Progress:
     """Attempts made so far (for a resumed run, those its lost replica made too); read
     when a cancelled run is recorded. `spent_seconds`: how long the run had been going
     when these attempts began, against `max_retry_seconds`. `note` hears of each retry
-    before it starts, so the row counts it."""
+    before it starts, so the row counts it. `log`: what the run logged, kept with it."""
 
     attempts: int = 0
     spent_seconds: float = 0.0
     note: Callable[[int], Awaitable[None]] = _unnoted
+    log: RunLog = field(default_factory=RunLog)
 
 
 def run_context(run: Run) -> dict[str, str]:
@@ -60,11 +92,29 @@ def run_context(run: Run) -> dict[str, str]:
 
 
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
-    """Tags every record a task logs with its run's job, run id, tick and runner."""
+    """Tags every record a task logs with its run's job, run id, tick and runner, and
+    keeps INFO and up in the run's log (`kept`), whatever the replica's log level."""
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, str], kept: RunLog) -> None:
+        super().__init__(logger, extra)
+        self.kept = kept
 
     def process(self, msg: object, kwargs: Any) -> tuple[object, Any]:
         kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
         return msg, kwargs
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level >= logging.INFO:
+            self.kept.add(level, _message(msg, args))
+        super().log(level, msg, *args, **kwargs)
+
+
+def _message(msg: object, args: tuple[object, ...]) -> str:
+    """The message as logging would write it; a bad format is kept as given."""
+    try:
+        return str(msg) % args if args else str(msg)
+    except (TypeError, ValueError):
+        return f"{msg} {args}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +133,7 @@ class Attempts:
         policy = job.retry
         budget = policy.max_retry_seconds or float("inf")
         budget_end = time.monotonic() + budget - progress.spent_seconds
-        logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run))
+        logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run), progress.log)
         first = progress.attempts + 1  # its row counts it already (claimed or resumed)
         while True:
             progress.attempts += 1

@@ -193,6 +193,7 @@ class RunExecutor:
             storable_json(outcome.result),
             max(1, progress.attempts),
             storable_json(outcome.output),
+            storable_json(progress.log.stored()),
         )
         with self._tracing.record(run) as traced:
             finished = await self._finish(pinned, run, end)

@@ -232,9 +232,9 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 # tick again.
 FINISH = f"""WITH ends AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[], $8::jsonb[])
+                             $6::bigint[], $8::jsonb[], $9::jsonb[])
             WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, new_output, n)
+                                 unlock_key, new_output, new_log, n)
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -245,11 +245,12 @@ FINISH = f"""WITH ends AS (
           AND ($7::int IS NULL OR r.backend_pid = $7)
         RETURNING {_RUN_COLUMNS_OF_R}
     ), kept AS (
-        -- What the last attempt answered, beside the run (migration 0019).
-        INSERT INTO tickgate_run_outputs (run_id, output)
-        SELECT e.run_id, e.new_output FROM ends e JOIN finished f ON f.id = e.run_id
-        WHERE e.new_output IS NOT NULL
-        ON CONFLICT (run_id) DO UPDATE SET output = EXCLUDED.output
+        -- What the last attempt answered and what the run logged, beside the run
+        -- (migrations 0019, 0020).
+        INSERT INTO tickgate_run_outputs (run_id, output, log)
+        SELECT e.run_id, e.new_output, e.new_log FROM ends e JOIN finished f ON f.id = e.run_id
+        WHERE e.new_output IS NOT NULL OR e.new_log IS NOT NULL
+        ON CONFLICT (run_id) DO UPDATE SET output = EXCLUDED.output, log = EXCLUDED.log
     )
     SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
                      THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
@@ -271,6 +272,7 @@ def finish_arguments(
         [unlock for _, _, unlock in ends],
         backend,
         [end.output for _, end, _ in ends],
+        [end.log for _, end, _ in ends],
     )
 
 

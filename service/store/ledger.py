@@ -32,6 +32,11 @@ class LedgerStore(StoreBase):
         output: JsonValue = await self._pool.fetchval(runs_sql.RUN_OUTPUT, run_id)
         return output
 
+    async def run_log(self, run_id: UUID) -> JsonValue:
+        """What the run logged (`{"lines": [...], "dropped": n}`), or None."""
+        log: JsonValue = await self._pool.fetchval(runs_sql.RUN_LOG, run_id)
+        return log
+
     async def list_runs(
         self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None
     ) -> list[Run]:

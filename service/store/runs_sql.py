@@ -67,6 +67,7 @@ TICKS_WITHOUT_RUNS = """SELECT t.job, t.tick
 
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE id = $1"
 RUN_OUTPUT = "SELECT output FROM tickgate_run_outputs WHERE run_id = $1"
+RUN_LOG = "SELECT log FROM tickgate_run_outputs WHERE run_id = $1"
 # The latest run of each job named in $1.
 LAST_RUNS = f"""SELECT {last_run_columns("last")} FROM unnest($1::text[]) AS n (name)
     CROSS JOIN LATERAL ({LAST_RUN_OF.format(job="n.name")}) AS last"""

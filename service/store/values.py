@@ -60,8 +60,10 @@ class RunEnd:
     error: str | None
     result: JsonValue
     attempts: int
-    # What the last attempt answered (the http task's response), kept beside the run.
+    # What the last attempt answered (the http task's response), and what the run
+    # logged, kept beside the run.
     output: JsonValue = None
+    log: JsonValue = None
 
 
 @dataclass(frozen=True)
