@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harness.cluster import serve
+from harness.waiting import eventually
 
 DOCUMENT = Path(__file__).parents[2] / "openapi" / "openapi.json"
 GENERATOR = str(Path(sys.executable).with_name("openapi-python-client"))
@@ -79,6 +80,15 @@ def test_generated_client_creates_lists_triggers_and_deletes(
         run = runs["trigger_job"].sync("generated", client=client)
         assert run.job == "generated"
         assert run.trigger.value == "manual"
+        eventually(  # overlap "skip": a second manual run waits for the first to end
+            lambda: runs["get_run"].sync(run.id, client=client).status.value != "running",
+            30,
+            "the first run to end",
+        )
+        override = {"args": {"message": "louder", "level": "warning"}, "note": "generated"}
+        request = module("models").TriggerRequest.from_dict(override)
+        with_args = runs["trigger_job"].sync("generated", client=client, body=request)
+        assert (with_args.to_dict()["args"], with_args.note) == (override["args"], "generated")
         assert runs["get_run"].sync(run.id, client=client).id == run.id
         deleted = jobs["delete_job"].sync_detailed("generated", client=client)
         assert deleted.status_code == 204

@@ -70,6 +70,19 @@ const fresh = await client.PATCH("/v1/jobs/{name}", {
 check(fresh.data?.description === "from TypeScript", `If-Match: ${fresh.response.status}`);
 const freshTag = fresh.response.headers.get("etag") ?? "";
 
+// Run now with other arguments: that run only, checked against the task's schema.
+const triggered = await client.POST("/v1/jobs/{name}/trigger", {
+  params: { path: { name } },
+  body: { args: { message: "louder, from TypeScript", level: "warning" }, note: "typed" },
+});
+check(triggered.data !== undefined, `trigger with args: ${triggered.response.status}`);
+const badArgs = await client.POST("/v1/jobs/{name}/trigger", {
+  params: { path: { name } },
+  body: { args: { message: "x", level: "loud" } },
+});
+const argProblems = badArgs.error;
+check(argProblems !== undefined && "errors" in argProblems, `bad args: ${badArgs.response.status}`);
+
 const deleted = await client.DELETE("/v1/jobs/{name}", {
   params: { path: { name }, header: { "if-match": freshTag } },
 });
@@ -90,6 +103,8 @@ console.log(
     shownLockKey: shown.data.lock_key,
     nextRuns: shown.data.next_runs.length,
     versions: [shown.data.version, fresh.data.version],
+    triggered: [triggered.response.status, triggered.data.args, triggered.data.note],
+    argProblemLocs: argProblems.errors.map((problem) => problem.loc.join(".")),
     deleted: deleted.response.status,
     afterDelete: gone.response.status,
     headHealthz: probe.status,
