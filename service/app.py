@@ -34,7 +34,7 @@ from service.store.link import Link
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
-from service.tasks.hosts import HostTally
+from service.tasks.hosts import HostLimits, HostTally
 from service.tasks.oauth import OAuthSecrets
 from service.tasks.plugins import load_plugins
 from service.tasks.signing import SigningKeys
@@ -109,8 +109,9 @@ def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRe
     task's connections are counted in `hosts`."""
     registry = builtin_registry(
         settings.http_allow,
-        max_per_host=settings.http_max_connections_per_host,
-        max_new_per_host=settings.http_new_connections_per_host,
+        limits=HostLimits(
+            settings.http_max_connections_per_host, settings.http_new_connections_per_host
+        ),
         connect_timeout_seconds=settings.http_connect_timeout_seconds,
         hosts=hosts,
         signing=SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key),

@@ -5,8 +5,9 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query, status
+from pydantic import JsonValue
 
-from service.api.deps import ServicesDep
+from service.api.deps import Services, ServicesDep
 from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE
 from service.api.jobs import NamePath, existing_job
 from service.api.models import (
@@ -26,7 +27,7 @@ from service.api.models import (
 from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
 from service.domain.runs import Run, SkipReason
-from service.store import RunFilter
+from service.store import KeptRun, RunFilter
 from service.tasks.http import merge_secret_headers
 
 router = APIRouter(tags=["runs"])
@@ -141,18 +142,23 @@ def _page(runs: list[Run], limit: int) -> RunPage:
 @router.get("/v1/runs/{run_id}", operation_id="get_run", responses=READ | NOT_FOUND)
 async def get_run(run_id: UUID, services: ServicesDep) -> RunDetail:
     """One run by id, with what its last attempt answered (`output`)."""
-    run = await services.store.get_run(run_id)
-    if run is None:
-        raise NotFound(f"no run with id {run_id}")
-    output = await services.store.run_output(run_id)
-    return RunDetail.model_validate(run.model_dump() | {"output": output})
+    kept = await _kept(services, run_id)
+    return RunDetail.model_validate(kept.run.model_dump() | {"output": kept.output})
 
 
 @router.get("/v1/runs/{run_id}/log", operation_id="get_run_log", responses=READ | NOT_FOUND)
 async def get_run_log(run_id: UUID, services: ServicesDep) -> RunLogOut:
     """What the run logged, once it has ended (a run still going shows nothing yet)."""
-    if await services.store.get_run(run_id) is None:
+    log = (await _kept(services, run_id)).log
+    return RunLogOut.model_validate({"run_id": run_id, "lines": [], **_mapping(log)})
+
+
+async def _kept(services: Services, run_id: UUID) -> KeptRun:
+    kept = await services.store.get_run_kept(run_id)
+    if kept is None:
         raise NotFound(f"no run with id {run_id}")
-    log = await services.store.run_log(run_id)
-    kept = log if isinstance(log, dict) else {}
-    return RunLogOut.model_validate({"run_id": run_id, "lines": [], **kept})
+    return kept
+
+
+def _mapping(value: JsonValue) -> dict[str, JsonValue]:
+    return value if isinstance(value, dict) else {}

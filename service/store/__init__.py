@@ -11,11 +11,13 @@ from service.store.jobs import (
 )
 from service.store.runs_sql import RunFilter, RunPosition
 from service.store.store import Store
+from service.store.values import KeptRun
 
 __all__ = [
     "JobChange",
     "JobFilter",
     "JobsApplied",
+    "KeptRun",
     "Labels",
     "Prune",
     "RunFilter",

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from pydantic import JsonValue
-
 from service.domain.runs import Run, SkipReason
 from service.store import fire_sql, runs_sql
 from service.store.base import StoreBase
@@ -18,6 +16,7 @@ from service.store.rows import (
     run_from_row,
 )
 from service.store.runs_sql import RunFilter, RunPosition
+from service.store.values import KeptRun
 
 
 class LedgerStore(StoreBase):
@@ -27,15 +26,13 @@ class LedgerStore(StoreBase):
         row = await self._pool.fetchrow(runs_sql.GET_RUN, run_id)
         return run_from_row(row) if row else None
 
-    async def run_output(self, run_id: UUID) -> JsonValue:
-        """What the run's last attempt answered, if its task kept any (None: nothing)."""
-        output: JsonValue = await self._pool.fetchval(runs_sql.RUN_OUTPUT, run_id)
-        return output
-
-    async def run_log(self, run_id: UUID) -> JsonValue:
-        """What the run logged (`{"lines": [...], "dropped": n}`), or None."""
-        log: JsonValue = await self._pool.fetchval(runs_sql.RUN_LOG, run_id)
-        return log
+    async def get_run_kept(self, run_id: UUID) -> KeptRun | None:
+        """The run, with what its last attempt answered (None: its task kept nothing)
+        and what it logged (`{"lines": [...], "dropped": n}`, or None), in one read."""
+        row = await self._pool.fetchrow(runs_sql.GET_RUN_KEPT, run_id)
+        if row is None:
+            return None
+        return KeptRun(run_from_row(row), row["kept_output"], row["kept_log"])
 
     async def list_runs(
         self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None

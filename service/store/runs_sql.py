@@ -66,8 +66,10 @@ TICKS_WITHOUT_RUNS = """SELECT t.job, t.tick
                         AND (r.skip_reason IS NULL OR r.skip_reason <> ALL($3::text[])))"""
 
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE id = $1"
-RUN_OUTPUT = "SELECT output FROM tickgate_run_outputs WHERE run_id = $1"
-RUN_LOG = "SELECT log FROM tickgate_run_outputs WHERE run_id = $1"
+# A run with what was kept beside it (migrations 0019, 0020): its output and its log.
+GET_RUN_KEPT = f"""SELECT {RUN_COLUMNS}, o.output AS kept_output, o.log AS kept_log
+    FROM tickgate_runs r LEFT JOIN tickgate_run_outputs o ON o.run_id = r.id
+    WHERE r.id = $1"""
 # The latest run of each job named in $1.
 LAST_RUNS = f"""SELECT {last_run_columns("last")} FROM unnest($1::text[]) AS n (name)
     CROSS JOIN LATERAL ({LAST_RUN_OF.format(job="n.name")}) AS last"""

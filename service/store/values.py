@@ -10,7 +10,7 @@ from uuid import UUID
 from pydantic import JsonValue
 
 from service.domain.jobs import Job
-from service.domain.runs import RunStatus, RunTrigger, SkipReason
+from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
 
 
 class Following(Enum):
@@ -50,6 +50,15 @@ class TickClaim:
     def counted(self) -> bool:
         """A claim that counts against the job's `max_runs` (manual runs never do)."""
         return self.job.max_runs is not None and self.trigger is not RunTrigger.MANUAL
+
+
+@dataclass(frozen=True)
+class KeptRun:
+    """A run with what was kept beside it: its last attempt's output and its log."""
+
+    run: Run
+    output: JsonValue
+    log: JsonValue
 
 
 @dataclass(frozen=True)

@@ -83,15 +83,12 @@ MAX_HEADER_VALUE_LENGTH = 8 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REDIRECTS = 5
 KEEPALIVE_SECONDS = 15.0
-# Connections per host and replica (TICKGATE_HTTP_MAX_CONNECTIONS_PER_HOST), and how
-# long a connect may take (TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS), apart from the run's
-# own timeout, which also bounds the wait for a free connection.
-MAX_CONNECTIONS_PER_HOST = 64
-# New connections to one host not yet answered, at once (see hosts.Turns).
-NEW_CONNECTIONS_PER_HOST = 2
 ALLOW = "TICKGATE_HTTP_ALLOW"
 # What is read of a token endpoint's answer, at most.
 TOKEN_BODY_BYTES = 64 * 1024
+# How long a connect may take (TICKGATE_HTTP_CONNECT_TIMEOUT_SECONDS), apart from the
+# run's own timeout, which also bounds the wait for a free connection (the connections
+# per host and replica: hosts.HostLimits).
 CONNECT_TIMEOUT_SECONDS = 10.0
 # A response's status line and each of its headers may be this long: the bound the
 # client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
@@ -506,8 +503,7 @@ class HttpSender:
     network: SocketFactoryType = plain_socket
     trust: ssl.SSLContext | None = None
     max_response_bytes: int = MAX_RESPONSE_BYTES
-    max_per_host: int = MAX_CONNECTIONS_PER_HOST
-    max_new_per_host: int = NEW_CONNECTIONS_PER_HOST
+    limits: HostLimits = field(default_factory=HostLimits)
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     hosts: HostTally = field(default_factory=HostTally)
     signing: SigningKeys = field(default_factory=SigningKeys)
@@ -517,7 +513,7 @@ class HttpSender:
 
     def __post_init__(self) -> None:
         self._tokens = TokenCache(self.oauth, self._fetch_token)
-        self.hosts.limits = HostLimits(self.max_per_host, self.max_new_per_host)
+        self.hosts.limits = self.limits
 
     def ssl_context(self) -> ssl.SSLContext:
         if self.trust is None:
@@ -551,7 +547,7 @@ class HttpSender:
         return self._session
 
     def _connector(self) -> aiohttp.TCPConnector:
-        """At most `max_per_host` connections to a host (a crowd of runs to one target
+        """At most `limits.connections` connections to a host (a crowd of runs to one target
         takes turns on them rather than flooding it), none overall; idle ones are kept a
         short while and reused first. A name's vetted addresses are tried one after the
         other, in order."""
@@ -562,7 +558,7 @@ class HttpSender:
             happy_eyeballs_delay=None,
             ssl=self.ssl_context(),
             limit=0,
-            limit_per_host=self.max_per_host,
+            limit_per_host=self.limits.connections,
             keepalive_timeout=KEEPALIVE_SECONDS,
         )
 
@@ -814,23 +810,21 @@ def http_task(
     resolve: Resolver = resolve_host,
     network: SocketFactoryType = plain_socket,
     trust: ssl.SSLContext | None = None,
-    max_per_host: int = MAX_CONNECTIONS_PER_HOST,
-    max_new_per_host: int = NEW_CONNECTIONS_PER_HOST,
+    limits: HostLimits | None = None,
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
     hosts: HostTally | None = None,
     signing: SigningKeys | None = None,
     oauth: OAuthSecrets | None = None,
 ) -> TaskDefinition[HttpArgs]:
     """The `http` task reaching loopback/private targets only as `allow` permits, with
-    at most `max_per_host` connections to a host (`max_new_per_host` of them new and not
+    at most `limits.connections` connections to a host (`limits.new` of them new and not
     yet answered), counted in `hosts`."""
     sender = HttpSender(
         allow,
         resolve,
         network,
         trust,
-        max_per_host=max_per_host,
-        max_new_per_host=max_new_per_host,
+        limits=limits or HostLimits(),
         connect_timeout_seconds=connect_timeout_seconds,
         hosts=hosts or HostTally(),
         signing=signing or SigningKeys(),

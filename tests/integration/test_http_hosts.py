@@ -18,7 +18,7 @@ from harness.waiting import eventually_async
 from service.metrics import Metrics
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskContext
-from service.tasks.hosts import HostTally
+from service.tasks.hosts import HostLimits, HostTally
 from service.tasks.http import HttpArgs, HttpSender, HttpTaskError
 from service.tasks.netguard import Allowlist
 
@@ -117,7 +117,10 @@ async def test_a_crowd_to_one_host_takes_turns_on_the_per_host_cap() -> None:
     connections at once, the others wait their turn (counted while they wait), and every
     run succeeds; afterwards nobody waits and the connections stay open for reuse."""
     hosts = HostTally()
-    async with counting_target(delay=0.05) as target, sender(max_per_host=4, hosts=hosts) as http:
+    async with (
+        counting_target(delay=0.05) as target,
+        sender(limits=HostLimits(4), hosts=hosts) as http,
+    ):
         key = f"127.0.0.1:{target.port}"
         most_waiting = 0
 
@@ -140,18 +143,20 @@ async def test_a_crowd_to_one_host_takes_turns_on_the_per_host_cap() -> None:
 
 
 async def test_new_connections_open_two_at_a_time_until_they_answer() -> None:
-    """30 runs at once to a target answering after 0.2 s, the cap 64: at first only 2
-    connections open (nothing has answered yet, so the host's backlog is spared), then
-    2 more per round trip as connections answer; every run succeeds."""
+    """30 runs at once to a target answering after 0.5 s, the cap 64: until the first
+    answer only 2 connections open (the host's backlog is spared), then 2 more per round
+    trip as connections answer; every run succeeds."""
     hosts = HostTally()
-    async with counting_target(delay=0.2) as target, sender(hosts=hosts) as http:
+    async with counting_target(delay=0.5) as target, sender(hosts=hosts) as http:
         runs = asyncio.gather(*(http.run(args(target.port), context()) for _ in range(30)))
-        await asyncio.sleep(0.1)  # within the first round trip
-        first_round = target.most_open
+        first_round = 0
+        while target.requests == 0:  # watched until the first answer
+            first_round = max(first_round, target.open)
+            await asyncio.sleep(0.005)
         results = await runs
     assert first_round == 2
     assert results == [{"status": 200, "bytes": 2}] * 30
-    # Round trips of 0.2 s: 2, 4, 6, 8 and 10 at once serve the 30.
+    # Round trips of 0.5 s: 2, 4, 6, 8 and 10 at once serve the 30.
     assert 4 <= target.most_open <= 12
 
 
@@ -159,7 +164,10 @@ async def test_a_run_that_times_out_while_waiting_for_a_connection_waits_no_more
     """Cap 1, one slow run holds the connection: the next run's own timeout ends its
     wait, with the run's timeout error, and it is not counted waiting any more."""
     hosts = HostTally()
-    async with counting_target(delay=1.0) as target, sender(max_per_host=1, hosts=hosts) as http:
+    async with (
+        counting_target(delay=1.0) as target,
+        sender(limits=HostLimits(1), hosts=hosts) as http,
+    ):
         slow = asyncio.create_task(http.run(args(target.port), context()))
         await eventually_async(lambda: target.open == 1, 10, "the first run to connect")
         with pytest.raises(HttpTaskError, match=r"timed out after 0\.2s"):
