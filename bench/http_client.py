@@ -54,7 +54,9 @@ class NoSql:
     def names(self) -> frozenset[str]:
         return frozenset()
 
-    async def execute(self, target: str, statement: str, timeout_seconds: float) -> Any:
+    async def execute(
+        self, target: str, statement: str, timeout_seconds: float, keep_rows: int = 0
+    ) -> Any:
         raise KeyError(target)
 
 

@@ -330,6 +330,7 @@ class ListedJob(BaseModel):
     catchup: Catchup
     managed_by: str | None = Field(description="Who manages the job (PUT /v1/jobs).")
     labels: dict[str, str] = Field(description="The job's labels.")
+    capture: bool = Field(description="Whether runs keep their output and log.")
     pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: Int64String = Field(

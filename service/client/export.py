@@ -34,6 +34,7 @@ DECLARED_FIELDS: Final = (
     "catchup",
     "managed_by",
     "labels",
+    "capture",
 )
 # What a declared field is when a body leaves it out.
 DEFAULTS: Final[Mapping[str, object]] = {
@@ -51,6 +52,7 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "catchup": "latest",
     "managed_by": None,
     "labels": {},
+    "capture": True,
 }
 RETRY_DEFAULTS: Final[Mapping[str, object]] = {
     "max_attempts": 1,

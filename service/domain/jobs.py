@@ -117,6 +117,11 @@ class JobSpec(BaseModel):
         description="Who manages the job: a bulk apply with prune may delete the jobs "
         "it manages and does not name.",
     )
+    capture: bool = Field(
+        True,
+        description="Keep what each run's target answered (its output) and what it logged "
+        "(its log), shown by GET /v1/runs/{id} and /log; false keeps neither.",
+    )
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
         max_length=MAX_LABELS,

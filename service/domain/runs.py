@@ -82,10 +82,14 @@ class Run(BaseModel):
 
 @dataclass(frozen=True)
 class SqlOutcome:
-    """What an SQL task's statement did: its command tag and the rows it affected."""
+    """What an SQL task's statement did: its command tag, the rows it affected, and for a
+    statement that returns rows, its column names and the first of its rows, each value
+    as JSON (`rows_affected` counts them all)."""
 
     command: str
     rows_affected: int
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[JsonValue, ...], ...] = ()
 
 
 def storable_text(text: str | None) -> str | None:

@@ -187,13 +187,14 @@ class RunExecutor:
     ) -> Run | None:
         if self._record_delay:
             await asyncio.sleep(self._record_delay)  # a fault a test injects on purpose
+        kept = job.capture  # a job may keep neither its runs' output nor their log
         end = RunEnd(
             outcome.status,
             storable_text(outcome.error),
             storable_json(outcome.result),
             max(1, progress.attempts),
-            storable_json(outcome.output),
-            storable_json(progress.log.stored()),
+            storable_json(outcome.output) if kept else None,
+            storable_json(progress.log.stored()) if kept else None,
         )
         with self._tracing.record(run) as traced:
             finished = await self._finish(pinned, run, end)

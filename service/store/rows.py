@@ -40,6 +40,7 @@ _JOB_TABLE: tuple[tuple[str, str, Callable[[Job], object]], ...] = (
     ("incarnation", "uuid", lambda job: job.incarnation),
     ("managed_by", "text", lambda job: job.managed_by),
     ("labels", "jsonb", lambda job: job.labels),
+    ("capture", "boolean", lambda job: job.capture),
 )
 JOB_COLUMNS = ", ".join(column for column, _, _ in _JOB_TABLE)
 JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)

@@ -24,8 +24,11 @@ class SqlTargets(Protocol):
         """The configured target names."""
         ...
 
-    async def execute(self, target: str, statement: str, timeout_seconds: float) -> SqlOutcome:
-        """Run `statement` on `target` with `statement_timeout` set to the timeout.
+    async def execute(
+        self, target: str, statement: str, timeout_seconds: float, keep_rows: int = 0
+    ) -> SqlOutcome:
+        """Run `statement` on `target` with `statement_timeout` set to the timeout; of a
+        single statement that returns rows, keep the first `keep_rows` (and count all).
         KeyError for an unknown target; the database's error if the statement fails."""
         ...
 

@@ -4,6 +4,7 @@ Args hold a target *name*, never a DSN: the names an app accepts are fixed when 
 the task from its configuration, so an unknown target is refused when the job is written.
 """
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -19,9 +20,14 @@ from pydantic import (
 from pydantic import create_model as create_pydantic_model
 from pydantic_core import PydanticCustomError
 
+from service.domain.runs import SqlOutcome
 from service.tasks.base import TaskContext, TaskDefinition
 
 MAX_STATEMENT_BYTES = 64 * 1024
+DEFAULT_OUTPUT_ROWS = 20
+MAX_OUTPUT_ROWS = 1000
+# The rows a run shows stop here, however many `output_rows` allows.
+MAX_OUTPUT_ROWS_BYTES = 64 * 1024
 MAX_TIMEOUT_SECONDS = 86_400
 TARGET_DESCRIPTION = "Name of a database the operator configured (TICKGATE_SQL_TARGETS)."
 
@@ -59,6 +65,14 @@ class SqlArgs(BaseModel):
         gt=0,
         le=MAX_TIMEOUT_SECONDS,
         description="statement_timeout; default and upper bound: the attempt's time left.",
+    )
+    output_rows: int = Field(
+        DEFAULT_OUTPUT_ROWS,
+        ge=0,
+        le=MAX_OUTPUT_ROWS,
+        description="Rows of a statement that returns rows the run shows as its output "
+        f"(the first ones, {MAX_OUTPUT_ROWS_BYTES // 1024} KiB of JSON at most); all are "
+        "counted. 0 runs every statement as a simple query and keeps none.",
     )
 
 
@@ -119,12 +133,32 @@ async def run_sql(args: SqlArgs, context: TaskContext) -> JsonValue:
         listed = ", ".join(sorted(configured)) or "none"
         raise SqlTargetError(f"no SQL target {args.target!r} here; configured: {listed}")
     timeout = statement_timeout(args, context)
-    outcome = await context.sql.execute(args.target, args.statement, timeout)
+    outcome = await context.sql.execute(args.target, args.statement, timeout, args.output_rows)
     context.logger.info("sql on %s: %s", args.target, outcome.command)
+    context.output.keep(sql_output(outcome))
     return {
         "target": args.target,
         "command": outcome.command,
         "rows_affected": outcome.rows_affected,
+    }
+
+
+def sql_output(outcome: SqlOutcome) -> JsonValue:
+    """The run's output: the command tag, and the rows kept (of a statement that returns
+    rows), as many as fit in MAX_OUTPUT_ROWS_BYTES; `truncated` when some were left out."""
+    rows: list[JsonValue] = []
+    size = 0
+    for row in outcome.rows:
+        size += len(json.dumps(row, separators=(",", ":")).encode()) + 1
+        if size > MAX_OUTPUT_ROWS_BYTES:
+            break
+        rows.append(list(row))
+    return {
+        "command": outcome.command,
+        "rows_affected": outcome.rows_affected,
+        "columns": list(outcome.columns),
+        "rows": rows,
+        "truncated": len(rows) < outcome.rows_affected and bool(outcome.columns),
     }
 
 

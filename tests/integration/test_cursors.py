@@ -354,8 +354,11 @@ async def _made(store: Store, name: str, ago: timedelta, **spec: Any) -> Job:
 
 
 # A job as the previous release wrote it (no cursor).
-_OLD_JOB = f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
-    VALUES ({", ".join(f"${n}" for n in range(1, JOB_COLUMNS.count(",") + 2))})"""
+# The job columns the previous release had: all of today's but those added since (last).
+_NEWER_JOB_COLUMNS = ("capture",)
+_OLD_JOB_COLUMNS = JOB_COLUMNS.split(", ")[: -len(_NEWER_JOB_COLUMNS)]
+_OLD_JOB = f"""INSERT INTO tickgate_jobs ({", ".join(_OLD_JOB_COLUMNS)})
+    VALUES ({", ".join(f"${n}" for n in range(1, len(_OLD_JOB_COLUMNS) + 1))})"""
 # The rows the previous release's claim and skip statements wrote (no cursor to move).
 _OLD_ROW = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason,
         started_at, finished_at, duration_ms, attempts, runner, job_version, lock_key, locked,
@@ -390,7 +393,7 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
         await init_connection(connection)
         try:
             for job in (ran, never):  # as the previous release wrote them
-                await connection.execute(_OLD_JOB, *job_values(job))
+                await connection.execute(_OLD_JOB, *job_values(job)[: len(_OLD_JOB_COLUMNS)])
             await connection.execute(_OLD_ROW, "ran", first, "schedule", "succeeded", None)
             await connection.execute(
                 _OLD_ROW, "ran", first + SECOND, "schedule", "skipped", "overlap"

@@ -107,3 +107,22 @@ async def test_a_body_that_is_no_text_is_kept_as_base64(settings: Settings, targ
     assert base64.b64decode(output["body"]) == BINARY
     assert (output["bytes"], output["truncated"]) == (len(BINARY), False)
     assert (nothing["output"]["body"], nothing["output"]["truncated"]) == ("", True)
+
+
+async def test_a_job_with_capture_false_keeps_neither_output_nor_log(
+    settings: Settings, target: str
+) -> None:
+    async with served(settings) as client:
+        job = {"name": "quiet", "schedule": NEVER, "task": "http", "capture": False}
+        made = await client.post("/v1/jobs", json=job | {"args": {"url": f"{target}/fail"}})
+        assert made.status_code == 201, made.text
+        assert made.json()["capture"] is False
+        run_id = (await triggered_run(client, "quiet"))["id"]
+        shown = (await client.get(f"/v1/runs/{run_id}")).json()
+        log = (await client.get(f"/v1/runs/{run_id}/log")).json()
+        kept = await run_of(client, "loud", f"{target}/fail")
+    assert shown["status"] == "failed"
+    assert shown["error"].endswith("answered HTTP 500")
+    assert shown["output"] is None
+    assert log["lines"] == []
+    assert kept["output"]["status"] == 500  # the default keeps it

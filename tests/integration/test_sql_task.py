@@ -354,3 +354,54 @@ async def test_too_slow_sql_job_fails_on_its_statement_timeout(
     assert "statement timeout" in run["error"]
     assert run["result"] is None
     await expect_no_sessions_left(reports_url)
+
+
+# --- output you can read (#24) ------------------------------------------------------------
+
+
+async def test_a_query_s_first_rows_are_its_output_and_all_are_counted(
+    client: httpx.AsyncClient,
+) -> None:
+    statement = "SELECT id, kind, now() - now() AS age, 1.50::numeric AS price FROM events"
+    run = await run_job(client, sql_job("report", statement=statement, output_rows=3))
+    assert run["status"] == "succeeded", run
+    assert run["result"] == {"target": "reports", "command": "SELECT 10", "rows_affected": 10}
+    output = (await client.get(f"/v1/runs/{run['id']}")).json()["output"]
+    assert output["columns"] == ["id", "kind", "age", "price"]
+    assert output["rows"] == [[n, "stale", "PT0S", "1.50"] for n in (1, 2, 3)]
+    assert (output["command"], output["rows_affected"], output["truncated"]) == (
+        "SELECT 10",
+        10,
+        True,
+    )
+
+
+async def test_returning_rows_are_kept_and_statements_without_rows_keep_the_tag(
+    client: httpx.AsyncClient, reports_url: str
+) -> None:
+    deleted = await run_job(client, sql_job("purge", statement=f"{DELETE_STALE} RETURNING id"))
+    output = (await client.get(f"/v1/runs/{deleted['id']}")).json()["output"]
+    assert (output["command"], output["rows"], output["truncated"]) == (
+        "DELETE 3",
+        [[1], [2], [3]],
+        False,
+    )
+    assert deleted["result"]["rows_affected"] == 3
+    script = "UPDATE events SET kind = 'old'; ANALYZE events"
+    analyzed = await run_job(client, sql_job("script", statement=script))
+    output = (await client.get(f"/v1/runs/{analyzed['id']}")).json()["output"]
+    assert (output["command"], output["columns"], output["rows"]) == ("ANALYZE", [], [])
+    assert await scalar(reports_url, "SELECT count(*) FROM events WHERE kind = 'old'") == 7
+
+
+async def test_wide_rows_stop_at_the_output_cap(
+    targets: SqlTargetConnections, http: httpx.AsyncClient
+) -> None:
+    context = context_of(targets, http)
+    wide = "SELECT n, repeat('x', 10000) FROM generate_series(1, 50) AS n"
+    await run_sql(args_of(statement=wide, output_rows=50), context)
+    output = context.output.kept
+    assert isinstance(output, dict)
+    assert isinstance(output["rows"], list)
+    assert 1 < len(output["rows"]) < 10, len(output["rows"])
+    assert (output["rows_affected"], output["truncated"]) == (50, True)

@@ -267,7 +267,9 @@ class RecordingSql:
     def names(self) -> frozenset[str]:
         return frozenset({"self"})
 
-    async def execute(self, target: str, statement: str, timeout_seconds: float) -> SqlOutcome:
+    async def execute(
+        self, target: str, statement: str, timeout_seconds: float, keep_rows: int = 0
+    ) -> SqlOutcome:
         self.statements.append((target, statement, timeout_seconds))
         return SqlOutcome(command="ANALYZE", rows_affected=0)
 
