@@ -1,12 +1,14 @@
 """ASGI guards in front of every route: bearer-token auth with scopes, and request-body
 limits (size and JSON nesting). They answer with the same problem documents as routes."""
 
+import hashlib
 import hmac
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.errors import PROBLEM_JSON, problem_document
@@ -180,6 +182,17 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+def caller(request: Request, said: str | None) -> str:
+    """Who makes a request, for the record: what they say, then what the API saw (their
+    address, and their token's fingerprint: a hash prefix that names it and gives
+    nothing of it away)."""
+    seen = request.client.host if request.client else "unknown"
+    token = _bearer(request.scope)
+    if token:
+        seen += f", token {hashlib.sha256(token.encode()).hexdigest()[:8]}"
+    return f"{said} ({seen})" if said else seen
 
 
 def _bearer(scope: Scope) -> str | None:

@@ -245,6 +245,34 @@ class TriggerRequest(BaseModel):
     )
 
 
+class CancelBody(BaseModel):
+    """Why a run (or a waiting tick) is cancelled, and who asks."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"reason": "hung on a dead host", "by": "alice"}]},
+    )
+
+    reason: str | None = Field(None, max_length=500, description="Why; kept on the run.")
+    by: str | None = Field(
+        None,
+        max_length=100,
+        description="Who asks, as they say; the run records it beside what the API saw "
+        "(the caller's address and its token's fingerprint).",
+    )
+
+
+class CancelOut(BaseModel):
+    """A cancel under way. `state`: `cancelling` while the replica running it stops it
+    (it ends `cancelled` within seconds: GET /v1/runs/{id}); `abandoning` when that
+    replica is gone: the orphan sweep ends it `abandoned` (never resumed), once its lock
+    is free."""
+
+    run: RunOut = Field(description="The run as it was when the cancel was asked.")
+    state: Literal["cancelling", "abandoning"]
+    detail: str
+
+
 class RunQuery(BaseModel):
     """Filters and paging of GET /v1/jobs/{name}/runs."""
 

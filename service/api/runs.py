@@ -2,18 +2,21 @@
 
 from datetime import datetime
 from typing import Annotated
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from fastapi import APIRouter, Body, Query, status
+from fastapi import APIRouter, Body, Query, Request, status
 from pydantic import JsonValue
 
 from service.api.deps import Services, ServicesDep
 from service.api.errors import CONFLICT, NOT_FOUND, READ, WRITE
+from service.api.guards import caller
 from service.api.jobs import NamePath, existing_job
 from service.api.models import (
     MAX_BACKFILL_TICKS,
     AllRunsQuery,
     BackfillRequest,
+    CancelBody,
+    CancelOut,
     RunDetail,
     RunList,
     RunLogOut,
@@ -26,7 +29,7 @@ from service.api.models import (
 )
 from service.domain.errors import Conflict, InvalidInput, NotFound
 from service.domain.jobs import Job, ticks_between
-from service.domain.runs import Run, SkipReason
+from service.domain.runs import CancelRequest, Run, SkipReason
 from service.store import KeptRun, RunFilter
 from service.tasks.http import merge_secret_headers
 
@@ -34,6 +37,7 @@ router = APIRouter(tags=["runs"])
 # A trigger without a body: the job's own args. (An optional body with a default, not
 # `| None`: the schema stays a plain reference, which generated clients handle.)
 NO_OVERRIDE = TriggerRequest()
+NO_REASON = CancelBody()
 
 
 @router.post(
@@ -151,6 +155,57 @@ async def get_run_log(run_id: UUID, services: ServicesDep) -> RunLogOut:
     """What the run logged, once it has ended (a run still going shows nothing yet)."""
     log = (await _kept(services, run_id)).log
     return RunLogOut.model_validate({"run_id": run_id, "lines": [], **_mapping(log)})
+
+
+@router.post(
+    "/v1/runs/{run_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    operation_id="cancel_run",
+    responses=WRITE | NOT_FOUND | CONFLICT,
+)
+async def cancel_run(
+    run_id: UUID,
+    request: Request,
+    services: ServicesDep,
+    body: Annotated[CancelBody, Body()] = NO_REASON,
+) -> CancelOut:
+    """Cancel a running run: the replica running it hears of it (whichever replica
+    answers this) and stops it the way a timeout does; it ends `cancelled` with who asked
+    and why. If that replica is gone, the run ends `abandoned` once its lock is free, and
+    is never resumed. 409 with its status if it has ended."""
+    asked = CancelRequest(run_id, caller(request, body.by), body.reason)
+    answer = await services.store.request_cancel(asked)
+    if answer is None:
+        raise NotFound(f"no run with id {run_id}")
+    if not answer.asked:
+        raise Conflict(f"the run has ended already: {answer.run.status.value}")
+    run = RunOut.model_validate(answer.run, from_attributes=True)
+    if answer.gone:
+        detail = "the replica running it is gone: the orphan sweep ends it abandoned"
+        return CancelOut(run=run, state="abandoning", detail=detail)
+    return CancelOut(run=run, state="cancelling", detail="its replica is stopping it")
+
+
+@router.post(
+    "/v1/jobs/{name}/queued/cancel",
+    operation_id="cancel_queued_tick",
+    responses=WRITE | NOT_FOUND,
+)
+async def cancel_queued(
+    name: NamePath,
+    request: Request,
+    services: ServicesDep,
+    body: Annotated[CancelBody, Body()] = NO_REASON,
+) -> RunOut:
+    """Drop the tick of an overlap "queue_one" job that waits for the run in progress:
+    it is recorded `skipped` with reason `cancelled` (who asked and why as its error),
+    and never runs. 404 if no tick waits (or it has started: cancel its run)."""
+    job = await existing_job(services, name)
+    asked = CancelRequest(uuid4(), caller(request, body.by), body.reason)
+    skipped = await services.runner.cancel_queued(job, asked)
+    if skipped is None:
+        raise NotFound(f"no tick of {name!r} is waiting")
+    return RunOut.model_validate(skipped, from_attributes=True)
 
 
 async def _kept(services: Services, run_id: UUID) -> KeptRun:

@@ -6,6 +6,7 @@ refused (4xx/5xx), 2 bad usage or a bad input file, 3 the server could not be re
 """
 
 import argparse
+import getpass
 import logging
 import os
 import sys
@@ -563,12 +564,34 @@ def _run_get(ctx: Context) -> None:
     if ctx.args.name == "log":
         _run_log(ctx)
         return
+    if ctx.args.name == "cancel":
+        _run_cancel(ctx)
+        return
     if ctx.args.name != "get":
         raise UsageError(
-            "runs takes one job NAME; `runs get RUN_ID` shows one run, `runs log RUN_ID` its log"
+            "runs takes one job NAME; `runs get RUN_ID` shows one run, `runs log RUN_ID` its"
+            " log, `runs cancel RUN_ID` cancels it"
         )
     run = ctx.client.get_run(ctx.args.run_id)
     ctx.show(run, lambda out: out.table(run_table(run, title=f"run {ctx.args.run_id}")))
+
+
+def _run_cancel(ctx: Context) -> None:
+    answer = ctx.client.cancel_run(ctx.args.run_id, ctx.args.reason, _who())
+    ctx.show(answer, lambda out: out.line(f"run {ctx.args.run_id}: {answer.get('detail')}"))
+
+
+def _cancel_queued(ctx: Context) -> None:
+    skipped = ctx.client.cancel_queued(ctx.args.name, ctx.args.reason, _who())
+    ctx.show(skipped, lambda out: out.table(run_table(skipped, title="dropped tick")))
+
+
+def _who() -> str | None:
+    """The local user, for the record of who cancelled (the API adds what it saw)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no such user in the passwd database, no login name
+        return None
 
 
 def _run_log(ctx: Context) -> None:
@@ -831,6 +854,13 @@ COMMANDS: Final = (
         ),
     ),
     Command(
+        "cancel-queued",
+        _cancel_queued,
+        "drop the tick of a queue_one job that waits for the run in progress (recorded "
+        "skipped, reason cancelled)",
+        (NAME, arg("--reason", metavar="TEXT", help="why (kept on the skipped tick)")),
+    ),
+    Command(
         "backfill",
         _backfill,
         "run each tick of a job in [--from, --to] that has no run yet, once, in order "
@@ -845,21 +875,23 @@ COMMANDS: Final = (
         "runs",
         _runs,
         "a job's runs, newest first; without NAME, every job's; `runs get RUN_ID`: one run;"
-        " `runs log RUN_ID`: what it logged",
+        " `runs log RUN_ID`: what it logged; `runs cancel RUN_ID [--reason TEXT]`: stop it",
         (
             arg(
                 "name",
                 metavar="NAME",
                 nargs="?",
-                help="the job's name (or `get` or `log`, then RUN_ID)",
+                help="the job's name (or `get`, `log` or `cancel`, then RUN_ID)",
                 completer=complete_job_names,
             ),
             arg(
                 "run_id",
                 metavar="RUN_ID",
                 nargs="?",
-                help="after `get`: the run to show; after `log`: the run whose log to show",
+                help="after `get`: the run to show; after `log`: the run whose log to show;"
+                " after `cancel`: the run to cancel",
             ),
+            arg("--reason", metavar="TEXT", help="with `cancel`: why (kept on the run)"),
             arg("--status", choices=RUN_STATUSES),
             arg(
                 "--limit",

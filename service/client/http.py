@@ -230,6 +230,17 @@ class TickgateClient:
     def get_run_log(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}/log"))
 
+    def cancel_run(self, run_id: str, reason: str | None, by: str | None) -> JsonObject:
+        """Ask the replica running the run to cancel it (202, or 409 once it ended)."""
+        body = {key: value for key, value in (("reason", reason), ("by", by)) if value}
+        path = f"/v1/runs/{quote(run_id, safe='')}/cancel"
+        return _object(self._request("POST", path, json=body or None))
+
+    def cancel_queued(self, name: str, reason: str | None, by: str | None) -> JsonObject:
+        """Drop the tick of a queue_one job that waits for the run in progress."""
+        body = {key: value for key, value in (("reason", reason), ("by", by)) if value}
+        return _object(self._request("POST", f"{_job_path(name)}/queued/cancel", json=body or None))
+
     def backfill_job(self, name: str, start: str, end: str) -> JsonObject:
         """Run the ticks in [start, end] that have no run yet; the runs it made."""
         body = {"from": start, "to": end}

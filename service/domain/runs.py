@@ -36,11 +36,13 @@ class SkipReason(StrEnum):
 
     overlap: an earlier run of the job was still in progress (overlap "skip", or a
     "queue_one" job that already had a tick waiting); misfire: no replica could start
-    it within its misfire grace; capped: the job had used up its `max_runs`."""
+    it within its misfire grace; capped: the job had used up its `max_runs`; cancelled:
+    it waited under queue_one and someone dropped it (POST /v1/jobs/{name}/queued/cancel)."""
 
     OVERLAP = "overlap"
     MISFIRE = "misfire"
     CAPPED = "capped"
+    CANCELLED = "cancelled"
 
 
 class Run(BaseModel):
@@ -78,6 +80,20 @@ class Run(BaseModel):
     def args_of(self, job_args: dict[str, JsonValue]) -> dict[str, JsonValue]:
         """What this run runs with: its own arguments, or else its job's."""
         return job_args if self.args is None else self.args
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Someone asked to cancel a running run (POST /v1/runs/{id}/cancel): `by` says who
+    (as the API saw the caller), `reason` why, if they said."""
+
+    run_id: UUID
+    by: str
+    reason: str | None
+
+    def error(self) -> str:
+        """What the cancelled run (or dropped tick) records as its error."""
+        return f"cancelled by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
 @dataclass(frozen=True)

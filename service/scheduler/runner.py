@@ -35,7 +35,7 @@ from pydantic import JsonValue
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict, NotFound
 from service.domain.jobs import Job, JobState, Overlap
-from service.domain.runs import Run, RunTrigger, SkipReason
+from service.domain.runs import CancelRequest, Run, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.admission import Admission
 from service.scheduler.attempts import Attempts
@@ -166,6 +166,7 @@ class Runner:
         self._metrics = metrics
         self._tracing = tracing or NoTracing()
         self._executor = RunExecutor(
+            runner_id=runner_id,
             store=store,
             attempts=Attempts(tasks, http, sql, self._tracing),
             metrics=metrics,
@@ -502,6 +503,11 @@ class Runner:
         return is_unavailable(error) and self.accepting and fits
 
     async def _record_skips(self, skips: Sequence[Skip]) -> list[None]:
+        await self._recorded_skips(skips)
+        return [None] * len(skips)
+
+    async def _recorded_skips(self, skips: Sequence[Skip]) -> list[Run]:
+        """Record the skips; those recorded now (a tick with a row already records none)."""
         jobs = {skip.job.name: skip.job for skip in skips}
         recorded = await self._store.record_skips(skips, self._runner_id)
         for run in recorded:
@@ -515,7 +521,26 @@ class Runner:
         await asyncio.gather(
             *(self._executor.tick_ended(jobs[run.job], run.scheduled_for) for run in recorded)
         )
-        return [None] * len(skips)
+        return recorded
+
+    # --- cancels ------------------------------------------------------------------
+
+    def cancel_asked(self) -> None:
+        """A cancel was asked of some run (NOTIFY): look whether it runs here, now."""
+        self._executor.cancels.asked()
+
+    async def cancel_queued(self, job: Job, request: CancelRequest) -> Run | None:
+        """Drop the tick waiting under queue_one: it is recorded skipped, `cancelled`,
+        and its slot freed. None if no tick waits, or it was claimed meanwhile (its
+        run is then the one to cancel). The replica that holds it finds its row."""
+        tick = await self._store.pending_tick(job.name)
+        if tick is None:
+            return None
+        note = request.error()
+        skip = Skip(job, tick, RunTrigger.SCHEDULE, SkipReason.CANCELLED, note)
+        recorded = await self._recorded_skips([skip])
+        await self._store.release_pending(job.name, tick)
+        return recorded[0] if recorded else None
 
     # --- manual runs and backfills ------------------------------------------------
 
@@ -719,6 +744,7 @@ class Runner:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        await self._executor.cancels.close()
 
 
 def _log_failure(what: str, error: Exception) -> None:

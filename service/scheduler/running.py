@@ -13,11 +13,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from service.domain.jobs import Job, finish_run, policy_finishes
-from service.domain.runs import Run, RunStatus, RunTrigger, storable_json, storable_text
+from service.domain.runs import (
+    CancelRequest,
+    Run,
+    RunStatus,
+    RunTrigger,
+    storable_json,
+    storable_text,
+)
 from service.metrics import Metrics
 from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
+from service.scheduler.cancels import Cancels
 from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
@@ -68,6 +77,7 @@ class RunExecutor:
     def __init__(
         self,
         *,
+        runner_id: str,
         store: Ledger,
         attempts: Attempts,
         metrics: Metrics,
@@ -80,6 +90,8 @@ class RunExecutor:
         self._attempts = attempts
         self._metrics = metrics
         self._runs = RunsInFlight()
+        self._stops: dict[UUID, RunStop] = {}  # the runs in flight here, by id
+        self.cancels = Cancels(store, runner_id, self.cancel, lambda: bool(self._stops))
         # Deleted jobs with runs still in flight here: their ends are not counted, or
         # they would bring back the series `forget_job` dropped.
         self._deleted: set[str] = set()
@@ -89,6 +101,14 @@ class RunExecutor:
     @property
     def in_flight(self) -> int:
         return self._runs.total
+
+    def cancel(self, request: CancelRequest) -> None:
+        """Someone asked to cancel the run: if it is in flight here, stop its attempts
+        the way a timeout does (the task gets its grace to end) and record it
+        `cancelled`, saying who asked and why. Asked again, nothing more happens."""
+        stop = self._stops.get(request.run_id)
+        if stop is not None:
+            stop.trip(Outcome(RunStatus.CANCELLED, request.error()))
 
     def forget_job(self, name: str) -> None:
         """The job was deleted: drop its metric series."""
@@ -152,23 +172,25 @@ class RunExecutor:
         self._runs.started(job.name)
         self._metrics.runs_in_flight.inc()
         attempts = asyncio.create_task(self._attempts.run(job, run, progress))
-        fence = LockFence(run, attempts)
+        stop = self._stops[run.id] = RunStop(run, attempts)
+        self.cancels.follow()
         try:
             # The lock-lost fence: if the session holding the job's lock dies mid-run,
             # the lock is gone and another replica may start the next tick, so this
             # run must stop at once rather than overlap it.
-            with pinned.session.fenced(fence.trip) if pinned.hold.held else nullcontext():
+            with pinned.session.fenced(stop.lock_lost) if pinned.hold.held else nullcontext():
                 outcome = await attempts
             returned = time.monotonic()
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if not fence.tripped or (current is not None and current.cancelling()):
+            if stop.outcome is None or (current is not None and current.cancelling()):
                 cancelled = Outcome(RunStatus.CANCELLED, "cancelled: the replica shut down")
                 await run_to_completion(self._record(pinned, job, run, cancelled, progress))
                 raise
-            outcome = Outcome(RunStatus.CANCELLED, LOCK_LOST)  # only the attempts stopped
+            outcome = stop.outcome  # only the attempts stopped
             returned = time.monotonic()
         finally:
+            self._stops.pop(run.id, None)
             self._runs.ended(job.name)
             self._metrics.runs_in_flight.dec()
         return await run_to_completion(
@@ -281,18 +303,22 @@ class RunExecutor:
             backoff = min(backoff * 2, most)
 
 
-class LockFence:
-    """Trips when the run's session dies: the run's attempts are cancelled."""
+class RunStop:
+    """Stops a run's attempts from outside, with the outcome to record: its session died
+    (the lock-lost fence), or someone cancelled it. The first reason stands."""
 
     def __init__(self, run: Run, attempts: "asyncio.Task[Outcome]") -> None:
         self._run = run
         self._attempts = attempts
-        self.tripped = False
+        self.outcome: Outcome | None = None
 
-    def trip(self) -> None:
-        if not self._attempts.done():
-            self.tripped = True
-            log.warning("%s; cancelling the run", LOCK_LOST, extra=run_context(self._run))
+    def lock_lost(self) -> None:
+        self.trip(Outcome(RunStatus.CANCELLED, LOCK_LOST))
+
+    def trip(self, outcome: Outcome) -> None:
+        if self.outcome is None and not self._attempts.done():
+            self.outcome = outcome
+            log.warning("%s; cancelling the run", outcome.error, extra=run_context(self._run))
             self._attempts.cancel()
 
 

@@ -369,6 +369,9 @@ class Window:
         self._changed.add(name)
         self._wake.set()
 
+    def _on_cancel(self) -> None:
+        self._runner.cancel_asked()
+
     def _on_listener_lost(self) -> None:
         if not self._stopping:
             log.warning("lost the LISTEN connection; reconnecting")
@@ -380,8 +383,9 @@ class Window:
             await self._listener.close()
         self._lost.clear()
         self._listener = await JobListener.open(
-            self._dsn, self._on_notify, self._on_listener_lost, self._link
+            self._dsn, self._on_notify, self._on_listener_lost, self._link, self._on_cancel
         )
+        self._runner.cancel_asked()  # any asked while it was not listening
         await self.refill()
         log.info("scheduler synced: %d jobs with ticks in the window", len(self._held))
 

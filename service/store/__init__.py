@@ -11,9 +11,10 @@ from service.store.jobs import (
 )
 from service.store.runs_sql import RunFilter, RunPosition
 from service.store.store import Store
-from service.store.values import KeptRun
+from service.store.values import CancelAnswer, KeptRun
 
 __all__ = [
+    "CancelAnswer",
     "JobChange",
     "JobFilter",
     "JobsApplied",

@@ -361,6 +361,10 @@ RESERVE_PENDING = """WITH taken AS (
 
 RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
 
+# The tick waiting in the job's slot, unless its waiter's time ran out.
+PENDING_TICK = """SELECT scheduled_for FROM tickgate_pending
+    WHERE job = $1 AND expires_at >= clock_timestamp()"""
+
 # Orphans: `running` rows whose session is gone. A run's session holds the job's
 # advisory lock (every overlap mode but "allow") for the whole run, so a row whose backend
 # is gone and whose lock nobody holds lost its session. Rows younger than a few seconds
@@ -393,20 +397,23 @@ ORPHANS = f"""WITH found AS (
     SELECT {_RUN_COLUMNS_OF_R}, r.backend_pid, r.locked, r.lock_key, stored.job AS stored_job,
         extract(epoch FROM clock_timestamp() - COALESCE(s.orphaned_at, r.orphaned_at))::float8
             AS orphaned_seconds,
-        EXISTS (SELECT 1 FROM live WHERE live.runner_id = r.runner) AS runner_live
+        EXISTS (SELECT 1 FROM live WHERE live.runner_id = r.runner) AS runner_live,
+        r.cancel_requested_at IS NOT NULL AS cancel_requested
     FROM found JOIN tickgate_runs r ON r.id = found.id
         JOIN LATERAL (SELECT {job_document("j")} FROM tickgate_jobs j WHERE j.name = r.job)
             AS stored ON true
         LEFT JOIN stamped s ON s.id = r.id
     ORDER BY r.started_at"""
 
-# The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error),
-# if still orphaned.
+# The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error;
+# one someone asked to cancel says so), if still orphaned.
 ABANDONED_ERROR = "the replica running this stopped without finishing it"
 ABANDON = f"""UPDATE tickgate_runs r SET status = 'abandoned',
         finished_at = clock_timestamp(),
         duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
-        error = $2
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN $2
+                     ELSE $2 || '; cancelled by ' || r.cancelled_by
+                          || COALESCE(': ' || r.cancel_reason, '') END
     WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
     RETURNING {RUN_COLUMNS}"""
 
@@ -430,6 +437,7 @@ RESUME = f"""WITH orphans AS (
             attempts = r.attempts + 1, orphaned_at = NULL
         FROM gate g
         WHERE g.got AND r.id = g.id AND r.backend_pid = g.backend_pid AND r.status = 'running'
+          AND r.cancel_requested_at IS NULL
           AND NOT EXISTS (SELECT 1 FROM alive a WHERE a.pid = g.backend_pid)
         RETURNING {_RUN_COLUMNS_OF_R}
     )
@@ -450,6 +458,25 @@ def resume_arguments(orphans: Sequence[Orphan], runner: str) -> tuple[object, ..
         runner,
     )
 
+
+# Cancel a run (POST /v1/runs/{id}/cancel): $1 the run, $2 who asks, $3 why. A `running`
+# run keeps the request on its row, and every replica hears of it (NOTIFY, sent when
+# this commits); the one running it reads it with CANCELS_ASKED. Answers the run as it
+# was, whether it was asked now (it was running), and whether its replica is gone (an
+# orphan: nobody is left to cancel it, and the sweep marks it abandoned).
+CANCELS_CHANNEL = "tickgate_cancels"
+REQUEST_CANCEL = f"""WITH asked AS (
+        UPDATE tickgate_runs SET cancel_requested_at = COALESCE(cancel_requested_at,
+                clock_timestamp()), cancelled_by = $2, cancel_reason = $3
+        WHERE id = $1 AND status = 'running'
+        RETURNING id, pg_notify('{CANCELS_CHANNEL}', id::text)
+    )
+    SELECT {_RUN_COLUMNS_OF_R}, EXISTS (SELECT 1 FROM asked) AS asked, ({_ORPHANED}) AS gone
+    FROM tickgate_runs r WHERE r.id = $1"""
+
+# The cancels asked of runs `running` on runner $1 (by the partial index of 0022).
+CANCELS_ASKED = """SELECT id, cancelled_by, cancel_reason FROM tickgate_runs
+    WHERE runner = $1 AND status = 'running' AND cancel_requested_at IS NOT NULL"""
 
 # A retry is about to start: the row counts it, so a replica that resumes the run after
 # a crash knows how many attempts were made.

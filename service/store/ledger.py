@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from service.domain.runs import Run, SkipReason
+from service.domain.runs import CancelRequest, Run, SkipReason
 from service.store import fire_sql, runs_sql
 from service.store.base import StoreBase
 from service.store.ports import Orphan, RunEnd, Skip
@@ -16,7 +16,7 @@ from service.store.rows import (
     run_from_row,
 )
 from service.store.runs_sql import RunFilter, RunPosition
-from service.store.values import KeptRun
+from service.store.values import CancelAnswer, KeptRun
 
 
 class LedgerStore(StoreBase):
@@ -96,6 +96,7 @@ class LedgerStore(StoreBase):
                 row["lock_key"],
                 row["orphaned_seconds"],
                 row["runner_live"],
+                row["cancel_requested"],
             )
             for row in rows
         ]
@@ -132,3 +133,24 @@ class LedgerStore(StoreBase):
     async def release_pending(self, job: str, tick: datetime) -> None:
         async with self._bounded() as connection:
             await connection.execute(fire_sql.RELEASE_PENDING, job, tick)
+
+    async def pending_tick(self, job: str) -> datetime | None:
+        async with self._bounded() as connection:
+            tick: datetime | None = await connection.fetchval(fire_sql.PENDING_TICK, job)
+        return tick
+
+    async def request_cancel(self, request: CancelRequest) -> CancelAnswer | None:
+        """Ask the replica running the run to cancel it (see `fire_sql.REQUEST_CANCEL`);
+        None if there is no such run."""
+        async with self._bounded() as connection:
+            row = await connection.fetchrow(
+                fire_sql.REQUEST_CANCEL, request.run_id, request.by, request.reason
+            )
+        if row is None:
+            return None
+        return CancelAnswer(run_from_row(row), row["asked"], row["gone"])
+
+    async def cancels_asked(self, runner: str) -> list[CancelRequest]:
+        async with self._bounded() as connection:
+            rows = await connection.fetch(fire_sql.CANCELS_ASKED, runner)
+        return [CancelRequest(row["id"], row["cancelled_by"], row["cancel_reason"]) for row in rows]

@@ -1,4 +1,4 @@
-"""LISTEN for job changes on a connection of its own, outside every pool."""
+"""LISTEN for job changes and cancels on a connection of its own, outside every pool."""
 
 import asyncio
 import logging
@@ -8,6 +8,7 @@ from typing import Any, Self
 
 import asyncpg
 
+from service.store.fire_sql import CANCELS_CHANNEL
 from service.store.jobs_sql import JOBS_CHANNEL
 from service.store.link import Link, deadline, heartbeat
 
@@ -18,7 +19,8 @@ CLOSE_SECONDS = 2.0
 
 
 class JobListener:
-    """Calls `on_change(name)` for every job write any replica commits.
+    """Calls `on_change(name)` for every job write any replica commits, and `on_cancel()`
+    for every cancel asked of a run (POST /v1/runs/{id}/cancel).
 
     Notifications sent while the connection is down are lost for good; the owner
     watches `alive` (and `on_lost`) and runs a full reconcile after reconnecting.
@@ -39,6 +41,7 @@ class JobListener:
         on_change: Callable[[str], None],
         on_lost: Callable[[], None],
         link: Link | None = None,
+        on_cancel: Callable[[], None] | None = None,
     ) -> Self:
         link = link or Link()
         connection = await asyncpg.connect(dsn, timeout=CONNECT_SECONDS)
@@ -46,10 +49,15 @@ class JobListener:
         def notified(_conn: object, _pid: int, _channel: str, payload: object) -> None:
             on_change(str(payload))
 
+        def cancelled(_conn: object, _pid: int, _channel: str, _payload: object) -> None:
+            if on_cancel is not None:
+                on_cancel()
+
         try:
             with deadline(link.statement_seconds, connection.terminate, "listener"):
                 await link.tune(connection, quiet_ends=True)
                 await connection.add_listener(JOBS_CHANNEL, notified)
+                await connection.add_listener(CANCELS_CHANNEL, cancelled)
         except BaseException:
             connection.terminate()
             raise

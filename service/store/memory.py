@@ -39,7 +39,7 @@ from typing import Generic, TypeVar
 from uuid import UUID, uuid4
 
 from service.domain.jobs import Job, JobState
-from service.domain.runs import Run, RunStatus, RunTrigger
+from service.domain.runs import CancelRequest, Run, RunStatus, RunTrigger
 from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
 from service.store.ports import (
     Claim,
@@ -160,6 +160,7 @@ class MemoryDatabase:
         self._backends: dict[UUID, tuple[int, bool, int]] = {}
         self._orphaned_at: dict[UUID, datetime] = {}  # the orphans' stamps
         self._slots: dict[str, _Slot] = {}
+        self._cancels: dict[UUID, CancelRequest] = {}  # asked of running runs
         # Each job's tick cursor (migration 0014): every scheduled tick before it is decided.
         self._cursors: dict[str, datetime] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
@@ -183,6 +184,14 @@ class MemoryDatabase:
 
     def job(self, name: str) -> Job | None:
         return self._jobs.get(name)
+
+    def request_cancel(self, request: CancelRequest) -> bool:
+        """As `fire_sql.REQUEST_CANCEL`: kept if the run is running; whether it was."""
+        tick = self._run_ticks.get(request.run_id)
+        running = tick is not None and self._runs[tick].status is RunStatus.RUNNING
+        if running:
+            self._cancels[request.run_id] = request
+        return running
 
     def cursor(self, name: str) -> datetime | None:
         return self._cursors.get(name)
@@ -412,7 +421,10 @@ class MemoryDatabase:
             since = self._orphaned_at.setdefault(run.id, now)
             age = (now - since).total_seconds()
             # No members here: every runner counts as gone.
-            found.append(Orphan(run, self._jobs[run.job], *self._backends[run.id], age))
+            asked = run.id in self._cancels
+            found.append(
+                Orphan(run, self._jobs[run.job], *self._backends[run.id], age, False, asked)
+            )
         return found
 
     def _orphaned(self, run: Run) -> bool:
@@ -421,13 +433,18 @@ class MemoryDatabase:
         return session not in self._sessions and free
 
     def abandon(self, orphans: Sequence[Orphan]) -> list[Run]:
-        end = RunEnd(RunStatus.ABANDONED, ABANDONED_ERROR, None, 0)
         return [
             ended
             for orphan in orphans
             if self._still_orphaned(orphan.run.id)
-            and (ended := self.finish(orphan.run.id, end, keep_attempts=True)) is not None
+            and (ended := self.finish(orphan.run.id, self._abandoned(orphan), keep_attempts=True))
+            is not None
         ]
+
+    def _abandoned(self, orphan: Orphan) -> RunEnd:
+        asked = self._cancels.get(orphan.run.id)
+        error = ABANDONED_ERROR if asked is None else f"{ABANDONED_ERROR}; {asked.error()}"
+        return RunEnd(RunStatus.ABANDONED, error, None, 0)
 
     def _still_orphaned(self, run_id: UUID) -> bool:
         run = self._runs.get(self._run_ticks.get(run_id, ("", self.clock())))
@@ -444,6 +461,7 @@ class MemoryDatabase:
             and run.status is RunStatus.RUNNING
             and self._backends[run.id][0] == orphan.backend_pid
             and orphan.backend_pid not in self._sessions
+            and run.id not in self._cancels
         )
         if run is None or not moved:
             if orphan.locked:
@@ -535,6 +553,18 @@ class MemoryDatabase:
         slot = self._slots.get(job)
         if slot is not None and slot.scheduled_for == tick:
             del self._slots[job]
+
+    def pending_tick(self, job: str) -> datetime | None:
+        slot = self._slots.get(job)
+        return slot.scheduled_for if slot and slot.expires_at >= self.clock() else None
+
+    def cancels_asked(self, runner: str) -> list[CancelRequest]:
+        running = (self._runs.get(tick) for tick in map(self._run_ticks.get, self._cancels) if tick)
+        return [
+            self._cancels[run.id]
+            for run in running
+            if run is not None and run.status is RunStatus.RUNNING and run.runner == runner
+        ]
 
     def get_jobs(self, names: Sequence[str]) -> list[Job]:
         return [self._jobs[name] for name in dict.fromkeys(names) if name in self._jobs]
@@ -701,6 +731,14 @@ class MemoryLedger(Ledger):
     async def release_pending(self, job: str, tick: datetime) -> None:
         await _round_trip()
         self._database.release_pending(job, tick)
+
+    async def pending_tick(self, job: str) -> datetime | None:
+        await _round_trip()
+        return self._database.pending_tick(job)
+
+    async def cancels_asked(self, runner: str) -> list[CancelRequest]:
+        await _round_trip()
+        return self._database.cancels_asked(runner)
 
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:
         await _round_trip()

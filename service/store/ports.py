@@ -21,7 +21,7 @@ from typing import Protocol
 from uuid import UUID
 
 from service.domain.jobs import Job
-from service.domain.runs import Run
+from service.domain.runs import CancelRequest, Run
 from service.store.values import Following, NextTick, RunEnd, Skip, TickClaim
 
 __all__ = [
@@ -97,6 +97,8 @@ class Orphan:
     # How long ago a sweep first found it orphaned, and whether its runner is alive.
     orphaned_seconds: float = 0.0
     runner_live: bool = False
+    # Someone asked to cancel it: it gets no other attempt.
+    cancel_requested: bool = False
 
     def awaits_its_replica(self, rejoin_seconds: float, record_seconds: float) -> bool:
         """Whether sweeps leave it alone yet. Its replica may have lost only the run's
@@ -114,8 +116,9 @@ class Orphan:
 
     def resumable(self, now: datetime) -> bool:
         """Whether the next attempt may start now, by the job's retry policy (the lost
-        one counted among `run.attempts`), under the lock its job has now."""
-        if self.job.lock_key != self.lock_key:
+        one counted among `run.attempts`), under the lock its job has now; never for a
+        run someone asked to cancel."""
+        if self.job.lock_key != self.lock_key or self.cancel_requested:
             return False
         elapsed = max(now - self.run.started_at, timedelta(0)).total_seconds()
         return self.job.retry.allows_attempt(self.run.attempts + 1, elapsed)
@@ -309,6 +312,15 @@ class Ledger(Protocol):
 
     async def release_pending(self, job: str, tick: datetime) -> None:
         """Give the slot back, if `tick` holds it."""
+        ...
+
+    async def pending_tick(self, job: str) -> datetime | None:
+        """The tick holding the job's slot, unless its wait has expired."""
+        ...
+
+    async def cancels_asked(self, runner: str) -> list[CancelRequest]:
+        """The cancels asked (POST /v1/runs/{id}/cancel) of runs `running` on `runner`;
+        each stays asked until its run ends."""
         ...
 
     async def get_jobs(self, names: Sequence[str]) -> list[Job]:

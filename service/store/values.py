@@ -86,3 +86,13 @@ class Skip:
     note: str
     missed_ticks: int | None = None
     following: NextTick = Following.UNKNOWN
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    """What a cancel found: the run as it was; `asked`: it was running, and its replica
+    is told; `gone`: its replica is gone too, so the orphan sweep ends it `abandoned`."""
+
+    run: Run
+    asked: bool
+    gone: bool

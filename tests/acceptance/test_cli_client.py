@@ -1,5 +1,6 @@
 """`tickgate jobs ...` as a subprocess against a real `tickgate serve`, plus its pure parts."""
 
+import getpass
 import json
 import os
 import re
@@ -13,7 +14,9 @@ import pytest
 import yaml
 
 from harness.cluster import serve
+from harness.receiver import Receiver
 from harness.replicas import TICKGATE, free_port
+from harness.waiting import eventually
 from service.client.commands import (
     describe_api_error,
     describe_problem,
@@ -270,6 +273,31 @@ def test_trigger_with_args_runs_with_them_and_bad_args_are_refused(
     assert usage.returncode == 2, usage.stderr
     assert "--args: expected a mapping" in usage.stderr
     assert names_of(as_json(url, "runs", "with-args"), key="id") == [run["id"]]
+
+
+def test_runs_cancel_stops_a_hung_run_saying_who_and_why(
+    url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    hung = {"task": "http", "args": {"url": receiver.url_for("/cli-hung", seconds=30)}}
+    created(url, tmp_path, job("cli-hung", **hung))
+    run_id = str(as_json(url, "trigger", "cli-hung")["id"])
+    assert "stopping it" in ok(url, "runs", "cancel", run_id, "--reason", "stuck")
+
+    def ended() -> dict[str, object] | None:
+        run = as_json(url, "runs", "get", run_id)
+        return run if run["status"] != "running" else None
+
+    run = eventually(ended, 30, "the cancelled run to end")
+    assert run is not None
+    assert run["status"] == "cancelled", run["error"]
+    assert str(run["error"]).startswith(f"cancelled by {getpass.getuser()} (127.0.0.1")
+    assert str(run["error"]).endswith(": stuck")
+    again = tickgate(url, "runs", "cancel", run_id)
+    assert again.returncode == 1
+    assert "the run has ended already: cancelled" in again.stderr
+    nothing = tickgate(url, "cancel-queued", "cli-hung")
+    assert nothing.returncode == 1
+    assert "no tick of 'cli-hung' is waiting" in nothing.stderr
 
 
 def test_runs_without_a_name_lists_every_jobs_runs_newest_first(url: str, tmp_path: Path) -> None:

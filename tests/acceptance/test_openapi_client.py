@@ -56,7 +56,7 @@ def test_generated_client_creates_lists_triggers_and_deletes(
 ) -> None:
     client_module = module("client")
     jobs = {op: module(f"api.jobs.{op}") for op in ("create_job", "list_jobs", "delete_job")}
-    runs = {op: module(f"api.runs.{op}") for op in ("trigger_job", "get_run")}
+    runs = {op: module(f"api.runs.{op}") for op in ("trigger_job", "get_run", "cancel_run")}
     job_create = module("models").JobCreate
     body: dict[str, Any] = {
         "name": "generated",
@@ -89,6 +89,15 @@ def test_generated_client_creates_lists_triggers_and_deletes(
         request = module("models").TriggerRequest.from_dict(override)
         with_args = runs["trigger_job"].sync("generated", client=client, body=request)
         assert (with_args.to_dict()["args"], with_args.note) == (override["args"], "generated")
+        eventually(
+            lambda: runs["get_run"].sync(with_args.id, client=client).status.value != "running",
+            30,
+            "the run with args to end",
+        )
+        reason = module("models").CancelBody.from_dict({"reason": "too late", "by": "py"})
+        late = runs["cancel_run"].sync_detailed(with_args.id, client=client, body=reason)
+        assert late.status_code == 409
+        assert late.parsed.detail == "the run has ended already: succeeded"
         assert runs["get_run"].sync(run.id, client=client).id == run.id
         deleted = jobs["delete_job"].sync_detailed("generated", client=client)
         assert deleted.status_code == 204

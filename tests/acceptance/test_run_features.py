@@ -1,9 +1,12 @@
 """The life of a run as people follow it (#24), on real `tickgate serve` replicas and a
-loopback receiver: a run triggered with other arguments delivers those, once."""
+loopback receiver: a run triggered with other arguments delivers those, once; a hung run
+is cancelled through another replica."""
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -54,3 +57,68 @@ def test_a_trigger_with_args_delivers_those_args_once(
     assert kept["args"]["body"] == {"v": 1}
     assert refused.status_code == 422, refused.text
     assert ["body", "args", "method"] in [problem["loc"] for problem in refused.json()["errors"]]
+
+
+def test_a_hung_run_is_cancelled_through_another_replica_and_the_next_tick_runs_on_time(
+    database_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A run whose target answers after 60 s is cancelled through the replica that is
+    not running it: it ends `cancelled` within 5 s with who asked and why, a second
+    cancel is a 409 naming its status, and the job's next tick runs on time."""
+    job = {
+        "name": "hung",
+        "schedule": {"kind": "interval", "every_seconds": 10},
+        "task": "http",
+        "args": {"url": receiver.url_for("/hung", seconds=60)},
+        "timeout_seconds": 120,
+    }
+    with serve_many(tmp_path, 2, database_url=database_url, runner_prefix="cancel-") as replicas:
+        made = httpx.post(f"{replicas[0].url}/v1/jobs", json=job, timeout=10)
+        assert made.status_code == 201, made.text
+        runs_url = f"{replicas[0].url}/v1/jobs/hung/runs"
+
+        def running() -> dict[str, Any] | None:
+            items = httpx.get(runs_url, timeout=10).json()["items"]
+            return next((run for run in items if run["status"] == "running"), None)
+
+        run = eventually(running, 30, "a run of the hung job")
+        assert run is not None
+        eventually(lambda: receiver.receipts("hung"), 10, "the hung request to arrive")
+        other = next(r for r in replicas if r.runner_id != run["runner"])
+        asked_at = time.monotonic()
+        cancel = {"reason": "target hung", "by": "ops"}
+        answer = httpx.post(f"{other.url}/v1/runs/{run['id']}/cancel", json=cancel, timeout=10)
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["state"] == "cancelling"
+
+        def ended() -> dict[str, Any] | None:
+            shown: dict[str, Any] = httpx.get(f"{other.url}/v1/runs/{run['id']}", timeout=10).json()
+            return shown if shown["status"] != "running" else None
+
+        cancelled = eventually(ended, 30, "the cancelled run to end")
+        took = time.monotonic() - asked_at
+        again = httpx.post(f"{other.url}/v1/runs/{run['id']}/cancel", timeout=10)
+
+        def next_tick() -> dict[str, Any] | None:
+            items = httpx.get(runs_url, timeout=10).json()["items"]
+            later = [r for r in items if r["scheduled_for"] > run["scheduled_for"]]
+            return later[-1] if later else None
+
+        following = eventually(next_tick, 30, "the job's next tick")
+        assert following is not None
+        # Not left hanging on the way out (shutdown would wait for it).
+        httpx.post(f"{other.url}/v1/runs/{following['id']}/cancel", timeout=10)
+        httpx.delete(f"{other.url}/v1/jobs/hung", timeout=10)
+    assert cancelled is not None
+    assert cancelled["status"] == "cancelled", cancelled
+    assert took < 5, took
+    assert cancelled["error"].startswith("cancelled by ops (127.0.0.1"), cancelled
+    assert cancelled["error"].endswith(": target hung"), cancelled
+    assert again.status_code == 409, again.text
+    assert "cancelled" in again.json()["detail"]
+    assert following["status"] in {"running", "succeeded"}, following
+    assert following["trigger"] == "schedule"
+    lag = datetime.fromisoformat(following["started_at"]) - datetime.fromisoformat(
+        following["scheduled_for"]
+    )
+    assert lag.total_seconds() < 2, following

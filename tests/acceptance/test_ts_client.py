@@ -70,6 +70,7 @@ def test_a_generated_typescript_client_drives_a_live_server(
     assert seen["versions"] == [1, 2]  # the stale If-Match changed nothing
     louder = {"message": "louder, from TypeScript", "level": "warning"}
     assert seen["triggered"] == [202, louder, "typed"]
+    assert seen["lateCancel"] == [409, "the run has ended already: succeeded"]
     assert seen["argProblemLocs"] == ["body.args.level"]
     assert (seen["deleted"], seen["afterDelete"]) == (204, 404)
     assert seen["headHealthz"] == 200

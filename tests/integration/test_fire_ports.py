@@ -19,12 +19,13 @@ from harness.waiting import eventually_async
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job, pause_job
-from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
+from service.domain.runs import CancelRequest, Run, RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
+from service.store.fire_sql import ABANDONED_ERROR
 from service.store.ports import ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
@@ -465,6 +466,46 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         assert (abandoned.status, abandoned.attempts) == (RunStatus.ABANDONED, 3)
         assert await backend.ledger.abandon([spent]) == []
         assert await backend.ledger.orphans(10) == []
+
+
+async def test_a_cancel_is_asked_of_its_runner_and_an_orphan_cancelled_is_never_resumed(
+    backend: Backend,
+) -> None:
+    """A cancel asked of a running run stays asked of its runner until the run ends.
+    Should that runner die first, the orphan gets no other attempt, whatever its policy
+    allows: no session may resume it, and the sweep abandons it saying who cancelled."""
+    job = await backend.add_job("cancelled", retry={"max_attempts": 3})
+    async with backend.sessions.session(5) as doomed, backend.sessions.session(5) as taker:
+        [claim] = await doomed.claim([tick(job, tick_now())])
+        assert claim.run is not None
+        asked = CancelRequest(claim.run.id, "ops", "hung")
+        assert await backend.request_cancel(asked)
+        assert await backend.ledger.cancels_asked("r") == [asked]
+        assert await backend.ledger.cancels_asked("other") == []
+        doomed.terminate()
+        await backend.pass_time(2.5)
+        orphan = await _the_orphan(backend)
+        assert orphan.cancel_requested
+        assert not orphan.resumable(orphan.run.started_at + timedelta(seconds=3))
+        assert (await taker.resume([orphan], "b"))[0].outcome is ClaimOutcome.ALREADY_RAN
+        assert await backend.advisory_locks() == (0, 0)
+        [abandoned] = await backend.ledger.abandon([orphan])
+    assert abandoned.status is RunStatus.ABANDONED
+    assert abandoned.error == f"{ABANDONED_ERROR}; cancelled by ops: hung"
+    assert await backend.ledger.cancels_asked("r") == []
+    assert not await backend.request_cancel(asked)  # it has ended
+
+
+async def test_the_tick_waiting_in_a_slot_is_read_until_its_wait_expires(
+    backend: Backend,
+) -> None:
+    job = await backend.add_job("queued", overlap="queue_one")
+    waiting = tick_now()
+    assert await backend.ledger.pending_tick(job.name) is None
+    assert await backend.ledger.reserve_pending(job.name, waiting, "r", 2) == waiting
+    assert await backend.ledger.pending_tick(job.name) == waiting
+    await backend.pass_time(2.5)
+    assert await backend.ledger.pending_tick(job.name) is None
 
 
 async def test_of_two_sessions_resuming_a_lockless_orphan_one_wins(backend: Backend) -> None:

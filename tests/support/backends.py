@@ -28,7 +28,7 @@ import asyncpg
 
 from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobSpec, create_job, replace_job
-from service.domain.runs import Run, RunTrigger
+from service.domain.runs import CancelRequest, Run, RunTrigger
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
@@ -131,6 +131,10 @@ class Backend(abc.ABC):
         """The tick holding the job's queue_one slot."""
 
     @abc.abstractmethod
+    async def request_cancel(self, request: CancelRequest) -> bool:
+        """Ask to cancel a run, as the API does; whether it was running."""
+
+    @abc.abstractmethod
     def lock_pool(self, size: int = 8) -> AbstractAsyncContextManager[LockPool]:
         """Another replica's lock pool."""
 
@@ -174,6 +178,10 @@ class PostgresBackend(Backend):
 
     async def runs_of(self, job: str) -> list[Run]:
         return await self._store.list_runs(job, 100, None, None)
+
+    async def request_cancel(self, request: CancelRequest) -> bool:
+        answer = await self._store.request_cancel(request)
+        return answer is not None and answer.asked
 
     async def locks_on(self, key: int) -> int:
         return await advisory_locks_on(self._url, key)
@@ -315,6 +323,9 @@ class MemoryBackend(Backend):
 
     async def runs_of(self, job: str) -> list[Run]:
         return self.database.runs(job)
+
+    async def request_cancel(self, request: CancelRequest) -> bool:
+        return self.database.request_cancel(request)
 
     async def locks_on(self, key: int) -> int:
         return self.database.lock_holders(key)

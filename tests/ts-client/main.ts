@@ -80,6 +80,17 @@ const badArgs = await client.POST("/v1/jobs/{name}/trigger", {
   params: { path: { name } },
   body: { args: { message: "x", level: "loud" } },
 });
+// Cancel: a run that has ended answers 409 with its status.
+const runId = triggered.data?.id ?? "";
+for (let look = 0; look < 100; look += 1) {
+  const run = await client.GET("/v1/runs/{run_id}", { params: { path: { run_id: runId } } });
+  if (run.data?.status !== "running") break;
+  await new Promise((resolve) => setTimeout(resolve, 100));
+}
+const late = await client.POST("/v1/runs/{run_id}/cancel", {
+  params: { path: { run_id: runId } },
+  body: { reason: "too late", by: "ts" },
+});
 const argProblems = badArgs.error;
 check(argProblems !== undefined && "errors" in argProblems, `bad args: ${badArgs.response.status}`);
 
@@ -105,6 +116,7 @@ console.log(
     versions: [shown.data.version, fresh.data.version],
     triggered: [triggered.response.status, triggered.data.args, triggered.data.note],
     argProblemLocs: argProblems.errors.map((problem) => problem.loc.join(".")),
+    lateCancel: [late.response.status, late.error?.detail],
     deleted: deleted.response.status,
     afterDelete: gone.response.status,
     headHealthz: probe.status,

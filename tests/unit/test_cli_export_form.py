@@ -84,7 +84,7 @@ def test_a_diff_masks_secret_values_on_both_sides() -> None:
 
 def test_docs_cli_shows_every_action_with_an_example() -> None:
     text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
-    examples = {m.group(1) for m in re.finditer(r"^(?:\$ )?tickgate jobs (\w+)\b", text, re.M)}
+    examples = {m.group(1) for m in re.finditer(r"^(?:\$ )?tickgate jobs ([\w-]+)\b", text, re.M)}
     missing = [command.name for command in COMMANDS if command.name not in examples]
     assert missing == []
     assert "tickgate completion bash" in text
