@@ -1,5 +1,6 @@
 """The app factory. Its lifespan opens what the app needs and closes it in reverse order."""
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -19,13 +20,16 @@ from service.api.deps import Services
 from service.api.docs import install_docs
 from service.api.errors import declare_problem_media_type
 from service.api.guards import READ_METHODS, BearerAuth, BodyLimits, Tokens
+from service.api.hooks import check_hooks
 from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
+from service.domain.hooks import HookPlan
 from service.domain.ownership import Heartbeat, Members
 from service.metrics import Metrics
 from service.scheduler import Runner, Window
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.departure import Departure
+from service.scheduler.hooks import HookSender
 from service.scheduler.membership import Membership
 from service.scheduler.remote import SchedulerProcess
 from service.scheduler.runner import SIDE_SESSIONS
@@ -179,7 +183,9 @@ async def _open(
     then the listener, the HTTP client and the pools close."""
     dsn = str(settings.database_url)
     link = Link(settings.db_link_timeout_seconds)
-    store = await Store.open(dsn, max_size=settings.api_pool_size, link=link)
+    hooks = HookPlan(tuple(settings.default_hooks))
+    check_hooks(tasks, hooks.defaults, ("TICKGATE_DEFAULT_HOOKS",))  # a bad one stops startup
+    store = await Store.open(dsn, max_size=settings.api_pool_size, link=link, hooks=hooks)
     stack.push_async_callback(store.close)
     log.info("database ready (%d migrations applied now)", await store.migrate())
     sessions = LockSessions(dsn, settings.lock_sessions, link)
@@ -199,13 +205,14 @@ async def _open(
     clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
     if clock.offset:
         log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
+    runner_sql = SqlTargetConnections(sql_target_dsns(settings))
     runner = Runner(
         sessions=sessions,
         side_sessions=side_sessions,
         store=store,
         tasks=tasks,
         http=http,
-        sql=SqlTargetConnections(sql_target_dsns(settings)),
+        sql=runner_sql,
         runner_id=settings.runner_id,
         metrics=metrics,
         fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
@@ -214,10 +221,24 @@ async def _open(
         room=settings.max_concurrent_runs,
         takeover_seconds=settings.takeover_seconds,
         tracing=tracing,
+        hooks=hooks,
+    )
+    sender = HookSender(
+        store=store,
+        runner=runner,
+        tasks=tasks,
+        http=http,
+        sql=runner_sql,
+        metrics=metrics,
+        sender=settings.runner_id,
+        public_url=settings.public_url,
+        start_delay=timedelta(milliseconds=settings.test_hook_delay_ms),
     )
     window = departure = None
     if settings.scheduler:
-        window, departure = await _open_scheduler(stack, settings, store, runner, clock)
+        window, departure = await _open_scheduler(
+            stack, settings, store=store, runner=runner, clock=clock, sender=sender
+        )
     else:
         stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     return Services(
@@ -235,11 +256,18 @@ async def _open(
 
 
 async def _open_scheduler(
-    stack: AsyncExitStack, settings: Settings, store: Store, runner: Runner, clock: ReplicaClock
+    stack: AsyncExitStack,
+    settings: Settings,
+    *,
+    store: Store,
+    runner: Runner,
+    clock: ReplicaClock,
+    sender: HookSender,
 ) -> tuple[Window, Departure]:
-    """Join the cluster, then hold the window of what is owned here. At shutdown the replica
-    leaves first and hands its jobs over (`Departure`), stops producing ticks, gives
-    runs in flight their grace, then stops the window."""
+    """Join the cluster, then hold the window of what is owned here, and send hook
+    deliveries. At shutdown the replica leaves first and hands its jobs over
+    (`Departure`), stops producing ticks, gives runs in flight their grace, then stops the
+    window and the sender."""
     dsn = str(settings.database_url)
 
     def heartbeat() -> Heartbeat:
@@ -275,7 +303,14 @@ async def _open_scheduler(
     stack.push_async_callback(departure.finished)
     await membership.start()
     await window.start()
+    sending = asyncio.create_task(sender.send_forever())
+    stack.push_async_callback(_stopped, sending)
     return window, departure
+
+
+async def _stopped(task: "asyncio.Task[None]") -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _ticks_stopper(window: Window, runner: Runner) -> Callable[[], None]:

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
+from pydantic import AliasChoices, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.domain.hooks import Hook, HttpAction
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,28 @@ class Settings(BaseSettings):
         "metrics, the API docs and the dashboard's pages (which hold no data: their "
         "scripts send the user's token to the API).",
     )
+    default_hooks: list[Hook] = Field(
+        default_factory=list,
+        description="JSON list of hooks (each `{on, action}`, as a job's `hooks`) every job "
+        "gets besides its own, unless it sets `default_hooks: false`; for example one "
+        'alerting webhook for every failure. Only `"kind": "http"` actions.',
+    )
+
+    @field_validator("default_hooks")
+    @classmethod
+    def _http_only(cls, hooks: list[Hook]) -> list[Hook]:
+        # A default trigger would chain every job, the one it triggers included.
+        for index, hook in enumerate(hooks):
+            if not isinstance(hook.action, HttpAction):
+                raise ValueError(f"default hook {index}: only http actions are allowed")
+        return hooks
+
+    public_url: str = Field(
+        "",
+        description="The URL people reach this service's dashboard at "
+        "(`https://tickgate.example.com`): hook webhooks link to it. Empty: the links are "
+        "paths only.",
+    )
     http_allow: str = Field(
         "",
         description="Comma-separated CIDRs or host names the http task may reach although "
@@ -262,6 +286,13 @@ class Settings(BaseSettings):
         le=60_000,
         description="Test only: this replica's scheduler behaves as if its clock ran this far "
         "ahead (negative: behind), firing ticks that much early (late).",
+    )
+    test_hook_delay_ms: int = Field(
+        0,
+        ge=0,
+        le=3_600_000,
+        description="Test only: send no hook delivery from this replica for this long after "
+        "it starts (so a test can kill it before it sends one it recorded).",
     )
     test_record_delay_ms: int = Field(
         0,

@@ -62,8 +62,17 @@ class Metrics:
             "tickgate_ticks_skipped",
             "Ticks this replica recorded as skipped in the ledger, by reason: overlap (an "
             "earlier run of the job was still in progress), misfire (not started within "
-            "its misfire grace), capped (max_runs used up).",
+            "its misfire grace), capped (max_runs used up), cancelled (a queue_one tick "
+            "dropped).",
             ["reason"],
+            registry=self.registry,
+        )
+        self.hook_deliveries = Counter(
+            "tickgate_hook_deliveries",
+            "Hook deliveries this replica sent, by event (failure, success, recovery, "
+            "misfire, skip) and outcome: delivered, retried (to be sent again after a "
+            "backoff), failed (its retry policy gave up, or it cannot be sent).",
+            ["event", "outcome"],
             registry=self.registry,
         )
         self.ticks_taken_over = Counter(

@@ -2,7 +2,7 @@
 
 from fastapi import FastAPI
 
-from service.api import bulk, cluster, health, jobs, runs, schedules, tasks, whoami
+from service.api import bulk, cluster, health, hooks, jobs, runs, schedules, tasks, whoami
 from service.api.errors import install_error_handlers
 from service.api.methods import install_method_semantics
 
@@ -16,5 +16,8 @@ def install_routes(app: FastAPI, *, api: bool = True) -> None:
     every included router's routes for changes per request), about 20 µs a request."""
     install_error_handlers(app)
     install_method_semantics(app)
-    for module in (*((jobs, bulk, runs, schedules, tasks, whoami, cluster) if api else ()), health):
+    for module in (
+        *((jobs, bulk, runs, hooks, schedules, tasks, whoami, cluster) if api else ()),
+        health,
+    ):
         app.router.routes.extend(module.router.routes)

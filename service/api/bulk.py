@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from service.api.deps import Services, ServicesDep
 from service.api.errors import CONFLICT, WRITE
+from service.api.hooks import check_chains
 from service.api.jobs import declared_job
 from service.api.models import (
     ApplyOutcome,
@@ -51,6 +52,7 @@ async def apply_jobs(services: Services, items: Sequence[Item], scope: ApplyQuer
         for index, item in enumerate(items)
     ]
     declared = [job for job in parsed if isinstance(job, JobCreate)]
+    await check_chains(services, {job.name: job.hooks for job in declared})
     now = await services.store.clock()
 
     def plan(stored: Mapping[str, Job]) -> list[Job]:

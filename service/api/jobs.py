@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from service.api.deps import Services, ServicesDep
 from service.api.errors import (
@@ -16,6 +16,7 @@ from service.api.errors import (
     WRITE,
     ResponseDoc,
 )
+from service.api.hooks import check_chains, check_hooks, kept_secrets
 from service.api.models import (
     PATCH_EXAMPLE,
     JobCreate,
@@ -33,6 +34,7 @@ from service.api.models import (
 )
 from service.api.preconditions import ETAG_DOC, IfMatch, etag, guarded
 from service.domain.errors import Conflict, InvalidInput, NotFound
+from service.domain.hooks import HOOKS, Hook
 from service.domain.jobs import (
     Job,
     JobName,
@@ -87,6 +89,7 @@ NamePath = Annotated[JobName, Path(description="The job's name, its identity.")]
 async def create(body: JobCreate, services: ServicesDep, response: Response) -> JobOut:
     """Create a job. 409 if the name (or its lock_key) is taken."""
     spec = _checked(services, body.spec())
+    await check_chains(services, {body.name: spec.hooks})
     now = await services.store.clock()
     job = create_job(body.name, spec, now)
     if not await services.store.insert_job(job, job.next_run_at(now)):
@@ -113,6 +116,7 @@ async def apply(
     With `If-Match`, only replace the job as it was when read (412 otherwise)."""
     if body.name is not None and body.name != name:
         raise InvalidInput.one(("body", "name"), "must equal the name in the path", body.name)
+    await check_chains(services, {name: body.hooks})
     result = await upsert_job(services, name, body.spec(), if_match)
     if result.created:
         response.status_code = status.HTTP_201_CREATED
@@ -198,11 +202,13 @@ async def patch(
     """Change some declared fields; null resets a field to its default. With `If-Match`,
     only if the job is as it was when read (412 otherwise)."""
     now = await services.store.clock()
+    if "hooks" in body:
+        await check_chains(services, {name: _hooks_or_none(body["hooks"])})
 
     def change(current: Job) -> Job:
         patched = patch_job(current, body, now)
         kept = _with_kept_secrets(patched.spec(), current)
-        if kept.args != patched.args:
+        if kept != patched.spec():
             patched = replace_job(current, kept, now)
         return _checked_job(services, patched)
 
@@ -257,21 +263,34 @@ async def _overdue(
 
 def _with_kept_secrets(spec: JobSpec, current: Job | None) -> JobSpec:
     """Secret headers are answered as "***"; sent back so, they keep the stored value, so
-    a body copied from a GET changes nothing."""
+    a body copied from a GET changes nothing (the args', and each http hook's)."""
+    hooks = kept_secrets(spec.hooks, current.hooks if current is not None else [])
     if spec.task != "http":
-        return spec
+        return spec if hooks == spec.hooks else spec.model_copy(update={"hooks": hooks})
     stored = current.args if current is not None and current.task == "http" else None
     kept = merge_secret_headers(spec.args, stored)
-    return spec if kept == spec.args else spec.model_copy(update={"args": kept})
+    if kept == spec.args and hooks == spec.hooks:
+        return spec
+    return spec.model_copy(update={"args": kept, "hooks": hooks})
+
+
+def _hooks_or_none(value: JsonValue) -> list[Hook]:
+    """A PATCH's hooks, parsed to look for cycles first (a bad one: none; the patch
+    itself then says what is wrong)."""
+    try:
+        return HOOKS.validate_python(value if value is not None else [])
+    except ValidationError:
+        return []
 
 
 def _checked(services: Services, spec: JobSpec) -> JobSpec:
     services.tasks.check_args(spec.task, spec.args)
+    check_hooks(services.tasks, spec.hooks, ("body", "hooks"))
     return spec
 
 
 def _checked_job(services: Services, job: Job) -> Job:
-    services.tasks.check_args(job.task, job.args)
+    _checked(services, job)
     return job
 
 

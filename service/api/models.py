@@ -1,6 +1,7 @@
 """Request and response bodies of the v1 API."""
 
 import base64
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
@@ -21,6 +22,7 @@ from pydantic import (
 
 from service.api.schedule_words import schedule_text
 from service.domain.errors import InvalidInput
+from service.domain.hooks import Hook, HookEvent, HttpAction
 from service.domain.jobs import (
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
@@ -38,6 +40,7 @@ from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus
 from service.domain.schedules import Schedule
 from service.store import Labels, RunFilter, RunPosition, TickPosition
+from service.store.values import Delivery
 from service.tasks.http import redact_args
 
 NEXT_RUNS = 10
@@ -273,6 +276,43 @@ class CancelOut(BaseModel):
     detail: str
 
 
+class HookDeliveryOut(BaseModel):
+    """One hook delivery: of which hook (its index in the job's `hooks`, or among the
+    cluster's defaults), for which event, doing what, and how far it got."""
+
+    id: UUID = Field(description="The delivery's id: its webhook's Idempotency-Key.")
+    run_id: UUID
+    job: str
+    hook: int
+    is_default: bool = Field(description="One of the cluster's default hooks.")
+    event: HookEvent
+    action: JsonValue = Field(description="What it does; secret header values read `***`.")
+    status: Literal["pending", "sending", "delivered", "failed"]
+    attempts: int
+    due_at: datetime = Field(
+        description="When it is (or was last) due; while sending, its lease's end."
+    )
+    last_error: str | None
+    answer: JsonValue = Field(
+        description="What the target answered (the http task's result), or the run a "
+        "trigger started."
+    )
+    created_at: datetime
+    delivered_at: datetime | None = Field(description="When it was delivered, or failed for good.")
+
+    @classmethod
+    def of(cls, delivery: Delivery) -> Self:
+        action = delivery.action.model_dump(mode="json")
+        if isinstance(delivery.action, HttpAction):
+            action["args"] = redact_args(delivery.action.args)
+        fields = vars(delivery) | {"action": action}
+        return cls.model_validate(fields)
+
+
+class HookDeliveryList(BaseModel):
+    items: list[HookDeliveryOut]
+
+
 class RunQuery(BaseModel):
     """Filters and paging of GET /v1/jobs/{name}/runs."""
 
@@ -359,6 +399,8 @@ class ListedJob(BaseModel):
     managed_by: str | None = Field(description="Who manages the job (PUT /v1/jobs).")
     labels: dict[str, str] = Field(description="The job's labels.")
     capture: bool = Field(description="Whether runs keep their output and log.")
+    hooks: list[Hook] = Field(description="The job's hooks; secret header values read `***`.")
+    default_hooks: bool = Field(description="Whether the cluster's default hooks apply.")
     pause_note: str | None = Field(description="Why the job was paused; cleared on resume.")
     runs_started: int = Field(description="Scheduled runs claimed so far (counted with max_runs).")
     lock_key: Int64String = Field(
@@ -400,9 +442,23 @@ def _shown(job: Job, ticks: list[datetime], last_run: Run | None) -> dict[str, o
     fields["schedule_text"] = schedule_text(job.schedule)
     if job.task == "http":
         fields["args"] = redact_args(job.args)
+    fields["hooks"] = shown_hooks(job.hooks)
     fields["next_run_at"] = ticks[0] if ticks else None
     fields["last_run"] = last_run.model_dump() if last_run else None
     return fields
+
+
+def shown_hooks(hooks: Sequence[Hook]) -> list[Hook]:
+    """The hooks with every http action's secret header values as "***"."""
+    return [with_args(hook, redact_args) for hook in hooks]
+
+
+def with_args(hook: Hook, change: Callable[[dict[str, JsonValue]], dict[str, JsonValue]]) -> Hook:
+    """The hook with its http action's args changed (any other hook as it is)."""
+    if not isinstance(hook.action, HttpAction):
+        return hook
+    action = hook.action.model_copy(update={"args": change(hook.action.args)})
+    return hook.model_copy(update={"action": action})
 
 
 class WhoAmI(BaseModel):

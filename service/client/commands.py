@@ -384,7 +384,8 @@ def _create(ctx: Context) -> None:
 
 
 def _patch(ctx: Context) -> None:
-    job = ctx.client.patch_job(ctx.args.name, patch_document(ctx.args.file, ctx.args.set))
+    patch = patch_document(ctx.args.file, ctx.args.set, ctx.args.hook)
+    job = ctx.client.patch_job(ctx.args.name, patch)
     summary = f"version {cell_text(job.get('version'))}, next run {when(job.get('next_run_at'))}"
     ctx.show(job, lambda out: out.line(f"patched job {name_of(job)!r}: {summary}"))
 
@@ -567,10 +568,13 @@ def _run_get(ctx: Context) -> None:
     if ctx.args.name == "cancel":
         _run_cancel(ctx)
         return
+    if ctx.args.name == "hooks":
+        _run_hooks(ctx)
+        return
     if ctx.args.name != "get":
         raise UsageError(
             "runs takes one job NAME; `runs get RUN_ID` shows one run, `runs log RUN_ID` its"
-            " log, `runs cancel RUN_ID` cancels it"
+            " log, `runs hooks RUN_ID` its hook deliveries, `runs cancel RUN_ID` cancels it"
         )
     run = ctx.client.get_run(ctx.args.run_id)
     ctx.show(run, lambda out: out.table(run_table(run, title=f"run {ctx.args.run_id}")))
@@ -579,6 +583,26 @@ def _run_get(ctx: Context) -> None:
 def _run_cancel(ctx: Context) -> None:
     answer = ctx.client.cancel_run(ctx.args.run_id, ctx.args.reason, _who())
     ctx.show(answer, lambda out: out.line(f"run {ctx.args.run_id}: {answer.get('detail')}"))
+
+
+def _run_hooks(ctx: Context) -> None:
+    answer = ctx.client.get_run_hooks(ctx.args.run_id)
+    ctx.show(answer, partial(_show_hooks, answer))
+
+
+def _show_hooks(answer: JsonObject, out: Output) -> None:
+    items = answer.get("items")
+    deliveries = (
+        [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    )
+    for one in deliveries:
+        error = f" ({one.get('last_error')})" if one.get("last_error") else ""
+        out.line(
+            f"{one.get('event')} hook {one.get('hook')}: {one.get('status')} after "
+            f"{one.get('attempts')} attempts{error}"
+        )
+    if not deliveries:
+        out.line("no hook deliveries")
 
 
 def _cancel_queued(ctx: Context) -> None:
@@ -833,6 +857,15 @@ COMMANDS: Final = (
                 help="a field to change, repeatable; dots for nested keys (retry.max_attempts"
                 "=3); the value is read as YAML (null, 30, [a, b], {kind: cron, ...})",
             ),
+            arg(
+                "--hook",
+                action="append",
+                default=[],
+                metavar="EVENTS=ACTION",
+                help="set the job's hooks (repeat for several; they replace its hooks): "
+                "`failure,recovery=http:URL` posts the run to URL, `success=trigger:JOB` runs "
+                "JOB; events: failure, success, recovery, misfire, skip",
+            ),
         ),
     ),
     Command("delete", _delete, "delete a job", (NAME,)),
@@ -875,13 +908,14 @@ COMMANDS: Final = (
         "runs",
         _runs,
         "a job's runs, newest first; without NAME, every job's; `runs get RUN_ID`: one run;"
-        " `runs log RUN_ID`: what it logged; `runs cancel RUN_ID [--reason TEXT]`: stop it",
+        " `runs log RUN_ID`: what it logged; `runs hooks RUN_ID`: its hook deliveries;"
+        " `runs cancel RUN_ID [--reason TEXT]`: stop it",
         (
             arg(
                 "name",
                 metavar="NAME",
                 nargs="?",
-                help="the job's name (or `get`, `log` or `cancel`, then RUN_ID)",
+                help="the job's name (or `get`, `log`, `hooks` or `cancel`, then RUN_ID)",
                 completer=complete_job_names,
             ),
             arg(

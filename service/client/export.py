@@ -35,6 +35,8 @@ DECLARED_FIELDS: Final = (
     "managed_by",
     "labels",
     "capture",
+    "hooks",
+    "default_hooks",
 )
 # What a declared field is when a body leaves it out.
 DEFAULTS: Final[Mapping[str, object]] = {
@@ -53,6 +55,8 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "managed_by": None,
     "labels": {},
     "capture": True,
+    "hooks": [],
+    "default_hooks": True,
 }
 RETRY_DEFAULTS: Final[Mapping[str, object]] = {
     "max_attempts": 1,

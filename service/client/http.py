@@ -230,6 +230,9 @@ class TickgateClient:
     def get_run_log(self, run_id: str) -> JsonObject:
         return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}/log"))
 
+    def get_run_hooks(self, run_id: str) -> JsonObject:
+        return _object(self._request("GET", f"/v1/runs/{quote(run_id, safe='')}/hooks"))
+
     def cancel_run(self, run_id: str, reason: str | None, by: str | None) -> JsonObject:
         """Ask the replica running the run to cancel it (202, or 409 once it ended)."""
         body = {key: value for key, value in (("reason", reason), ("by", by)) if value}

@@ -108,9 +108,28 @@ def _json_kind(value: object) -> str:
     return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), "a value")
 
 
-def patch_document(source: str | None, settings: Sequence[str]) -> JsonObject:
+HOOK_FORM = "EVENTS=http:URL or EVENTS=trigger:JOB (EVENTS: failure,recovery,...)"
+
+
+def hook_option(text: str) -> JsonObject:
+    """`--hook failure,recovery=http:https://alerts.example/tg` as a hook: a webhook to
+    the URL (POST, the run as its body), or `success=trigger:report` to run another job."""
+    events, _, action = text.partition("=")
+    kind, _, target = action.partition(":")
+    on = [event.strip() for event in events.split(",") if event.strip()]
+    if not on or kind not in {"http", "trigger"} or not target:
+        raise UsageError(f"--hook {text!r}: expected {HOOK_FORM}")
+    if kind == "http":
+        return {"on": on, "action": {"kind": "http", "args": {"url": target}}}
+    return {"on": on, "action": {"kind": "trigger", "job": target}}
+
+
+def patch_document(
+    source: str | None, settings: Sequence[str], hooks: Sequence[str] = ()
+) -> JsonObject:
     """A JSON merge patch: the mapping in the file `source` (if any), then each
-    `key=value` of `settings` merged into it (`a.b=1` is `{"a": {"b": 1}}`)."""
+    `key=value` of `settings` merged into it (`a.b=1` is `{"a": {"b": 1}}`), then the
+    `--hook`s, if any, as the job's hooks (all of them: a merge patch replaces a list)."""
     patch: JsonObject = {}
     if source is not None:
         document = load_document(source)
@@ -120,8 +139,10 @@ def patch_document(source: str | None, settings: Sequence[str]) -> JsonObject:
     for setting in settings:
         path, value = _setting(setting)
         _merge_at(patch, path, value)
+    if hooks:
+        patch["hooks"] = [hook_option(text) for text in hooks]
     if not patch:
-        raise UsageError("nothing to change: give -f FILE or --set key=value")
+        raise UsageError("nothing to change: give -f FILE, --set key=value or --hook")
     return patch
 
 

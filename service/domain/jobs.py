@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from service.domain.errors import Conflict, InvalidInput
+from service.domain.hooks import MAX_HOOKS, Hook
 from service.domain.names import JOB_NAME_PATTERN, MANAGER_PATTERN, lock_key
 from service.domain.retry import RetryPolicy
 from service.domain.schedules import (
@@ -121,6 +122,15 @@ class JobSpec(BaseModel):
         True,
         description="Keep what each run's target answered (its output) and what it logged "
         "(its log), shown by GET /v1/runs/{id} and /log; false keeps neither.",
+    )
+    hooks: list[Hook] = Field(
+        default_factory=list,
+        max_length=MAX_HOOKS,
+        description="What happens when a run ends or a tick is skipped: `{on, action}` "
+        "each (see docs/concepts.md#hooks).",
+    )
+    default_hooks: bool = Field(
+        True, description="Whether the cluster's default hooks (TICKGATE_DEFAULT_HOOKS) apply."
     )
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,

@@ -9,13 +9,19 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 
 class RunTrigger(StrEnum):
-    """What started a run: its schedule, a manual trigger, catch-up after downtime, or
-    a backfill of past ticks."""
+    """What started a run: its schedule, a manual trigger, catch-up after downtime, a
+    backfill of past ticks, or another job's trigger hook (chain)."""
 
     SCHEDULE = "schedule"
     MANUAL = "manual"
     CATCHUP = "catchup"
     BACKFILL = "backfill"
+    CHAIN = "chain"
+
+    @property
+    def on_demand(self) -> bool:
+        """Asked for now (manual, or by another job's hook): no tick's outcome."""
+        return self in {RunTrigger.MANUAL, RunTrigger.CHAIN}
 
 
 class RunStatus(StrEnum):

@@ -34,6 +34,7 @@ from pydantic import JsonValue
 
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict, NotFound
+from service.domain.hooks import HookPlan
 from service.domain.jobs import Job, JobState, Overlap
 from service.domain.runs import CancelRequest, Run, RunTrigger, SkipReason
 from service.metrics import Metrics
@@ -156,6 +157,7 @@ class Runner:
         takeover_seconds: float = 3.0,
         waiting_limit: int = WAITING_LIMIT,
         tracing: Tracing | None = None,
+        hooks: HookPlan | None = None,
     ) -> None:
         self._sessions = sessions
         self._side_sessions = side_sessions
@@ -172,6 +174,7 @@ class Runner:
             metrics=metrics,
             record_delay=record_delay,
             tracing=self._tracing,
+            hooks=hooks,
         )
         self._admission: Admission[DueTick] = Admission(
             room, claims=sessions.size, limit=waiting_limit
@@ -545,14 +548,20 @@ class Runner:
     # --- manual runs and backfills ------------------------------------------------
 
     async def trigger_now(
-        self, job: Job, args: dict[str, JsonValue] | None = None, note: str | None = None
+        self,
+        job: Job,
+        args: dict[str, JsonValue] | None = None,
+        note: str | None = None,
+        trigger: RunTrigger = RunTrigger.MANUAL,
     ) -> Run:
-        """A manual run through the same gate, with `args` instead of the job's if given
-        (checked already) and the caller's `note`, both kept on its row; returns once the
-        row exists and leaves the run going. Conflict if a "skip" job is running anywhere."""
+        """A manual run (or a hook's `chain` run) through the same gate, with `args`
+        instead of the job's if given (checked already) and the caller's `note`, both kept
+        on its row; returns once the row exists and leaves the run going. Conflict if a
+        "skip" job is running anywhere."""
+        assert trigger.on_demand, "a tick's run is claimed by the loop, not asked for"
         decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
         now = self._clock.now()
-        tick = self._claim_of(job, now, RunTrigger.MANUAL, any_version=True)
+        tick = self._claim_of(job, now, trigger, any_version=True)
         tick = replace(tick, args=args, note=note)
         task = self._spawn(self._discard(self._on_the_side(tick, decided.set_result)))
         either: set[asyncio.Future[Any]] = {decided, task}

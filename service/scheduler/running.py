@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from service.domain.hooks import HookPlan, events_of_end
 from service.domain.jobs import Job, finish_run, policy_finishes
 from service.domain.runs import (
     CancelRequest,
     Run,
     RunStatus,
-    RunTrigger,
     storable_json,
     storable_text,
 )
@@ -83,8 +83,10 @@ class RunExecutor:
         metrics: Metrics,
         record_delay: timedelta = timedelta(0),
         tracing: Tracing | None = None,
+        hooks: HookPlan | None = None,
     ) -> None:
         self._store = store
+        self._hooks = hooks or HookPlan()
         self._tracing = tracing or NoTracing()
         self._record_delay = record_delay.total_seconds()
         self._attempts = attempts
@@ -166,7 +168,7 @@ class RunExecutor:
         return note
 
     async def _run(self, pinned: "Pinned", job: Job, run: Run, progress: Progress) -> Run | None:
-        if run.trigger is not RunTrigger.MANUAL:
+        if not run.trigger.on_demand:
             lag = run.started_at - run.scheduled_for
             self._metrics.fire_lag.observe(max(0.0, lag.total_seconds()))
         self._runs.started(job.name)
@@ -217,6 +219,7 @@ class RunExecutor:
             max(1, progress.attempts),
             storable_json(outcome.output) if kept else None,
             storable_json(progress.log.stored()) if kept else None,
+            self._hooks.calls(job.hooks, job.default_hooks, events_of_end(outcome.status)),
         )
         with self._tracing.record(run) as traced:
             finished = await self._finish(pinned, run, end)
@@ -229,7 +232,7 @@ class RunExecutor:
         elif not self._runs.of(job.name):
             self._deleted.discard(job.name)  # its last run here has ended
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))
-        if run.trigger is not RunTrigger.MANUAL:
+        if not run.trigger.on_demand:
             await self.tick_ended(job, run.scheduled_for)
         return finished
 

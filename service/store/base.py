@@ -10,12 +10,11 @@ from typing import Any, Self
 
 import asyncpg
 
+from service.domain.hooks import HookPlan
 from service.store.connection import Connection, Pool
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
-from service.store.rows import (
-    SharedParts,
-)
+from service.store.rows import Encoded, SharedParts
 
 
 async def init_connection(connection: Connection) -> None:
@@ -26,8 +25,13 @@ async def init_connection(connection: Connection) -> None:
     await connection.execute("SET jit = off")
     for jsontype in ("json", "jsonb"):
         await connection.set_type_codec(
-            jsontype, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+            jsontype, encoder=encode_json, decoder=json.loads, schema="pg_catalog"
         )
+
+
+def encode_json(value: object) -> str:
+    """A value as JSON text; `Encoded` is that already."""
+    return value.text if isinstance(value, Encoded) else json.dumps(value)
 
 
 ConnectionHook = Callable[[Connection], Awaitable[None]]
@@ -57,14 +61,22 @@ class StoreBase:
     `statement_seconds` (the wait for a connection included) or raises; past the deadline
     the connection is dropped, not returned to the pool, so a silent link never hangs it."""
 
-    def __init__(self, pool: Pool, link: Link | None = None) -> None:
+    def __init__(self, pool: Pool, link: Link | None = None, hooks: HookPlan | None = None) -> None:
         self._pool = pool
         self._link = link or Link()
         self._shared = SharedParts()
+        # The cluster's default hooks: the skips and abandoned runs written here get them.
+        self._hooks = hooks or HookPlan()
 
     @classmethod
     async def open(
-        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, link: Link | None = None
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        link: Link | None = None,
+        hooks: HookPlan | None = None,
     ) -> Self:
         link = link or Link()
 
@@ -72,7 +84,7 @@ class StoreBase:
             await init_connection(connection)
             await link.tune(connection)  # keepalives: pool connections never heartbeat
 
-        return cls(await create_pool(dsn, min_size, max_size, _stateless_reset, init), link)
+        return cls(await create_pool(dsn, min_size, max_size, _stateless_reset, init), link, hooks)
 
     @asynccontextmanager
     async def _bounded(self, seconds: float | None = None) -> AsyncIterator[Connection]:

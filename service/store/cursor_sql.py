@@ -7,6 +7,7 @@ lock a job's cursor too, so the audit's lock and theirs wait for each other: no 
 claimed while the audit counts it as missed.
 """
 
+from service.store.hooks_sql import deliveries
 from service.store.rows import job_document
 
 # The cursors whose `due_at` is more than $2 seconds (the takeover time) behind the
@@ -43,15 +44,17 @@ DECIDED = """SELECT c.job, r.scheduled_for
     FROM unnest($1::text[], $2::timestamptz[]) AS c (job, cursor)
     CROSS JOIN LATERAL (
         SELECT scheduled_for FROM tickgate_runs
-        WHERE job = c.job AND scheduled_for >= c.cursor AND trigger <> 'manual'
+        WHERE job = c.job AND scheduled_for >= c.cursor AND trigger NOT IN ('manual', 'chain')
         ORDER BY scheduled_for LIMIT $3) AS r"""
 
 # The misfire rows of the runs of ticks nobody started ($1 jobs, $2 ids, $3 each run's
-# last tick, $4 how many, $5 notes; $6 the runner), and each cursor's new place ($7
-# jobs, $8 ticks, NULL for none left; $9 when to look again, NULL for never).
-MOVE_CURSORS = """WITH misfires AS (
-        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[])
-            AS m (job, id, tick, missed, note)
+# last tick, $4 how many, $5 notes, $10 their hooks' calls; $6 the runner), and each
+# cursor's new place ($7 jobs, $8 ticks, NULL for none left; $9 when to look again, NULL
+# for never).
+MOVE_CURSORS = f"""WITH misfires AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[],
+                             $10::jsonb[])
+            AS m (job, id, tick, missed, note, calls)
     ), recorded AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
@@ -62,7 +65,12 @@ MOVE_CURSORS = """WITH misfires AS (
         FROM misfires m JOIN tickgate_jobs j ON j.name = m.job
         ORDER BY m.job, m.tick
         ON CONFLICT (job, scheduled_for) DO NOTHING
-        RETURNING job
+        RETURNING id, job, started_at
+    ), hooked AS (
+        {
+    deliveries('''(SELECT r.id AS run_id, r.job, r.started_at, m.calls
+            FROM recorded r JOIN misfires m ON m.id = r.id WHERE m.calls IS NOT NULL)''')
+}
     )
     UPDATE tickgate_cursors k SET tick = coalesce(c.tick, 'infinity'),
         due_at = coalesce(c.due_at, 'infinity')

@@ -9,10 +9,13 @@ from typing import Any
 from uuid import uuid4
 
 from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
+from service.domain.hooks import HookPlan, events_of_skip
 from service.domain.jobs import Job
+from service.domain.runs import SkipReason
 from service.store import cursor_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
+from service.store.hooks_sql import encoded_calls
 from service.store.rows import job_from_row
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
@@ -114,7 +117,7 @@ async def refresh(connection: Connection, takeover: timedelta) -> int:
 
 
 async def audit(
-    connection: Connection, most: int, runner: str, takeover: Takeover
+    connection: Connection, most: int, runner: str, takeover: Takeover, hooks: HookPlan
 ) -> list[Audited]:
     """Audit up to `most` cursors lagging more than the takeover time, in the caller's
     transaction."""
@@ -129,7 +132,7 @@ async def audit(
     audits = [
         (job, _audit_one(job, cursor, now, takeover, decided[job.name])) for job, cursor in lagging
     ]
-    await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner))
+    await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner, hooks))
     return [Audited(job, done.missed, done.owed) for job, done in audits]
 
 
@@ -156,10 +159,13 @@ async def _decided(
     return decided
 
 
-def _pass_arguments(audits: list[tuple[Job, CursorAudit]], runner: str) -> tuple[object, ...]:
-    missed = [(job.name, run) for job, done in audits for run in done.missed]
+def _pass_arguments(
+    audits: list[tuple[Job, CursorAudit]], runner: str, hooks: HookPlan
+) -> tuple[object, ...]:
+    missed = [(job, run) for job, done in audits for run in done.missed]
+    misfired = events_of_skip(SkipReason.MISFIRE)
     return (
-        [name for name, _ in missed],
+        [job.name for job, _ in missed],
         [uuid4() for _ in missed],
         [run.last for _, run in missed],
         [run.count for _, run in missed],
@@ -168,6 +174,7 @@ def _pass_arguments(audits: list[tuple[Job, CursorAudit]], runner: str) -> tuple
         [job.name for job, _ in audits],
         [done.cursor for _, done in audits],
         [done.due_at for _, done in audits],
+        [encoded_calls(hooks.calls(job.hooks, job.default_hooks, misfired)) for job, _ in missed],
     )
 
 
@@ -193,7 +200,7 @@ class CursorStore(StoreBase):
         past reach without a row recorded as misfires, the owed ones returned to claim
         (`cursors.audit`), in one transaction."""
         async with self._bounded() as connection, connection.transaction():
-            return await audit(connection, most, runner, takeover)
+            return await audit(connection, most, runner, takeover, self._hooks)
 
     async def read_window(
         self,

@@ -11,8 +11,10 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from uuid import UUID
 
+from service.domain.hooks import HookCall, HookPlan, events_of_end, events_of_skip
 from service.domain.jobs import Job
-from service.domain.runs import RunTrigger
+from service.domain.runs import RunStatus, RunTrigger
+from service.store.hooks_sql import deliveries, encoded_calls
 from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.ports import Following, NextTick, Orphan, RunEnd, Skip, TickClaim
 from service.store.rows import RUN_COLUMNS, job_document
@@ -85,7 +87,8 @@ def claim_statement(*, counted: bool) -> str:
     counting = (
         """, counted AS (
         UPDATE tickgate_jobs SET runs_started = runs_started + 1
-        WHERE name IN (SELECT job FROM claimed WHERE trigger <> 'manual') RETURNING name)"""
+        WHERE name IN (SELECT job FROM claimed WHERE trigger NOT IN ('manual', 'chain'))
+        RETURNING name)"""
         if counted
         else ""
     )
@@ -128,7 +131,8 @@ def claim_statement(*, counted: bool) -> str:
         WHERE g.got AND c.incarnation = g.incarnation
           AND ((g.any_version AND (c.state = 'active' OR NOT g.while_active))
                OR (c.version = g.version AND c.state = 'active'))
-          AND (c.max_runs IS NULL OR c.runs_started < c.max_runs OR g.trigger = 'manual')
+          AND (c.max_runs IS NULL OR c.runs_started < c.max_runs
+               OR g.trigger IN ('manual', 'chain'))
           AND NOT g.queued_before AND NOT {_passed("g", "c")}
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
@@ -157,7 +161,8 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(c.incarnation = g.incarnation, false) AS same_incarnation,
            COALESCE(c.incarnation = g.incarnation AND c.version = g.version, false)
                AS same_revision,
-           COALESCE(c.runs_started >= c.max_runs AND g.trigger <> 'manual', false) AS capped,
+           COALESCE(c.runs_started >= c.max_runs AND g.trigger NOT IN ('manual', 'chain'),
+                    false) AS capped,
            COALESCE(g.while_active AND c.state <> 'active', false) AS inactive,
            claimed.id IS NULL
                AND (ticked.found IS NOT NULL OR COALESCE({_passed("g", "c")}, false)) AS ticked,
@@ -193,7 +198,7 @@ def cursor_moves(
     """Where the job's cursor goes once the tick `at` is decided (`following`, where
     known), and whether `at` is the job's first tick (a cursor still at the threshold waits
     for it). Manual runs and backfills move no cursor."""
-    if trigger in {RunTrigger.MANUAL, RunTrigger.BACKFILL}:
+    if trigger in {RunTrigger.MANUAL, RunTrigger.CHAIN, RunTrigger.BACKFILL}:
         return None, False
     if following is Following.UNKNOWN:
         following = job.tick_after(at)
@@ -232,9 +237,9 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 # tick again.
 FINISH = f"""WITH ends AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[], $8::jsonb[], $9::jsonb[])
+                             $6::bigint[], $8::jsonb[], $9::jsonb[], $10::jsonb[])
             WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, new_output, new_log, n)
+                                 unlock_key, new_output, new_log, calls, n)
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -251,6 +256,11 @@ FINISH = f"""WITH ends AS (
         SELECT e.run_id, e.new_output, e.new_log FROM ends e JOIN finished f ON f.id = e.run_id
         WHERE e.new_output IS NOT NULL OR e.new_log IS NOT NULL
         ON CONFLICT (run_id) DO UPDATE SET output = EXCLUDED.output, log = EXCLUDED.log
+    ), hooked AS (
+        {
+    deliveries('''(SELECT f.id AS run_id, f.job, f.started_at, e.calls
+            FROM ends e JOIN finished f ON f.id = e.run_id WHERE e.calls IS NOT NULL)''')
+}
     )
     SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
                      THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
@@ -273,6 +283,7 @@ def finish_arguments(
         backend,
         [end.output for _, end, _ in ends],
         [end.log for _, end, _ in ends],
+        [encoded_calls(end.hooks) for _, end, _ in ends],
     )
 
 
@@ -295,9 +306,9 @@ UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
 RECORD_SKIPS = f"""WITH skips AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::text[], $6::text[], $7::uuid[], $9::int[],
-                             $10::timestamptz[], $11::boolean[], $12::bigint[])
+                             $10::timestamptz[], $11::boolean[], $12::bigint[], $13::jsonb[])
             WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
-                                 missed_ticks, following, opens, version, n)
+                                 missed_ticks, following, opens, version, calls, n)
     ), jobs AS MATERIALIZED (
         SELECT {_CURSORED_JOB}, j.lock_key
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
@@ -322,11 +333,18 @@ RECORD_SKIPS = f"""WITH skips AS (
         RETURNING {RUN_COLUMNS}
     ), advanced AS (
         {_advance("recordable")}
+    ), hooked AS (
+        {
+    deliveries('''(SELECT i.id AS run_id, i.job, i.started_at, s.calls
+            FROM inserted i JOIN skips s ON s.id = i.id WHERE s.calls IS NOT NULL)''')
+}
     )
     SELECT * FROM inserted"""
 
 
-def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> tuple[object, ...]:
+def skip_arguments(
+    skips: Sequence[Skip], runner: str, ids: Sequence[UUID], plan: HookPlan
+) -> tuple[object, ...]:
     moves = [cursor_moves(s.job, s.scheduled_for, s.trigger, s.following) for s in skips]
     return (
         [skip.job.name for skip in skips],
@@ -341,7 +359,12 @@ def skip_arguments(skips: Sequence[Skip], runner: str, ids: Sequence[UUID]) -> t
         [following for following, _ in moves],
         [opens for _, opens in moves],
         [skip.job.version for skip in skips],
+        [encoded_calls(_skip_calls(skip, plan)) for skip in skips],
     )
+
+
+def _skip_calls(skip: Skip, plan: HookPlan) -> tuple[HookCall, ...]:
+    return plan.calls(skip.job.hooks, skip.job.default_hooks, events_of_skip(skip.reason))
 
 
 # queue_one: the one tick per job allowed to wait for the run in progress. Whoever
@@ -408,14 +431,35 @@ ORPHANS = f"""WITH found AS (
 # The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error;
 # one someone asked to cancel says so), if still orphaned.
 ABANDONED_ERROR = "the replica running this stopped without finishing it"
-ABANDON = f"""UPDATE tickgate_runs r SET status = 'abandoned',
-        finished_at = clock_timestamp(),
-        duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
-        error = CASE WHEN r.cancel_requested_at IS NULL THEN $2
-                     ELSE $2 || '; cancelled by ' || r.cancelled_by
-                          || COALESCE(': ' || r.cancel_reason, '') END
-    WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
-    RETURNING {RUN_COLUMNS}"""
+ABANDON = f"""WITH abandoned AS (
+        UPDATE tickgate_runs r SET status = 'abandoned',
+            finished_at = clock_timestamp(),
+            duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
+            error = CASE WHEN r.cancel_requested_at IS NULL THEN $2
+                         ELSE $2 || '; cancelled by ' || r.cancelled_by
+                              || COALESCE(': ' || r.cancel_reason, '') END
+        WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
+        RETURNING {RUN_COLUMNS}
+    ), hooked AS (
+        {
+    deliveries('''(SELECT a.id AS run_id, a.job, a.started_at, c.calls
+            FROM abandoned a JOIN unnest($1::uuid[], $3::jsonb[]) AS c (run_id, calls)
+                ON c.run_id = a.id
+            WHERE c.calls IS NOT NULL)''')
+}
+    )
+    SELECT * FROM abandoned"""
+
+
+def abandon_arguments(orphans: Sequence[Orphan], plan: HookPlan) -> tuple[object, ...]:
+    """The abandoned runs' `failure` hooks go with them (by their jobs as stored)."""
+    failed = events_of_end(RunStatus.ABANDONED)
+    return (
+        [orphan.run.id for orphan in orphans],
+        ABANDONED_ERROR,
+        [encoded_calls(plan.calls(o.job.hooks, o.job.default_hooks, failed)) for o in orphans],
+    )
+
 
 # Orphans' next attempts move to this session, a batch in one statement ($1 run ids, $2
 # the backends that held them, $3 whether each holds a lock, $4 its key; at most one

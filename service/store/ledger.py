@@ -78,7 +78,8 @@ class LedgerStore(StoreBase):
         tick that has a row already, or whose job is gone, records nothing)."""
         if not skips:
             return []
-        arguments = fire_sql.skip_arguments(skips, runner, [uuid4() for _ in skips])
+        ids = [uuid4() for _ in skips]
+        arguments = fire_sql.skip_arguments(skips, runner, ids, self._hooks)
         async with self._bounded() as connection:
             rows = await connection.fetch(fire_sql.RECORD_SKIPS, *arguments)
         return [run_from_row(row) for row in rows]
@@ -107,7 +108,7 @@ class LedgerStore(StoreBase):
             return []
         async with self._bounded() as connection:
             rows = await connection.fetch(
-                fire_sql.ABANDON, [o.run.id for o in orphans], fire_sql.ABANDONED_ERROR
+                fire_sql.ABANDON, *fire_sql.abandon_arguments(orphans, self._hooks)
             )
         return [run_from_row(row) for row in rows]
 

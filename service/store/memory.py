@@ -134,7 +134,7 @@ class _Statement:
     counted: bool
 
     def counts(self, run: Run) -> bool:
-        return self.counted and run.trigger is not RunTrigger.MANUAL
+        return self.counted and not run.trigger.on_demand
 
 
 @dataclass(frozen=True)
@@ -796,9 +796,7 @@ def _admits(tick: TickClaim, job: Job | None) -> bool:
         return False
     if _inactive(tick, job):
         return False
-    return (
-        job.max_runs is None or job.runs_started < job.max_runs or tick.trigger is RunTrigger.MANUAL
-    )
+    return job.max_runs is None or job.runs_started < job.max_runs or tick.trigger.on_demand
 
 
 def _inactive(tick: TickClaim, job: Job | None) -> bool:
@@ -807,7 +805,7 @@ def _inactive(tick: TickClaim, job: Job | None) -> bool:
 
 
 def _capped(tick: TickClaim, job: Job | None) -> bool:
-    if job is None or job.max_runs is None or tick.trigger is RunTrigger.MANUAL:
+    if job is None or job.max_runs is None or tick.trigger.on_demand:
         return False
     return job.runs_started >= job.max_runs
 

@@ -2,13 +2,23 @@
 
 import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from service.domain.hooks import HOOKS
 from service.domain.jobs import CHECKED, Job
 from service.domain.ownership import Member
 from service.domain.runs import Run
 from service.domain.schedules import DailySchedule
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A JSON value encoded already. A JSON array must go so where a statement takes
+    the column as an array of rows: asyncpg would read a list as one more dimension."""
+
+    text: str
+
 
 # The one column table of tickgate_jobs: the statements' column lists, the values
 # written, their SQL types (for statements that take a column as an array) and the rows
@@ -41,6 +51,8 @@ _JOB_TABLE: tuple[tuple[str, str, Callable[[Job], object]], ...] = (
     ("managed_by", "text", lambda job: job.managed_by),
     ("labels", "jsonb", lambda job: job.labels),
     ("capture", "boolean", lambda job: job.capture),
+    ("hooks", "jsonb", lambda job: Encoded(HOOKS.dump_json(job.hooks).decode())),
+    ("default_hooks", "boolean", lambda job: job.default_hooks),
 )
 JOB_COLUMNS = ", ".join(column for column, _, _ in _JOB_TABLE)
 JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)

@@ -9,7 +9,9 @@ from uuid import UUID
 
 from pydantic import JsonValue
 
+from service.domain.hooks import Action, HookCall, HookEvent
 from service.domain.jobs import Job
+from service.domain.retry import RetryPolicy
 from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
 
 
@@ -49,7 +51,7 @@ class TickClaim:
     @property
     def counted(self) -> bool:
         """A claim that counts against the job's `max_runs` (manual runs never do)."""
-        return self.job.max_runs is not None and self.trigger is not RunTrigger.MANUAL
+        return self.job.max_runs is not None and not self.trigger.on_demand
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class RunEnd:
     # logged, kept beside the run.
     output: JsonValue = None
     log: JsonValue = None
+    # The hook deliveries its end writes to the outbox.
+    hooks: tuple[HookCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,34 @@ class CancelAnswer:
     run: Run
     asked: bool
     gone: bool
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One hook delivery in the outbox: of which hook of the job (`is_default`: of the
+    cluster's defaults) for which event, doing what, how far it got."""
+
+    id: UUID
+    run_id: UUID
+    job: str
+    hook: int
+    is_default: bool
+    event: HookEvent
+    action: Action
+    retry: RetryPolicy
+    status: Literal["pending", "sending", "delivered", "failed"]
+    attempts: int
+    due_at: datetime
+    last_error: str | None
+    answer: JsonValue
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Sending:
+    """A delivery this replica took to send, with its run and its job's labels."""
+
+    delivery: Delivery
+    run: Run
+    labels: dict[str, str]

@@ -90,6 +90,9 @@ class TaskDefinition(Generic[ArgsT]):
     # Checks, when a job is written, what the args model alone cannot (a name that
     # must be configured, say): raises InvalidInput.
     check: Callable[[ArgsT], None] | None = None
+    # `check` and more, where a caller asks for it (`check_args(..., reach=True)`): what
+    # the run would refuse anyway, refused when written (a hook's webhook target).
+    check_reach: Callable[[ArgsT], None] | None = None
 
     def parse_args(self, args: Mapping[str, JsonValue]) -> ArgsT:
         return self.args_model.model_validate(args)
@@ -146,8 +149,9 @@ class TaskRegistry:
             if definition.close is not None:
                 await definition.close()
 
-    def check_args(self, task: str, args: Mapping[str, JsonValue]) -> None:
-        """Raise InvalidInput (a 422) unless `task` exists and `args` fit its model."""
+    def check_args(self, task: str, args: Mapping[str, JsonValue], *, reach: bool = False) -> None:
+        """Raise InvalidInput (a 422) unless `task` exists and `args` fit its model;
+        with `reach`, its `check_reach` too."""
         definition = self._tasks.get(task)
         if definition is None:
             known = ", ".join(sorted(self._tasks))
@@ -156,5 +160,7 @@ class TaskRegistry:
             parsed = definition.parse_args(args)
         except ValidationError as error:
             raise InvalidInput.from_validation(error, ("body", "args")) from error
-        if definition.check is not None:
-            definition.check(parsed)
+        checks = definition.check_reach if reach else None
+        checks = checks or definition.check
+        if checks is not None:
+            checks(parsed)

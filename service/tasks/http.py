@@ -672,6 +672,17 @@ class HttpSender:
             return {}
         return self.signing.signed(key_id, str(context.run_id), int(time.time()), body or b"")
 
+    def check_reach(self, args: HttpArgs) -> None:
+        """At write time, where asked (a hook's webhook): a target at an address (not a
+        name, resolved only when called) must be one the guard lets through. A job's
+        target is refused when it runs, in its run's error."""
+        self.check(args)
+        host = args.url.host or ""
+        address = parse_host(host)
+        if address is not None and not self._permitted(address, host):
+            message = f"{host} is a loopback, private or reserved address; allow it with {ALLOW}"
+            raise InvalidInput.one(("body", "args", "url"), message, str(args.url))
+
     def check(self, args: HttpArgs) -> None:
         """At write time: the signing key and the OAuth client secret a job names must
         be ones the operator configured, and a token endpoint at an address (not a
@@ -840,4 +851,5 @@ def http_task(
         close=sender.aclose,
         warm=sender.warm,
         check=sender.check,
+        check_reach=sender.check_reach,
     )

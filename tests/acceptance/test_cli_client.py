@@ -300,6 +300,41 @@ def test_runs_cancel_stops_a_hung_run_saying_who_and_why(
     assert "no tick of 'cli-hung' is waiting" in nothing.stderr
 
 
+def test_patch_hook_sets_the_jobs_hooks_and_a_bad_one_is_refused(
+    url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    created(url, tmp_path, job("hooked"), job("hook-target"))
+    alert = f"failure,recovery=http:{receiver.url_for('/cli-alerts')}"
+    patched = as_json(
+        url, "patch", "hooked", "--hook", alert, "--hook", "success=trigger:hook-target"
+    )
+    assert patched["hooks"] == [
+        {
+            "on": ["failure", "recovery"],
+            "action": {"kind": "http", "args": {"url": receiver.url_for("/cli-alerts")}},
+            "retry": patched["hooks"][0]["retry"],
+        },
+        {
+            "on": ["success"],
+            "action": {"kind": "trigger", "job": "hook-target", "args": None},
+            "retry": patched["hooks"][1]["retry"],
+        },
+    ]
+    run_id = str(as_json(url, "trigger", "hooked")["id"])
+
+    def delivered() -> str | None:
+        shown = ok(url, "runs", "hooks", run_id)
+        return shown if "success hook 1: delivered after 1 attempts" in shown else None
+
+    assert eventually(delivered, 30, "the chain hook's delivery")
+    unknown = tickgate(url, "patch", "hooked", "--hook", "success=trigger:nobody")
+    assert unknown.returncode == 1
+    assert "no job of this name to trigger" in unknown.stderr
+    malformed = tickgate(url, "patch", "hooked", "--hook", "success=mail:ops")
+    assert malformed.returncode == 2
+    assert "expected EVENTS=http:URL or EVENTS=trigger:JOB" in malformed.stderr
+
+
 def test_runs_without_a_name_lists_every_jobs_runs_newest_first(url: str, tmp_path: Path) -> None:
     created(url, tmp_path, job("across-a"), job("across-b"))
     triggered = [ok(url, "trigger", name) for name in ("across-a", "across-b")]

@@ -53,6 +53,15 @@ EVERYTHING_ON: dict[str, Any] = {
         "sql": {"existingSecret": "sql-targets", "allowSelf": True},
     },
     "tracing": {"otlpEndpoint": "http://otel-collector.observability:4318", "sampleRatio": 0.25},
+    "hooks": {
+        "defaults": [
+            {
+                "on": ["failure"],
+                "action": {"kind": "http", "args": {"url": "https://alerts.example.com/tg"}},
+            }
+        ]
+    },
+    "publicUrl": "https://tickgate.example.com",
 }
 
 

@@ -355,7 +355,7 @@ async def _made(store: Store, name: str, ago: timedelta, **spec: Any) -> Job:
 
 # A job as the previous release wrote it (no cursor).
 # The job columns the previous release had: all of today's but those added since (last).
-_NEWER_JOB_COLUMNS = ("capture",)
+_NEWER_JOB_COLUMNS = ("capture", "hooks", "default_hooks")
 _OLD_JOB_COLUMNS = JOB_COLUMNS.split(", ")[: -len(_NEWER_JOB_COLUMNS)]
 _OLD_JOB = f"""INSERT INTO tickgate_jobs ({", ".join(_OLD_JOB_COLUMNS)})
     VALUES ({", ".join(f"${n}" for n in range(1, len(_OLD_JOB_COLUMNS) + 1))})"""

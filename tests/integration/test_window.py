@@ -22,6 +22,7 @@ import pytest
 
 from harness.waiting import eventually_async
 from service.domain.cursors import OwedTick
+from service.domain.hooks import HookPlan
 from service.domain.jobs import Catchup, Job, JobSpec, create_job, replace_job
 from service.domain.names import lock_key
 from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
@@ -67,8 +68,8 @@ class Hold:
 class ScriptedStore(Store):
     """The real Store; `hold` parks its next read of a kind, `fail_once` breaks it."""
 
-    def __init__(self, pool: Pool, link: Link | None = None) -> None:
-        super().__init__(pool, link)
+    def __init__(self, pool: Pool, link: Link | None = None, hooks: HookPlan | None = None) -> None:
+        super().__init__(pool, link, hooks)
         self._holds: dict[str, Hold] = {}
         self._failures: dict[str, Exception] = {}
         self.reads: list[str] = []  # the window reads asked for, in order

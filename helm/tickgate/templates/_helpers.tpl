@@ -188,6 +188,14 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
       name: {{ . }}
       key: {{ $.Values.tasks.sql.existingSecretKey | default "TICKGATE_SQL_TARGETS" }}
 {{- end }}
+{{- with .Values.hooks.defaults }}
+- name: TICKGATE_DEFAULT_HOOKS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.publicUrl }}
+- name: TICKGATE_PUBLIC_URL
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.tracing.otlpEndpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ . | quote }}

@@ -10,6 +10,7 @@ the ServiceMonitor, against their CRDs' OpenAPI schemas (kubernetes-models' pack
 Both tools are npm packages pinned in tests/deploy/node, installed with `npm ci` on first
 use."""
 
+import json
 import re
 from collections.abc import Callable
 from types import ModuleType
@@ -305,6 +306,28 @@ def test_tracing_is_off_until_an_otlp_endpoint_is_set(
     ]
     defaults = env_of(container(render(DEFAULTS)))
     assert not set(TRACING_ENV) & set(defaults)
+
+
+def test_default_hooks_and_the_public_url_reach_the_settings(
+    everything: Manifests, render: Callable[..., Manifests]
+) -> None:
+    from service.config import Settings
+
+    env = env_of(container(everything))
+    read = Settings.model_validate(
+        {
+            "default_hooks": json.loads(env["TICKGATE_DEFAULT_HOOKS"]["value"]),
+            "public_url": env["TICKGATE_PUBLIC_URL"]["value"],
+        }
+    )
+    [hook] = read.default_hooks
+    assert (hook.on, hook.action.model_dump()) == (
+        ["failure"],
+        {"kind": "http", "args": {"url": "https://alerts.example.com/tg"}},
+    )
+    assert read.public_url == "https://tickgate.example.com"
+    defaults = env_of(container(render(DEFAULTS)))
+    assert not {"TICKGATE_DEFAULT_HOOKS", "TICKGATE_PUBLIC_URL"} & set(defaults)
 
 
 def test_the_settings_the_chart_sets_exist(render: Callable[..., Manifests]) -> None:

@@ -51,6 +51,16 @@ EVERY_FIELD: dict[str, Any] = {
     "catchup": "none",
     "managed_by": "helm:tickgate",
     "labels": {"team": "billing", "example.com/tier": "batch"},
+    "capture": False,
+    "hooks": [
+        {
+            "on": ["failure", "recovery"],
+            "action": {"kind": "http", "args": {"url": "https://alerts.example.com/tg"}},
+            "retry": {"max_attempts": 3},
+        },
+        {"on": ["success"], "action": {"kind": "trigger", "job": "next", "args": {"v": 2}}},
+    ],
+    "default_hooks": False,
 }
 
 

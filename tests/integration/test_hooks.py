@@ -1,0 +1,186 @@
+"""Outcome hooks (#24), in-process on real PostgreSQL with the scheduler on: checked when
+a job is written, written to the outbox with the run's end, sent once (a webhook, or a
+chained run), listed under the run."""
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.receiver import Receiver
+from harness.waiting import eventually_async
+from service.config import Settings
+from service.domain.hooks import Hook
+from tests.support.inprocess import served
+
+NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
+SECRET = "hook-s3cret"
+
+
+def http_hook(url: str, *on: str, **args: Any) -> dict[str, Any]:
+    return {"on": list(on), "action": {"kind": "http", "args": {"url": url, **args}}}
+
+
+def trigger_hook(job: str, *on: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    action: dict[str, Any] = {"kind": "trigger", "job": job}
+    if args is not None:
+        action["args"] = args
+    return {"on": list(on), "action": action}
+
+
+def log_job(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "schedule": NEVER, "task": "log", "args": {"message": name}} | fields
+
+
+async def ended(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+
+    async def done() -> bool:
+        shown.update((await client.get(f"/v1/runs/{run_id}")).json())
+        return shown["status"] != "running"
+
+    await eventually_async(done, 30, f"run {run_id} to end")
+    return shown
+
+
+async def settled(client: httpx.AsyncClient, run_id: str, count: int) -> list[dict[str, Any]]:
+    """The run's deliveries once `count` of them are delivered or failed."""
+    found: list[dict[str, Any]] = []
+
+    async def done() -> bool:
+        found[:] = (await client.get(f"/v1/runs/{run_id}/hooks")).json()["items"]
+        return sum(one["status"] in {"delivered", "failed"} for one in found) >= count
+
+    await eventually_async(done, 30, f"{count} deliveries of run {run_id}")
+    return found
+
+
+@pytest.fixture
+def scheduling(settings: Settings) -> Settings:
+    return settings.model_copy(update={"scheduler": True})
+
+
+async def test_bad_hooks_are_422s_naming_what_is_wrong(
+    scheduling: Settings, receiver: Receiver
+) -> None:
+    outside = http_hook("http://10.1.2.3/alert", "failure")
+    async with served(scheduling) as client:
+        unknown = await client.post(
+            "/v1/jobs",
+            json=log_job("a", hooks=[{"on": ["oops"], "action": {"kind": "trigger", "job": "a"}}]),
+        )
+        blocked = await client.post(
+            "/v1/jobs", json=log_job("a", hooks=[http_hook(receiver.url, "success"), outside])
+        )
+        missing = await client.post(
+            "/v1/jobs", json=log_job("a", hooks=[trigger_hook("b", "success")])
+        )
+        assert (await client.post("/v1/jobs", json=log_job("a"))).status_code == 201
+        to_a = await client.post(
+            "/v1/jobs", json=log_job("b", hooks=[trigger_hook("a", "success")])
+        )
+        cycle = await client.patch("/v1/jobs/a", json={"hooks": [trigger_hook("b", "failure")]})
+        itself = await client.patch("/v1/jobs/a", json={"hooks": [trigger_hook("a", "success")]})
+    assert unknown.status_code == 422, unknown.text
+    [problem] = unknown.json()["errors"]
+    assert problem["loc"] == ["body", "hooks", 0, "on", 0]
+    for event in ("failure", "success", "recovery", "misfire", "skip"):
+        assert event in problem["msg"]
+    assert blocked.status_code == 422, blocked.text
+    assert blocked.json()["errors"][0]["loc"][:5] == ["body", "hooks", 1, "action", "args"]
+    assert blocked.json()["errors"][0]["msg"].startswith("hook 1: ")
+    assert missing.status_code == 422, missing.text
+    assert missing.json()["errors"][0]["loc"] == ["body", "hooks", 0, "action", "job"]
+    assert to_a.status_code == 201, to_a.text
+    assert cycle.status_code == 422, cycle.text
+    assert "a → b → a" in cycle.json()["errors"][0]["msg"]
+    assert itself.status_code == 422, itself.text
+    assert "a → a" in itself.json()["errors"][0]["msg"]
+
+
+async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
+    scheduling: Settings, receiver: Receiver
+) -> None:
+    receiver.respond("/fails", status=500)
+    alert = http_hook(
+        receiver.url_for("/alerts"),
+        "failure",
+        "success",
+        headers={"X-Token": SECRET},
+        secret_headers=["X-Token"],
+    )
+    job = {
+        "name": "flaky",
+        "schedule": NEVER,
+        "task": "http",
+        "args": {"url": receiver.url_for("/fails")},
+        "labels": {"team": "ops"},
+        "hooks": [alert],
+    }
+    async with served(scheduling) as client:
+        made = await client.post("/v1/jobs", json=job)
+        assert made.status_code == 201, made.text
+        started = (await client.post("/v1/jobs/flaky/trigger")).json()
+        run = await ended(client, started["id"])
+        [delivery] = await settled(client, run["id"], 1)
+        shown = (await client.get("/v1/jobs/flaky")).json()
+        put_back = await client.put(
+            "/v1/jobs/flaky", json={k: v for k, v in shown.items() if k in job}
+        )
+    assert run["status"] == "failed"
+    assert (delivery["event"], delivery["status"], delivery["attempts"]) == (
+        "failure",
+        "delivered",
+        1,
+    )
+    assert delivery["action"]["args"]["headers"]["X-Token"] == "***"
+    [receipt] = [one for one in receiver.receipts("flaky") if one.path == "/alerts"]
+    assert receipt.headers["idempotency-key"] == delivery["id"]
+    assert receipt.headers["x-tickgate-event"] == "failure"
+    assert receipt.headers["x-token"] == SECRET
+    body = json.loads(receipt.body)
+    assert (body["event"], body["delivery_id"]) == ("failure", delivery["id"])
+    assert body["job"] == {"name": "flaky", "labels": {"team": "ops"}}
+    assert (body["run"]["id"], body["run"]["status"]) == (run["id"], "failed")
+    assert body["link"] == "/ui/jobs/flaky"
+    assert shown["hooks"][0]["action"]["args"]["headers"]["X-Token"] == "***"
+    assert put_back.status_code == 200, put_back.text
+    assert put_back.json()["version"] == shown["version"]  # "***" kept the secret
+
+
+async def test_a_success_hook_chains_another_job_with_its_args(scheduling: Settings) -> None:
+    louder = {"message": "chained", "level": "warning"}
+    async with served(scheduling) as client:
+        assert (await client.post("/v1/jobs", json=log_job("second"))).status_code == 201
+        first = log_job("first", hooks=[trigger_hook("second", "success", args=louder)])
+        assert (await client.post("/v1/jobs", json=first)).status_code == 201
+        started = (await client.post("/v1/jobs/first/trigger")).json()
+        run = await ended(client, started["id"])
+        [delivery] = await settled(client, run["id"], 1)
+        chained = await ended(client, delivery["answer"]["run_id"])
+    assert delivery["status"] == "delivered", delivery
+    assert (chained["job"], chained["trigger"], chained["args"]) == ("second", "chain", louder)
+    assert chained["note"] == f"success of first (run {run['id']})"
+    assert chained["status"] == "succeeded"
+
+
+async def test_default_hooks_reach_every_job_but_those_that_opt_out(
+    scheduling: Settings, receiver: Receiver
+) -> None:
+    defaults = [http_hook(receiver.url_for("/everyone"), "success")]
+    hooks = [Hook.model_validate(hook) for hook in defaults]
+    configured = scheduling.model_copy(update={"default_hooks": hooks})
+    async with served(configured) as client:
+        for job in (log_job("in"), log_job("out", default_hooks=False)):
+            assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        runs = [(await client.post(f"/v1/jobs/{n}/trigger")).json() for n in ("in", "out")]
+        for run in runs:
+            await ended(client, run["id"])
+        [delivery] = await settled(client, runs[0]["id"], 1)
+        none = (await client.get(f"/v1/runs/{runs[1]['id']}/hooks")).json()["items"]
+        unknown = await client.get("/v1/runs/00000000-0000-4000-8000-000000000000/hooks")
+    assert (delivery["is_default"], delivery["status"]) == (True, "delivered")
+    assert [r.job for r in receiver.receipts()] == ["in"]
+    assert none == []
+    assert unknown.status_code == 404
