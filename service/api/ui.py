@@ -3,6 +3,8 @@ service/ui whose plain scripts call /v1 with the user's bearer token, so the UI 
 nothing a client with that token could not. Open by default (TICKGATE_OPEN_PATHS has
 "/" and "/ui/"): the pages and assets hold no data."""
 
+from uuid import UUID
+
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -30,6 +32,7 @@ def install_ui(app: FastAPI) -> None:
     app.add_api_route(f"{UI_PATH}/", jobs_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/jobs/{{name}}", job_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/runs", runs_page, include_in_schema=False)
+    app.add_api_route(f"{UI_PATH}/runs/{{run_id}}", run_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/cluster", cluster_page, include_in_schema=False)
     app.add_middleware(UiHeaders)
 
@@ -48,6 +51,10 @@ async def job_page(request: Request, name: NamePath) -> HTMLResponse:
 
 async def runs_page(request: Request) -> HTMLResponse:
     return _page(request, "runs.html", "Runs")
+
+
+async def run_page(request: Request, run_id: UUID) -> HTMLResponse:
+    return _page(request, "run.html", f"Run {run_id}", run=str(run_id))
 
 
 async def cluster_page(request: Request) -> HTMLResponse:

@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from pydantic import JsonValue
@@ -162,9 +161,9 @@ class HookSender:
 
     def _document(self, sending: Sending) -> dict[str, JsonValue]:
         """The body of a webhook: the event, the run, its job's name and labels, and
-        where to see the job in the dashboard."""
+        where to see the run in the dashboard."""
         delivery, run = sending.delivery, sending.run
-        link = f"{self.public_url.rstrip('/')}/ui/jobs/{quote(run.job, safe='')}"
+        link = f"{self.public_url.rstrip('/')}/ui/runs/{run.id}"
         return {
             "event": delivery.event.value,
             "delivery_id": str(delivery.id),

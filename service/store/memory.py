@@ -16,6 +16,9 @@ would. `Hooks` can hold a claim after it took its locks, or a run's end before i
 written, so a test can interleave another replica's calls exactly there (`Pause`).
 
 No SQL, no I/O: time comes from the clock it is given, so tests decide what it reads.
+The outbox of hook deliveries is not modelled: ends and skips carry their hook calls,
+and only PostgreSQL writes them (tests/integration/test_hooks.py). A cancel asked of a
+run is (`request_cancel`), as the fire path reads it.
 """
 
 import asyncio

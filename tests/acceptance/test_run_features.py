@@ -1,10 +1,11 @@
 """The life of a run as people follow it (#24), on real `tickgate serve` replicas and a
 loopback receiver: a run triggered with other arguments delivers those, once; a hung run
-is cancelled through another replica."""
+is cancelled through another replica; a webhook's answer shows in the run."""
 
 import json
 import time
 from datetime import datetime
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import httpx
 
 from harness.cluster import serve_many
 from harness.receiver import Receiver
+from harness.threaded import serving
 from harness.waiting import eventually
+from tests.support.answers import BIG, Target
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
@@ -67,7 +70,7 @@ def test_a_hung_run_is_cancelled_through_another_replica_and_the_next_tick_runs_
     cancel is a 409 naming its status, and the job's next tick runs on time."""
     job = {
         "name": "hung",
-        "schedule": {"kind": "interval", "every_seconds": 10},
+        "schedule": {"kind": "interval", "every_seconds": 5},
         "task": "http",
         "args": {"url": receiver.url_for("/hung", seconds=60)},
         "timeout_seconds": 120,
@@ -122,3 +125,49 @@ def test_a_hung_run_is_cancelled_through_another_replica_and_the_next_tick_runs_
         following["scheduled_for"]
     )
     assert lag.total_seconds() < 2, following
+
+
+def test_a_webhook_s_500_body_and_a_2_mib_body_show_in_the_run(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The target's JSON error body shows in GET /v1/runs/{id}, the job's secret header
+    value redacted where the target echoes it; a 2 MiB body is kept up to the cap and
+    marked truncated."""
+    secret = "tok-real-5ecret"
+    with (
+        serving(ThreadingHTTPServer(("127.0.0.1", 0), Target), "answers") as target,
+        serve_many(tmp_path, 2, database_url=database_url) as (one, other),
+    ):
+        failing = {
+            "name": "fails",
+            "schedule": NEVER,
+            "task": "http",
+            "args": {
+                "url": f"{target}/fail",
+                "headers": {"X-Token": secret},
+                "secret_headers": ["X-Token"],
+            },
+        }
+        big = {"name": "big", "schedule": NEVER, "task": "http", "args": {"url": f"{target}/big"}}
+        runs = []
+        for job in (failing, big):
+            made = httpx.post(f"{one.url}/v1/jobs", json=job, timeout=10)
+            assert made.status_code == 201, made.text
+            started = httpx.post(f"{one.url}/v1/jobs/{job['name']}/trigger", timeout=10)
+            run_url = f"{other.url}/v1/runs/{started.json()['id']}"
+
+            def ended(url: str = run_url) -> dict[str, Any] | None:
+                run: dict[str, Any] = httpx.get(url, timeout=10).json()
+                return run if run["status"] != "running" else None
+
+            runs.append(eventually(ended, 30, f"the run of {job['name']}"))
+    failed, kept = runs
+    assert failed is not None
+    assert kept is not None
+    assert (failed["status"], failed["output"]["status"]) == ("failed", 500)
+    assert json.loads(failed["output"]["body"]) == {"error": "token rejected", "token": "***"}
+    assert secret not in json.dumps(failed)
+    assert kept["status"] == "succeeded"
+    assert kept["output"]["body"] == "x" * 16 * 1024
+    assert kept["output"]["truncated"] is True
+    assert kept["output"]["headers"]["content-length"] == str(BIG)

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from http.server import ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,10 +16,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Response, Route, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
+from harness.receiver import Receiver
 from harness.replicas import START_DEADLINE_SECONDS, Replica, start_replica
+from harness.threaded import serving
 from harness.waiting import eventually
+from tests.support.answers import Target
 from tests.support.db import TemplateDatabases
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -417,6 +422,76 @@ def test_the_runs_page_shows_every_jobs_runs_filtered_by_status_and_job(
     expect(page.locator("#runs tbody")).not_to_contain_text("runs-failing")
 
 
+@pytest.fixture(scope="module")
+def target() -> Iterator[str]:
+    """A webhook target: /fail answers 500 with a JSON error echoing X-Token."""
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Target), "ui-target") as started:
+        yield started
+
+
+def ended(api: httpx.Client, run_id: str) -> dict[str, object]:
+    def done() -> dict[str, object] | None:
+        run: dict[str, object] = api.get(f"/v1/runs/{run_id}").json()
+        return run if run["status"] != "running" else None
+
+    run = eventually(done, 30, f"run {run_id} to end")
+    assert run is not None
+    return run
+
+
+def body_of(answer: Response) -> str | None:
+    """The answer's body; None for one the page's load before the last dropped."""
+    try:
+        return answer.text()
+    except PlaywrightError:
+        return None
+
+
+def test_a_failed_run_s_page_shows_the_webhook_s_500_body(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], target: str
+) -> None:
+    secret = "ui-5ecret-token"
+    args = {"url": f"{target}/fail", "headers": {"X-Token": secret}, "secret_headers": ["X-Token"]}
+    create(api, "ui-fails", task="http", args=args)
+    run = ended(api, api.post("/v1/jobs/ui-fails/trigger").json()["id"])
+    page = page_as(READ)
+    page.goto(f"{url}/ui/jobs/ui-fails")
+    page.click("#runs tbody tr a")
+    expect(page).to_have_url(f"{url}/ui/runs/{run['id']}")
+    answers: list[Response] = []  # of the run page, loaded again: what its calls got
+    # A plain function: Playwright tags the handler it is given, which a builtin refuses.
+    page.on("response", lambda answer: answers.append(answer))  # noqa: PLW0108
+    page.reload()
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#answer")).to_contain_text("500")
+    expect(page.locator("#body")).to_contain_text('"error": "token rejected"')
+    expect(page.locator("#body")).to_contain_text('"token": "***"')
+    expect(page.locator("#facts")).to_contain_text("answered HTTP 500")
+    assert page.locator("#actions").is_hidden()  # a read-only token: no Cancel
+    bodies = [body_of(answer) for answer in answers if "/v1/" in answer.url]
+    assert [body for body in bodies if body is not None]
+    assert not [body for body in bodies if body is not None and secret in body]
+
+
+def test_a_running_run_is_cancelled_from_its_page_with_a_reason(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
+) -> None:
+    create(api, "ui-hung", task="http", args={"url": receiver.url_for("/ui-hung", seconds=60)})
+    run_id = api.post("/v1/jobs/ui-hung/trigger").json()["id"]
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.fill("#cancel-reason", "stuck on a dead host")
+    page.click("#cancel")
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    expect(page.locator("#facts")).to_contain_text("stuck on a dead host")
+    expect(page.locator("#cancel-form")).to_be_hidden()
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert run["status"] == "cancelled"
+    assert run["error"].startswith("cancelled by dashboard (127.0.0.1, token ")
+    assert run["error"].endswith(": stuck on a dead host")
+
+
 def test_the_api_docs_render_their_operations_offline(
     url: str, page_as: Callable[..., Page]
 ) -> None:
@@ -465,10 +540,12 @@ def test_no_serious_accessibility_violations(
     create(api, "a11y-every-second", schedule={"kind": "interval", "every_seconds": 1})
     create(api, "a11y-paused")
     assert api.post("/v1/jobs/a11y-paused/pause", json={"note": "x"}).status_code == 200
+    run = ended(api, api.post("/v1/jobs/a11y-paused/trigger").json()["id"])
     pages = {
         "/ui/?prefix=a11y-": "#jobs tbody tr",
         "/ui/jobs/a11y-every-second": "svg#chart circle",
         "/ui/runs": "#runs tbody tr",
+        f"/ui/runs/{run['id']}": "#facts dd",
         "/ui/cluster": "#members tbody tr",
     }
     found = {}
@@ -491,8 +568,10 @@ def test_the_layout_holds(
     name = f"layout-{width}-a-rather-long-job-name-that-should-wrap"
     create(api, name, description="x " * 80)
     page = page_as(WRITE, width)
-    assert api.post(f"/v1/jobs/{name}/trigger").status_code == 202
+    triggered = api.post(f"/v1/jobs/{name}/trigger")
+    assert triggered.status_code == 202
     shown = {"/ui/": name, f"/ui/jobs/{name}": name, f"/ui/runs?job={name}": name}
+    shown[f"/ui/runs/{triggered.json()['id']}"] = name
     # The cluster page shows the replica's version.
     for path, text in (shown | {"/ui/cluster": version("tickgate")}).items():
         page.goto(f"{url}{path}")

@@ -8,7 +8,7 @@ import httpx
 from harness.receiver import Receiver
 from harness.waiting import eventually_async
 from service.config import Settings
-from tests.support.inprocess import served
+from tests.support.inprocess import ended_run, served
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
@@ -25,17 +25,6 @@ async def running_run(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
     return found[0]
 
 
-async def ended(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    shown: dict[str, Any] = {}
-
-    async def done() -> bool:
-        shown.update((await client.get(f"/v1/runs/{run_id}")).json())
-        return shown["status"] != "running"
-
-    await eventually_async(done, 30, f"run {run_id} to end")
-    return shown
-
-
 async def test_cancel_stops_a_running_run_and_answers_409_once_it_ended(
     settings: Settings, receiver: Receiver
 ) -> None:
@@ -49,7 +38,7 @@ async def test_cancel_stops_a_running_run_and_answers_409_once_it_ended(
         assert (await client.post("/v1/jobs", json=job)).status_code == 201
         started = (await client.post("/v1/jobs/slow/trigger")).json()
         asked = await client.post(f"/v1/runs/{started['id']}/cancel")
-        cancelled = await ended(client, started["id"])
+        cancelled = await ended_run(client, started["id"])
         again = await client.post(f"/v1/runs/{started['id']}/cancel", json={"reason": "x"})
         unknown = await client.post("/v1/runs/00000000-0000-4000-8000-000000000000/cancel")
         bad = await client.post(f"/v1/runs/{started['id']}/cancel", json={"reason": "r" * 501})

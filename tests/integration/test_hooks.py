@@ -3,7 +3,9 @@ a job is written, written to the outbox with the run's end, sent once (a webhook
 chained run), listed under the run."""
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -11,8 +13,14 @@ import pytest
 from harness.receiver import Receiver
 from harness.waiting import eventually_async
 from service.config import Settings
-from service.domain.hooks import Hook
-from tests.support.inprocess import served
+from service.domain.hooks import Hook, HookPlan
+from service.domain.jobs import Job
+from service.domain.runs import RunTrigger, SkipReason
+from service.store import Store
+from service.store.ports import Orphan, Skip, TickClaim
+from tests.support.backends import PostgresBackend
+from tests.support.fire import lock_pool, tick_now
+from tests.support.inprocess import ended_run, served
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 SECRET = "hook-s3cret"
@@ -31,17 +39,6 @@ def trigger_hook(job: str, *on: str, args: dict[str, Any] | None = None) -> dict
 
 def log_job(name: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "schedule": NEVER, "task": "log", "args": {"message": name}} | fields
-
-
-async def ended(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    shown: dict[str, Any] = {}
-
-    async def done() -> bool:
-        shown.update((await client.get(f"/v1/runs/{run_id}")).json())
-        return shown["status"] != "running"
-
-    await eventually_async(done, 30, f"run {run_id} to end")
-    return shown
 
 
 async def settled(client: httpx.AsyncClient, run_id: str, count: int) -> list[dict[str, Any]]:
@@ -122,7 +119,7 @@ async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
         made = await client.post("/v1/jobs", json=job)
         assert made.status_code == 201, made.text
         started = (await client.post("/v1/jobs/flaky/trigger")).json()
-        run = await ended(client, started["id"])
+        run = await ended_run(client, started["id"])
         [delivery] = await settled(client, run["id"], 1)
         shown = (await client.get("/v1/jobs/flaky")).json()
         put_back = await client.put(
@@ -143,7 +140,7 @@ async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
     assert (body["event"], body["delivery_id"]) == ("failure", delivery["id"])
     assert body["job"] == {"name": "flaky", "labels": {"team": "ops"}}
     assert (body["run"]["id"], body["run"]["status"]) == (run["id"], "failed")
-    assert body["link"] == "/ui/jobs/flaky"
+    assert body["link"] == f"/ui/runs/{run['id']}"
     assert shown["hooks"][0]["action"]["args"]["headers"]["X-Token"] == "***"
     assert put_back.status_code == 200, put_back.text
     assert put_back.json()["version"] == shown["version"]  # "***" kept the secret
@@ -156,9 +153,9 @@ async def test_a_success_hook_chains_another_job_with_its_args(scheduling: Setti
         first = log_job("first", hooks=[trigger_hook("second", "success", args=louder)])
         assert (await client.post("/v1/jobs", json=first)).status_code == 201
         started = (await client.post("/v1/jobs/first/trigger")).json()
-        run = await ended(client, started["id"])
+        run = await ended_run(client, started["id"])
         [delivery] = await settled(client, run["id"], 1)
-        chained = await ended(client, delivery["answer"]["run_id"])
+        chained = await ended_run(client, delivery["answer"]["run_id"])
     assert delivery["status"] == "delivered", delivery
     assert (chained["job"], chained["trigger"], chained["args"]) == ("second", "chain", louder)
     assert chained["note"] == f"success of first (run {run['id']})"
@@ -176,7 +173,7 @@ async def test_default_hooks_reach_every_job_but_those_that_opt_out(
             assert (await client.post("/v1/jobs", json=job)).status_code == 201
         runs = [(await client.post(f"/v1/jobs/{n}/trigger")).json() for n in ("in", "out")]
         for run in runs:
-            await ended(client, run["id"])
+            await ended_run(client, run["id"])
         [delivery] = await settled(client, runs[0]["id"], 1)
         none = (await client.get(f"/v1/runs/{runs[1]['id']}/hooks")).json()["items"]
         unknown = await client.get("/v1/runs/00000000-0000-4000-8000-000000000000/hooks")
@@ -184,3 +181,56 @@ async def test_default_hooks_reach_every_job_but_those_that_opt_out(
     assert [r.job for r in receiver.receipts()] == ["in"]
     assert none == []
     assert unknown.status_code == 404
+
+
+async def test_skips_misfires_and_abandoned_runs_write_their_deliveries(
+    database_url: str,
+) -> None:
+    """The statements that record a skip and the orphan sweep's `abandoned` write the
+    deliveries of the hooks on those events, the job's own and the cluster's defaults."""
+    default = Hook.model_validate(http_hook("http://127.0.0.1:9/defaults", "failure"))
+    store = await Store.open(database_url, max_size=4, hooks=HookPlan((default,)))
+    try:
+        async with lock_pool(database_url, 4) as sessions:
+            backend = PostgresBackend(database_url, store, sessions)
+            own = [http_hook("http://127.0.0.1:9/skips", "misfire", "skip")]
+            job = await backend.add_job("hooked", hooks=own)
+            at = tick_now()
+            skips = [
+                Skip(job, at - timedelta(seconds=5), RunTrigger.SCHEDULE, SkipReason.MISFIRE, "n"),
+                Skip(job, at - timedelta(seconds=4), RunTrigger.SCHEDULE, SkipReason.OVERLAP, "n"),
+            ]
+            misfire, overlap = await store.record_skips(skips, "r")
+            async with sessions.session(5) as doomed:
+                claim = (await doomed.claim([_claim_of(job, at)]))[0]
+                assert claim.run is not None
+                doomed.terminate()
+            orphan = await _the_orphan(store)
+            [abandoned] = await store.abandon([orphan])
+        deliveries = {
+            run.id: sorted(
+                (one.event.value, one.is_default)
+                for one in await store.run_deliveries(run.id) or []
+            )
+            for run in (misfire, overlap, abandoned)
+        }
+    finally:
+        await store.close()
+    assert deliveries[misfire.id] == [("misfire", False), ("skip", False)]
+    assert deliveries[overlap.id] == [("skip", False)]
+    assert deliveries[abandoned.id] == [("failure", True)]
+
+
+def _claim_of(job: Job, at: datetime) -> TickClaim:
+    return TickClaim(job, at, RunTrigger.SCHEDULE, "r", uuid4(), True, False)
+
+
+async def _the_orphan(store: Store) -> Orphan:
+    found: list[Orphan] = []
+
+    async def one() -> bool:
+        found[:] = await store.orphans(10)
+        return len(found) == 1
+
+    await eventually_async(one, 30, "the run to be orphaned")
+    return found[0]

@@ -6,7 +6,7 @@ echoes them."""
 import base64
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -14,41 +14,11 @@ import pytest
 
 from harness.threaded import serving
 from service.config import Settings
+from tests.support.answers import BIG, BINARY, Target
 from tests.support.inprocess import served, triggered_run
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 SECRET = "tok-5ecret-value"
-BIG = 2 * 1024 * 1024
-BINARY = bytes(range(256)) * 4
-
-
-class Target(BaseHTTPRequestHandler):
-    """/fail: 500 with a JSON error echoing X-Token (in the body and a header); /big:
-    2 MiB of text; /binary: bytes that are no text."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        token = self.headers.get("X-Token", "")
-        if self.path == "/fail":
-            body = json.dumps({"error": "token rejected", "token": token}).encode()
-            self._answer(500, body, "application/json", (("X-Request-Id", f"req-{token}"),))
-        elif self.path == "/big":
-            self._answer(200, b"x" * BIG, "text/plain; charset=utf-8")
-        else:
-            self._answer(200, BINARY, "application/octet-stream")
-
-    def _answer(
-        self, status: int, body: bytes, content_type: str, extra: tuple[tuple[str, str], ...] = ()
-    ) -> None:
-        self.send_response(status)
-        for name, value in (("Content-Type", content_type), *extra):
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
 
 
 @pytest.fixture

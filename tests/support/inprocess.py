@@ -29,11 +29,16 @@ async def triggered_run(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
     """Trigger the job once and return its run once it has ended."""
     started = await client.post(f"/v1/jobs/{name}/trigger")
     assert started.status_code == 202, started.text
-    run_url = f"/v1/runs/{started.json()['id']}"
+    return await ended_run(client, started.json()["id"])
+
+
+async def ended_run(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    """The run (GET /v1/runs/{id}) once it is no longer `running`."""
+    shown: dict[str, Any] = {}
 
     async def done() -> bool:
-        return bool((await client.get(run_url)).json()["status"] != "running")
+        shown.update((await client.get(f"/v1/runs/{run_id}")).json())
+        return shown["status"] != "running"
 
-    await eventually_async(done, 30, f"run of {name} to finish")
-    run: dict[str, Any] = (await client.get(run_url)).json()
-    return run
+    await eventually_async(done, 30, f"run {run_id} to end")
+    return shown

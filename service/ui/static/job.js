@@ -58,8 +58,10 @@
   }
 
   function runRow(run) {
+    const tick = T.el("a", T.absolute(run.scheduled_for));
+    tick.href = `${T.root}/ui/runs/${encodeURIComponent(run.id)}`;
     return T.row([
-      T.absolute(run.scheduled_for),
+      tick,
       T.badge(run.status),
       run.trigger,
       T.when(run.started_at),

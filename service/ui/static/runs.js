@@ -27,9 +27,11 @@
   function runRow(run) {
     const link = T.el("a", run.job);
     link.href = `${T.root}/ui/jobs/${encodeURIComponent(run.job)}`;
+    const tick = T.el("a", T.absolute(run.scheduled_for));
+    tick.href = `${T.root}/ui/runs/${encodeURIComponent(run.id)}`;
     return T.row([
       link,
-      T.absolute(run.scheduled_for),
+      tick,
       T.badge(run.status),
       run.trigger,
       T.when(run.started_at),
