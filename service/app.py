@@ -20,7 +20,7 @@ from service.api.deps import Services
 from service.api.docs import install_docs
 from service.api.errors import declare_problem_media_type
 from service.api.guards import READ_METHODS, BearerAuth, BodyLimits, Tokens
-from service.api.hooks import check_hooks
+from service.api.hook_rules import check_hooks
 from service.api.ui import install_ui
 from service.config import Settings, split_names, token_scopes
 from service.domain.hooks import HookPlan

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from service.api.deps import Services, ServicesDep
 from service.api.errors import CONFLICT, WRITE
-from service.api.hooks import check_chains
+from service.api.hook_rules import check_chains
 from service.api.jobs import declared_job
 from service.api.models import (
     ApplyOutcome,

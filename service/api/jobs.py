@@ -16,7 +16,7 @@ from service.api.errors import (
     WRITE,
     ResponseDoc,
 )
-from service.api.hooks import check_chains, check_hooks, kept_secrets
+from service.api.hook_rules import check_chains, check_hooks, kept_secrets
 from service.api.models import (
     PATCH_EXAMPLE,
     JobCreate,

@@ -74,6 +74,10 @@ OF_RUN = f"""SELECT r.id AS found, {_DELIVERY_COLUMNS}
     FROM tickgate_runs r LEFT JOIN tickgate_hook_deliveries d ON d.run_id = r.id
     WHERE r.id = $1 ORDER BY d.created_at, d.event, d.hook"""
 
+# The newest $2 deliveries of the job $1's runs.
+OF_JOB = f"""SELECT {_DELIVERY_COLUMNS} FROM tickgate_hook_deliveries d
+    WHERE d.job = $1 ORDER BY d.created_at DESC, d.id LIMIT $2"""
+
 # The jobs with trigger hooks, with their hooks: the edges a cycle would run along.
 CHAIN_EDGES = """SELECT name, hooks FROM tickgate_jobs
     WHERE hooks @> '[{"action": {"kind": "trigger"}}]'"""

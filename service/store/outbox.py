@@ -45,6 +45,12 @@ class OutboxStore(StoreBase):
             return None
         return [_delivery(row) for row in rows if row["delivery_id"] is not None]
 
+    async def job_deliveries(self, job: str, most: int) -> list[Delivery]:
+        """The newest `most` deliveries of the job's runs, newest first."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(hooks_sql.OF_JOB, job, most)
+        return [_delivery(row) for row in rows]
+
     async def chain_edges(self) -> dict[str, set[str]]:
         """Each job with trigger hooks, and the jobs they trigger."""
         async with self._bounded() as connection:

@@ -473,6 +473,34 @@ def test_a_failed_run_s_page_shows_the_webhook_s_500_body(
     assert not [body for body in bodies if body is not None and secret in body]
 
 
+def test_the_job_page_reads_in_words_and_the_last_failure_stands_out(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], target: str, receiver: Receiver
+) -> None:
+    alert = {"on": ["failure"], "action": {"kind": "http", "args": {"url": receiver.url_for("/a")}}}
+    create(
+        api,
+        "ui-words",
+        task="http",
+        args={"url": f"{target}/fail"},
+        retry={"max_attempts": 3, "min_backoff_seconds": 1, "max_backoff_seconds": 60},
+        hooks=[alert],
+    )
+    run = ended(api, api.post("/v1/jobs/ui-words/trigger").json()["id"])
+    page = page_as(READ)
+    page.goto(f"{url}/ui/jobs/ui-words")
+    failure = page.locator("#last-failure")
+    expect(failure).to_contain_text("answered HTTP 500")
+    expect(page.locator("#definition")).to_contain_text(
+        "up to 3 attempts, waiting 1 s at first, doubling 5 times, at most 60 s"
+    )
+    expect(page.locator("#definition")).to_contain_text("always")
+    expect(page.locator("#hooks")).to_contain_text(f"on failure: POST {receiver.url_for('/a')}")
+    expect(page.locator("#deliveries tbody")).to_contain_text("delivered")
+    assert '"max_attempts": 3' in page.locator("#policies-json").text_content()
+    failure.get_by_role("link").click()
+    expect(page).to_have_url(f"{url}/ui/runs/{run['id']}")
+
+
 def test_a_running_run_is_cancelled_from_its_page_with_a_reason(
     url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
 ) -> None:

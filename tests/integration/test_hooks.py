@@ -121,6 +121,8 @@ async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
         started = (await client.post("/v1/jobs/flaky/trigger")).json()
         run = await ended_run(client, started["id"])
         [delivery] = await settled(client, run["id"], 1)
+        of_job = (await client.get("/v1/jobs/flaky/hooks?limit=5")).json()["items"]
+        no_job = await client.get("/v1/jobs/nope/hooks")
         shown = (await client.get("/v1/jobs/flaky")).json()
         put_back = await client.put(
             "/v1/jobs/flaky", json={k: v for k, v in shown.items() if k in job}
@@ -132,6 +134,8 @@ async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
         1,
     )
     assert delivery["action"]["args"]["headers"]["X-Token"] == "***"
+    assert [one["id"] for one in of_job] == [delivery["id"]]
+    assert no_job.status_code == 404
     [receipt] = [one for one in receiver.receipts("flaky") if one.path == "/alerts"]
     assert receipt.headers["idempotency-key"] == delivery["id"]
     assert receipt.headers["x-tickgate-event"] == "failure"

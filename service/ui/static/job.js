@@ -19,10 +19,45 @@
     box.hidden = !text;
   }
 
+  // "up to 3 attempts, waiting 5 s at first, doubling 5 times, at most 1 h"
+  function retryText(retry) {
+    if (retry.max_attempts === 1) return "no retries (1 attempt)";
+    const parts = [
+      `up to ${retry.max_attempts} attempts`,
+      `waiting ${T.duration(retry.min_backoff_seconds)} at first`,
+      `doubling ${retry.max_doublings} times`,
+      `at most ${T.duration(retry.max_backoff_seconds)}`,
+    ];
+    if (retry.max_retry_seconds) parts.push(`all within ${T.duration(retry.max_retry_seconds)}`);
+    return parts.join(", ");
+  }
+
+  function windowText(job) {
+    if (!job.start_at && !job.end_at) return "always";
+    const from = job.start_at ? `from ${T.absolute(job.start_at)}` : "";
+    const to = job.end_at ? `until ${T.absolute(job.end_at)}` : "";
+    return [from, to].filter(Boolean).join(" ");
+  }
+
+  // "on failure, recovery: POST https://..." / "on success: run report"
+  function hookText(hook) {
+    const action = hook.action.kind === "http"
+      ? `${hook.action.args.method || "POST"} ${hook.action.args.url}`
+      : `run ${hook.action.job}${hook.action.args ? " with other arguments" : ""}`;
+    return `on ${hook.on.join(", ")}: ${action}`;
+  }
+
+  function showHooks(job) {
+    const items = job.hooks.map((hook) => T.el("li", hookText(hook)));
+    if (!job.default_hooks) items.push(T.el("li", "the cluster's default hooks: off", "muted"));
+    if (!items.length) items.push(T.el("li", "none", "muted"));
+    document.getElementById("hooks").replaceChildren(...items);
+  }
+
   function showDefinition(job) {
     const fields = [
       ["Description", job.description || "—"],
-      ["Schedule", `${job.schedule_text} (${JSON.stringify(job.schedule)})`],
+      ["Schedule", job.schedule_text],
       ["Time zone", job.timezone],
       ["State", job.state + (job.pause_note ? ` (note: ${job.pause_note})` : "")],
       ["Task", job.task],
@@ -30,9 +65,9 @@
       ["Timeout", `${job.timeout_seconds} s`],
       ["Misfire grace", `${job.misfire_grace_seconds} s`],
       ["Catch-up", job.catchup],
-      ["Retry", JSON.stringify(job.retry)],
+      ["Retry", retryText(job.retry)],
       ["Jitter", `${job.jitter_seconds} s`],
-      ["Window", `${job.start_at || "—"} to ${job.end_at || "—"}`],
+      ["Window", windowText(job)],
       ["Runs", `${job.runs_started}${job.max_runs ? ` of ${job.max_runs}` : ""}`],
       ["Managed by", job.managed_by || "—"],
       ["Version", job.version],
@@ -41,6 +76,9 @@
     list.replaceChildren(...fields.flatMap(([term, value]) => [T.el("dt", term), T.el("dd", value)]));
     list.dataset.state = job.state;
     document.getElementById("args").textContent = JSON.stringify(job.args, null, 2);
+    const policies = { schedule: job.schedule, retry: job.retry, start_at: job.start_at, end_at: job.end_at };
+    document.getElementById("policies-json").textContent = JSON.stringify(policies, null, 2);
+    showHooks(job);
     const ticks = job.next_runs.map((tick) => {
       const item = T.el("li");
       item.append(T.when(tick));
@@ -94,11 +132,47 @@
     document.getElementById("no-chart").hidden = !none;
   }
 
+  function runLink(runId, text) {
+    const link = T.el("a", text);
+    link.href = `${T.root}/ui/runs/${encodeURIComponent(runId)}`;
+    return link;
+  }
+
+  // The newest failure, at the top of the page: when, its error, and its run.
+  async function loadLastFailure() {
+    const params = new URLSearchParams({ job: name, status: "failed,timed_out,abandoned", limit: "1" });
+    const [failure] = (await T.api(`/v1/runs?${params}`)).items;
+    const box = document.getElementById("last-failure");
+    box.hidden = !failure;
+    if (!failure) return;
+    box.replaceChildren(
+      `Last failure ${T.relative(failure.finished_at || failure.started_at)} (${failure.status}): `,
+      T.el("strong", failure.error || "no error recorded"),
+      " ",
+      runLink(failure.id, "see the run"),
+    );
+  }
+
+  async function loadDeliveries() {
+    const page = await T.api(`${path}/hooks?limit=10`);
+    const rows = page.items.map((one) => T.row([
+      T.when(one.created_at),
+      one.event,
+      `${one.is_default ? "default " : ""}${one.hook}`,
+      T.badge(one.status),
+      one.attempts,
+      runLink(one.run_id, "run"),
+      one.last_error || "",
+    ]));
+    document.querySelector("#deliveries tbody").replaceChildren(...rows);
+    document.getElementById("no-deliveries").hidden = rows.length > 0;
+  }
+
   async function load() {
     if (deleted) return;
     try {
       showDefinition(await T.api(path));
-      await Promise.all([loadRuns(), loadChart()]);
+      await Promise.all([loadRuns(), loadChart(), loadLastFailure(), loadDeliveries()]);
       T.showError(null);
     } catch (error) {
       T.showError(error);
