@@ -580,9 +580,10 @@ class PreviewRequest(BaseModel):
 
 
 class PreviewResponse(BaseModel):
-    """The nominal ticks the schedule would fire at, in UTC."""
+    """The nominal ticks the schedule would fire at, in UTC, and the schedule in words."""
 
     fire_times: list[datetime]
+    schedule_text: str = Field(description="The schedule in words, as a job shows it.")
 
 
 class TaskOut(BaseModel):

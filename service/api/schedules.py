@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from service.api.deps import ServicesDep
 from service.api.errors import WRITE
 from service.api.models import PreviewRequest, PreviewResponse
+from service.api.schedule_words import schedule_text
 from service.domain.errors import InvalidInput
 from service.domain.jobs import zone
 from service.domain.schedules import fire_times, resolve_schedule
@@ -24,4 +25,5 @@ async def preview(body: PreviewRequest, services: ServicesDep) -> PreviewRespons
     if after.tzinfo is None:
         raise InvalidInput.one(("body", "after"), "must include a UTC offset", str(after))
     schedule = resolve_schedule(body.schedule, tz, now, None)
-    return PreviewResponse(fire_times=fire_times(schedule, tz, after, body.count))
+    ticks = fire_times(schedule, tz, after, body.count)
+    return PreviewResponse(fire_times=ticks, schedule_text=schedule_text(schedule))

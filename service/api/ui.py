@@ -30,7 +30,9 @@ def install_ui(app: FastAPI) -> None:
     app.add_api_route("/", to_dashboard, include_in_schema=False)
     app.add_api_route(UI_PATH, to_dashboard, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/", jobs_page, include_in_schema=False)
+    app.add_api_route(f"{UI_PATH}/new", new_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/jobs/{{name}}", job_page, include_in_schema=False)
+    app.add_api_route(f"{UI_PATH}/jobs/{{name}}/edit", edit_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/runs", runs_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/runs/{{run_id}}", run_page, include_in_schema=False)
     app.add_api_route(f"{UI_PATH}/cluster", cluster_page, include_in_schema=False)
@@ -47,6 +49,15 @@ async def jobs_page(request: Request) -> HTMLResponse:
 
 async def job_page(request: Request, name: NamePath) -> HTMLResponse:
     return _page(request, "job.html", name, job=name)
+
+
+async def new_page(request: Request) -> HTMLResponse:
+    """A new job; `?clone=NAME` starts from that job."""
+    return _page(request, "edit.html", "New job", job="")
+
+
+async def edit_page(request: Request, name: NamePath) -> HTMLResponse:
+    return _page(request, "edit.html", f"Edit {name}", job=name)
 
 
 async def runs_page(request: Request) -> HTMLResponse:

@@ -520,6 +520,182 @@ def test_a_running_run_is_cancelled_from_its_page_with_a_reason(
     assert run["error"].endswith(": stuck on a dead host")
 
 
+def test_a_cron_job_made_with_the_form_alone_fires_and_its_secret_never_comes_back(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
+) -> None:
+    """A 6-field cron in Kyiv's zone, an http task with a secret header, through the
+    form: the next 10 ticks it shows are the API's, the job fires at the receiver, and
+    the secret is in no answer the browser got."""
+    secret = "form-5ecret-value"
+    page = page_as(WRITE)
+    answers: list[Response] = []
+    page.goto(f"{url}/ui/")
+    page.click("#new-job")
+    expect(page).to_have_url(f"{url}/ui/new")
+    page.on("response", lambda answer: answers.append(answer))  # noqa: PLW0108
+    page.fill("#f-name", "ui-kyiv")
+    page.select_option("#f-kind", "cron")
+    page.fill("#f-expression", "*/2 * * * *")
+    page.check("#f-seconds")
+    expect(page.locator("#f-expression")).to_have_value("0 */2 * * * *")
+    page.fill("#f-expression", "*/2 * * * * *")
+    page.fill("#f-timezone", "Europe/Kyiv")
+    page.select_option("#f-task", "http")
+    page.fill("#a-url", receiver.url_for("/form"))
+    page.fill("#a-headers", f"X-Token: {secret}")
+    page.fill("#a-secret_headers", "X-Token")
+    ticks = page.locator("#preview-ticks tbody td:first-child time")
+    expect(ticks).to_have_count(10)
+    expect(page.locator("#schedule-words")).not_to_be_empty()
+    shown = [ticks.nth(n).get_attribute("datetime") for n in range(10)]
+    first = datetime.fromisoformat(str(shown[0]).replace("Z", "+00:00"))
+    preview = api.post(
+        "/v1/schedules/preview",
+        json={
+            "schedule": {"kind": "cron", "expression": "*/2 * * * * *"},
+            "timezone": "Europe/Kyiv",
+            "after": (first - timedelta(microseconds=1)).isoformat(),
+            "count": 10,
+        },
+    ).json()["fire_times"]
+    assert [datetime.fromisoformat(str(t).replace("Z", "+00:00")) for t in shown] == [
+        datetime.fromisoformat(t.replace("Z", "+00:00")) for t in preview
+    ]
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-kyiv")
+    job = api.get("/v1/jobs/ui-kyiv").json()
+    assert (job["timezone"], job["schedule"]["expression"]) == ("Europe/Kyiv", "*/2 * * * * *")
+    assert job["args"]["headers"] == {"X-Token": "***"}
+    eventually(lambda: receiver.receipts("ui-kyiv"), 30, "the job's first fire")
+    assert receiver.receipts("ui-kyiv")[0].headers["x-token"] == secret
+    api.post("/v1/jobs/ui-kyiv/pause")
+    bodies = [body_of(answer) for answer in answers if "/v1/" in answer.url]
+    assert not [body for body in bodies if body is not None and secret in body]
+
+
+def test_the_api_s_field_problems_show_beside_their_fields_and_nothing_is_made(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/new")
+    page.fill("#f-name", "ui-bad")
+    page.fill("#f-expression", "99 * * * *")
+    page.select_option("#f-task", "http")
+    page.click("#save")
+    expression = page.locator("#f-expression")
+    expect(expression).to_have_attribute("aria-invalid", "true")
+    problem = page.locator("#f-expression ~ .field-problem")
+    expect(problem).to_contain_text("99")
+    page.fill("#f-expression", "0 3 * * *")
+    page.click("#save")
+    expect(page.locator("#a-url")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#a-url ~ .field-problem")).to_contain_text("required")
+    expect(expression).not_to_have_attribute("aria-invalid", "true")
+    assert api.get("/v1/jobs/ui-bad").status_code == 404
+
+
+def test_an_edit_racing_another_change_gets_the_412_choice_and_loses_nothing(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "ui-race", description="first")
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/ui-race/edit")
+    expect(page.locator("#f-description")).to_have_value("first")
+    assert api.patch("/v1/jobs/ui-race", json={"description": "theirs"}).status_code == 200
+    page.fill("#f-description", "mine")
+    page.click("#save")
+    expect(page.locator("#conflict")).to_be_visible()
+    expect(page.locator("#theirs")).to_contain_text('description: "theirs"')
+    assert api.get("/v1/jobs/ui-race").json()["description"] == "theirs"
+    page.click("#reload")
+    expect(page.locator("#f-description")).to_have_value("theirs")
+    page.fill("#f-description", "mine, after reading theirs")
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-race")
+    assert api.get("/v1/jobs/ui-race").json()["description"] == "mine, after reading theirs"
+
+
+def test_a_managed_job_opens_read_only_until_edit_anyway(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    create(api, "ui-managed", managed_by="helm:billing", labels={"team": "x"})
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/ui-managed/edit")
+    expect(page.locator("#managed")).to_contain_text("helm:billing")
+    expect(page.locator("#f-description")).to_be_disabled()
+    expect(page.locator("#save")).to_be_disabled()
+    page.click("#edit-anyway")
+    expect(page.locator("#managed")).to_contain_text("next apply")
+    page.fill("#f-description", "edited anyway")
+    page.fill("#f-labels", "")
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-managed")
+    job = api.get("/v1/jobs/ui-managed").json()
+    assert (job["description"], job["managed_by"], job["labels"]) == (
+        "edited anyway",
+        "helm:billing",
+        {},
+    )
+
+
+def test_run_with_arguments_delivers_those_arguments(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
+) -> None:
+    create(api, "ui-args", task="http", args={"url": receiver.url_for("/args"), "body": {"v": 1}})
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/ui-args")
+    page.click("#run-with-args")
+    body = page.locator("#run-args #a-body")
+    expect(body).to_have_value('{\n  "v": 1\n}')
+    body.fill('{"v": 2}')
+    page.fill("#run-note", "louder")
+    page.click("#run-args-go")
+    expect(page.locator("#notice a")).to_be_visible()
+    page.click("#notice a")
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    [delivered] = eventually(lambda: receiver.receipts("ui-args"), 30, "the delivery")
+    assert json.loads(delivered.body) == {"v": 2}
+    assert api.get("/v1/jobs/ui-args").json()["args"]["body"] == {"v": 1}
+    [run] = api.get("/v1/jobs/ui-args/runs").json()["items"]
+    assert (run["args"]["body"], run["note"]) == ({"v": 2}, "louder")
+
+
+def tab_to(page: Page, control: str, seen: list[str]) -> None:
+    """Press Tab until `control` has the focus (at most 80 times), noting each stop."""
+    for _ in range(80):
+        seen.append(page.evaluate("document.activeElement.id"))
+        if seen[-1] == control:
+            return
+        page.keyboard.press("Tab")
+    raise AssertionError(f"Tab never reached #{control}: {seen}")
+
+
+def test_the_job_form_is_usable_with_the_keyboard_alone(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/new")
+    expect(page.locator("#f-name")).to_be_enabled()
+    page.locator("#f-name").focus()
+    page.keyboard.type("ui-keys")
+    seen: list[str] = []
+    tab_to(page, "f-expression", seen)
+    page.keyboard.type("0 3 * * *")
+    tab_to(page, "f-timezone", seen)
+    tab_to(page, "a-message", seen)
+    page.keyboard.type("typed, not clicked")
+    tab_to(page, "save", seen)
+    every = {"f-kind", "f-seconds", "f-task", "a-level", "f-overlap", "f-start", "f-labels"}
+    assert every <= set(seen), seen
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-keys")
+    job = api.get("/v1/jobs/ui-keys").json()
+    assert (job["schedule"]["expression"], job["args"]) == (
+        "0 3 * * *",
+        {"message": "typed, not clicked"},
+    )
+
+
 def test_the_api_docs_render_their_operations_offline(
     url: str, page_as: Callable[..., Page]
 ) -> None:
@@ -574,6 +750,8 @@ def test_no_serious_accessibility_violations(
         "/ui/jobs/a11y-every-second": "svg#chart circle",
         "/ui/runs": "#runs tbody tr",
         f"/ui/runs/{run['id']}": "#facts dd",
+        "/ui/new": "#f-task option",
+        "/ui/jobs/a11y-paused/edit": "#args .field",
         "/ui/cluster": "#members tbody tr",
     }
     found = {}

@@ -204,6 +204,40 @@
     act("Triggered: the run shows below when it starts.", () =>
       T.api(`${path}/trigger`, { method: "POST" }));
   });
+  // Run with arguments: the task's fields, filled with the job's own args.
+  const argsRun = document.getElementById("args-run");
+  const runArgs = document.getElementById("run-args");
+  document.getElementById("run-with-args").addEventListener("click", async () => {
+    try {
+      const [tasks, job] = await Promise.all([T.api("/v1/tasks"), T.api(path)]);
+      const task = tasks.items.find((one) => one.name === job.task);
+      T.argsForm.render(runArgs, task && task.args_schema, job.args);
+      argsRun.hidden = false;
+      (runArgs.querySelector("input, select, textarea") || document.getElementById("run-note")).focus();
+    } catch (error) {
+      T.showError(error);
+    }
+  });
+  document.getElementById("run-args-close").addEventListener("click", () => {
+    argsRun.hidden = true;
+  });
+  argsRun.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = { args: T.argsForm.read(runArgs) };
+    const note = document.getElementById("run-note").value.trim();
+    if (note) body.note = note;
+    try {
+      const run = await T.api(`${path}/trigger`, { method: "POST", body });
+      argsRun.hidden = true;
+      const box = document.getElementById("notice");
+      box.replaceChildren("Started ", runLink(run.id, "a run with these arguments"), ".");
+      box.hidden = false;
+      T.showError(null);
+      await load();
+    } catch (error) {
+      T.showError(error);
+    }
+  });
   document.getElementById("delete").addEventListener("click", async () => {
     if (!window.confirm(`Delete job ${name} and its run history?`)) return;
     try {
