@@ -778,6 +778,7 @@ def test_the_layout_holds(
     assert triggered.status_code == 202
     shown = {"/ui/": name, f"/ui/jobs/{name}": name, f"/ui/runs?job={name}": name}
     shown[f"/ui/runs/{triggered.json()['id']}"] = name
+    shown[f"/ui/jobs/{name}/edit"] = "Schedule"
     # The cluster page shows the replica's version.
     for path, text in (shown | {"/ui/cluster": version("tickgate")}).items():
         page.goto(f"{url}{path}")
@@ -788,12 +789,13 @@ def test_the_layout_holds(
         assert overflow <= 0, f"{path} overflows {overflow}px sideways at {width}px"
 
 
-def test_screenshots_of_the_jobs_job_and_cluster_pages(
+def test_screenshots_of_the_jobs_job_cluster_form_and_run_pages(
     server: Replica,
     database_url: str,
     api: httpx.Client,
     page_as: Callable[..., Page],
     tmp_path: Path,
+    target: str,
 ) -> None:
     """`make screenshots` runs this alone with TICKGATE_UI_SCREENSHOTS=docs/img."""
     url = server.url
@@ -801,7 +803,7 @@ def test_screenshots_of_the_jobs_job_and_cluster_pages(
     create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
     create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
     create(api, "demo-heartbeat", schedule={"kind": "interval", "every_seconds": 2})
-    create(api, "demo-webhook", task="http", args={"url": "http://127.0.0.1:9/hook"})
+    create(api, "demo-webhook", task="http", args={"url": f"{target}/fail"})
     assert api.post("/v1/jobs/demo-webhook/trigger").status_code == 202
     create(api, "demo-archive", schedule={"kind": "cron", "expression": "@monthly"})
     assert api.post("/v1/jobs/demo-archive/pause", json={"note": "disk full"}).status_code == 200
@@ -820,5 +822,14 @@ def test_screenshots_of_the_jobs_job_and_cluster_pages(
         for row in (page.locator("#members tbody tr").nth(n) for n in (0, 1)):
             expect(row.locator("td").nth(5)).to_have_text(re.compile(" ago$"))  # synced
         page.screenshot(path=folder / "dashboard-cluster.png", full_page=True)
-    for name in ("dashboard-jobs.png", "dashboard-job.png", "dashboard-cluster.png"):
+    page.goto(f"{url}/ui/jobs/demo-report/edit")
+    expect(page.locator("#preview-ticks tbody tr")).to_have_count(10)
+    page.screenshot(path=folder / "dashboard-form.png", full_page=True)
+    [failed] = api.get("/v1/jobs/demo-webhook/runs").json()["items"]
+    page.goto(f"{url}/ui/runs/{failed['id']}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#body")).to_contain_text("token rejected")
+    page.screenshot(path=folder / "dashboard-run.png", full_page=True)
+    shots = ("jobs", "job", "cluster", "form", "run")
+    for name in (f"dashboard-{shot}.png" for shot in shots):
         assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
