@@ -258,14 +258,7 @@
     loadRuns().catch(T.showError);
   });
 
-  T.scopes()
-    .then((scopes) => {
-      const actions = document.getElementById("actions");
-      actions.hidden = !scopes.has("write");
-      // Says the scopes are known (hidden then means "not allowed", not "not yet").
-      actions.dataset.scopes = [...scopes].sort().join(" ");
-    })
-    .catch(T.showError);
+  T.offerActions();
   load();
   setInterval(load, REFRESH_MS);
 })();

@@ -137,13 +137,7 @@
     }
   });
 
-  T.scopes()
-    .then((scopes) => {
-      const actions = document.getElementById("actions");
-      actions.hidden = !scopes.has("write");
-      actions.dataset.scopes = [...scopes].sort().join(" ");
-    })
-    .catch(T.showError);
+  T.offerActions();
   load();
   // Refreshed while it runs (and a little after: its hooks go out after it ends).
   let after = 5;

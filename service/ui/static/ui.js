@@ -57,6 +57,18 @@ const Tickgate = {
     return new Set(me.scopes);
   },
 
+  // Show the page's write actions (#actions) only to a token with the "write" scope.
+  offerActions() {
+    Tickgate.scopes()
+      .then((scopes) => {
+        const actions = document.getElementById("actions");
+        actions.hidden = !scopes.has("write");
+        // Says the scopes are known (hidden then means "not allowed", not "not yet").
+        actions.dataset.scopes = [...scopes].sort().join(" ");
+      })
+      .catch(Tickgate.showError);
+  },
+
   el(tag, text, className) {
     const node = document.createElement(tag);
     if (text !== undefined && text !== null) node.textContent = String(text);
