@@ -67,10 +67,12 @@ def _problem(
 
 
 def kept_secrets(hooks: Sequence[Hook], stored: Sequence[Hook]) -> list[Hook]:
-    """Hooks sent back as shown: a secret header value "***" keeps the stored hook's
-    (the hook at the same index)."""
+    """Hooks sent back as shown: a secret header value "***" keeps the value stored for
+    the hook it was read from, the stored http hook calling the same URL (the one at the
+    same index if several do). So removing or reordering hooks never hands one hook's
+    secret to another; a "***" with no such hook is refused, as with nothing stored."""
     return [
-        with_args(hook, partial(_merged, stored_args=_args_at(stored, index)))
+        with_args(hook, partial(_merged, stored_args=_read_from(hook, index, stored)))
         for index, hook in enumerate(hooks)
     ]
 
@@ -81,7 +83,13 @@ def _merged(
     return merge_secret_headers(args, stored_args)
 
 
-def _args_at(hooks: Sequence[Hook], index: int) -> Mapping[str, JsonValue] | None:
-    if index < len(hooks) and isinstance(hooks[index].action, HttpAction):
-        return hooks[index].action.args
-    return None
+def _read_from(hook: Hook, index: int, stored: Sequence[Hook]) -> Mapping[str, JsonValue] | None:
+    if not isinstance(hook.action, HttpAction):
+        return None
+    url = hook.action.args.get("url")
+    same_url = {
+        position: one.action.args
+        for position, one in enumerate(stored)
+        if isinstance(one.action, HttpAction) and one.action.args.get("url") == url
+    }
+    return same_url.get(index, next(iter(same_url.values()), None))

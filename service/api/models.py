@@ -37,7 +37,7 @@ from service.domain.jobs import (
 from service.domain.names import is_valid_job_name
 from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
-from service.domain.runs import Run, RunStatus
+from service.domain.runs import AttemptTimes, Run, RunStatus
 from service.domain.schedules import Schedule
 from service.store import Labels, RunFilter, RunPosition, TickPosition
 from service.store.values import Delivery
@@ -207,6 +207,11 @@ class RunDetail(RunOut):
         ' `output_bytes` of it: text as `encoding: "text"`, anything else base64), its'
         " `content_type`, the `bytes` received and whether the body was `truncated`; the"
         " job's secret header values, echoed back, read `***`.",
+    )
+    attempt_times: list[AttemptTimes] = Field(
+        default_factory=list,
+        description="Every attempt, oldest first, with its times and how it ended; the"
+        " last is the run itself (empty for a skipped tick).",
     )
 
 

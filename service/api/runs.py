@@ -145,9 +145,11 @@ def _page(runs: list[Run], limit: int) -> RunPage:
 
 @router.get("/v1/runs/{run_id}", operation_id="get_run", responses=READ | NOT_FOUND)
 async def get_run(run_id: UUID, services: ServicesDep) -> RunDetail:
-    """One run by id, with what its last attempt answered (`output`)."""
+    """One run by id, with what its last attempt answered (`output`) and every
+    attempt's times (`attempt_times`)."""
     kept = await _kept(services, run_id)
-    return RunDetail.model_validate(kept.run.model_dump() | {"output": kept.output})
+    shown = {"output": kept.output, "attempt_times": kept.attempts()}
+    return RunDetail.model_validate(kept.run.model_dump() | shown)
 
 
 @router.get("/v1/runs/{run_id}/log", operation_id="get_run_log", responses=READ | NOT_FOUND)

@@ -103,7 +103,18 @@ def run_table(run: JsonObject, *, title: str) -> Table:
     for key in _RUN_FIELDS:
         value = run.get(key)
         table.add_row(Text(key), Text(when(value)) if key in _TIME_FIELDS else cell(value))
+    attempts = run.get("attempt_times")
+    if isinstance(attempts, list) and len(attempts) > 1:  # one attempt says nothing more
+        for attempt in attempts:
+            table.add_row(Text(f"attempt {attempt['attempt']}"), Text(attempt_line(attempt)))
     return table
+
+
+def attempt_line(attempt: JsonObject) -> str:
+    """`failed 2026-12-05T02:00:01Z → 2026-12-05T02:00:02Z: <error>`."""
+    ended = when(attempt.get("ended_at")) if attempt.get("ended_at") else "?"
+    error = f": {attempt['error']}" if attempt.get("error") else ""
+    return f"{attempt['status']} {when(attempt.get('started_at'))} → {ended}{error}"
 
 
 def runs_table(runs: Iterable[JsonObject], *, with_job: bool = False) -> Table:

@@ -1,11 +1,12 @@
 """Runs: one row per executed tick, the ledger that makes each tick run once."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 
 class RunTrigger(StrEnum):
@@ -86,6 +87,66 @@ class Run(BaseModel):
     def args_of(self, job_args: dict[str, JsonValue]) -> dict[str, JsonValue]:
         """What this run runs with: its own arguments, or else its job's."""
         return job_args if self.args is None else self.args
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """An attempt that ended and is tried again: the run's row keeps it as the next one
+    starts (`waited_seconds`: the backoff since it ended)."""
+
+    attempt: int
+    status: RunStatus
+    error: str | None
+    waited_seconds: float
+
+
+class AttemptTimes(BaseModel):
+    """One attempt of a run: when it started and ended, and how."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int = Field(description="1 for the first.")
+    status: RunStatus = Field(
+        description="How it ended (`running`: it runs now; `abandoned`: its replica was"
+        " lost during it, and another took the run over)."
+    )
+    error: str | None = None
+    started_at: datetime
+    ended_at: datetime | None = Field(
+        description="Null: it runs still, or its replica was lost during it."
+    )
+
+
+class EarlierAttempt(BaseModel):
+    """An attempt before a run's last, as its row keeps it; it started when the one
+    before it was retried (the first, when the run started), and `next_at` is when the
+    attempt after it started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    status: RunStatus
+    error: str | None = None
+    ended_at: datetime | None
+    next_at: datetime
+
+
+EARLIER_ATTEMPTS = TypeAdapter(list[EarlierAttempt])
+
+
+def attempts_of(run: Run, earlier: Sequence[EarlierAttempt]) -> list[AttemptTimes]:
+    """Every attempt of `run`, oldest first: those its row kept as each retry started,
+    then its last, which is the run itself. A skipped tick made none."""
+    if run.status is RunStatus.SKIPPED:
+        return []
+    starts = [run.started_at, *(one.next_at for one in earlier)]
+    shown = [
+        AttemptTimes(started_at=start, **one.model_dump(exclude={"next_at"}))
+        for one, start in zip(earlier, starts, strict=False)
+    ]
+    last = {"status": run.status, "error": run.error, "ended_at": run.finished_at}
+    shown.append(AttemptTimes(attempt=run.attempts, started_at=starts[-1], **last))
+    return shown
 
 
 @dataclass(frozen=True)

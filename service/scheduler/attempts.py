@@ -13,7 +13,7 @@ import httpx
 from pydantic import JsonValue
 
 from service.domain.jobs import Job
-from service.domain.runs import Run, RunStatus
+from service.domain.runs import AttemptEnd, Run, RunStatus
 from service.tasks import SqlTargets, TaskContext, TaskDefinition, TaskRegistry
 from service.tracing import NoTracing, Traced, Tracing
 
@@ -36,7 +36,7 @@ class Outcome:
     output: JsonValue = None  # what the attempt's target answered, if its task kept it
 
 
-async def _unnoted(attempt: int) -> None:
+async def _unnoted(ended: AttemptEnd) -> None:
     return None
 
 
@@ -73,11 +73,12 @@ class Progress:
     """Attempts made so far (for a resumed run, those its lost replica made too); read
     when a cancelled run is recorded. `spent_seconds`: how long the run had been going
     when these attempts began, against `max_retry_seconds`. `note` hears of each retry
-    before it starts, so the row counts it. `log`: what the run logged, kept with it."""
+    before it starts (the attempt that ended), so the row counts it and keeps its times.
+    `log`: what the run logged, kept with it."""
 
     attempts: int = 0
     spent_seconds: float = 0.0
-    note: Callable[[int], Awaitable[None]] = _unnoted
+    note: Callable[[AttemptEnd], Awaitable[None]] = _unnoted
     log: RunLog = field(default_factory=RunLog)
 
 
@@ -134,11 +135,11 @@ class Attempts:
         budget = policy.max_retry_seconds or float("inf")
         budget_end = time.monotonic() + budget - progress.spent_seconds
         logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run), progress.log)
-        first = progress.attempts + 1  # its row counts it already (claimed or resumed)
+        ended: AttemptEnd | None = None  # the first is counted by its claim (or resume)
         while True:
             progress.attempts += 1
-            if progress.attempts > first:
-                await progress.note(progress.attempts)
+            if ended is not None:
+                await progress.note(ended)
             seconds = min(job.timeout_seconds, budget_end - time.monotonic())
             with self.tracing.attempt(run, progress.attempts) as traced:
                 outcome = await self._attempt(
@@ -153,7 +154,10 @@ class Attempts:
             logger.warning(
                 "attempt %d %s; retrying in %.1fs", progress.attempts, outcome.status.value, wait
             )
+            stopped = time.monotonic()
             await asyncio.sleep(wait)
+            waited = time.monotonic() - stopped
+            ended = AttemptEnd(progress.attempts, outcome.status, outcome.error, waited)
 
     async def _attempt(
         self, job: Job, run: Run, attempt: int, seconds: float, logger: RunLogger, *, traced: Traced

@@ -18,6 +18,7 @@ from uuid import UUID
 from service.domain.hooks import HookPlan, events_of_end
 from service.domain.jobs import Job, finish_run, policy_finishes
 from service.domain.runs import (
+    AttemptEnd,
     CancelRequest,
     Run,
     RunStatus,
@@ -155,15 +156,16 @@ class RunExecutor:
             log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
         session.terminate()
 
-    def _noting(self, run: Run) -> Callable[[int], Awaitable[None]]:
-        async def note(attempt: int) -> None:
+    def _noting(self, run: Run) -> Callable[[AttemptEnd], Awaitable[None]]:
+        async def note(ended: AttemptEnd) -> None:
             # Counted so that a replica resuming the run after a crash makes no more
             # attempts than the policy allows; if the database is away, the retry goes
             # ahead all the same.
             try:
-                await self._store.note_attempt(run.id, attempt)
+                await self._store.note_attempt(run.id, ended)
             except Exception as error:  # noqa: BLE001 - logged; the attempt is worth more
-                log.warning("attempt %d not counted (%r)", attempt, error, extra=run_context(run))
+                extra = run_context(run)
+                log.warning("attempt %d not counted (%r)", ended.attempt + 1, error, extra=extra)
 
         return note
 

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from service.domain.hooks import HookCall, HookPlan, events_of_end, events_of_skip
 from service.domain.jobs import Job
-from service.domain.runs import RunStatus, RunTrigger
+from service.domain.runs import AttemptEnd, RunStatus, RunTrigger
 from service.store.hooks_sql import deliveries, encoded_calls
 from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.ports import Following, NextTick, Orphan, RunEnd, Skip, TickClaim
@@ -467,6 +467,18 @@ def abandon_arguments(orphans: Sequence[Orphan], plan: HookPlan) -> tuple[object
 # backend that held it, so of several replicas resuming it at once one wins. Its
 # attempts count the one its replica lost. A lock taken for a row another session won
 # is given back. The backends alive are read once per statement, not once per orphan.
+# The attempts before a run's last, kept beside it (migration 0025): one more, {rows}.
+_KEEP_EARLIER = """INSERT INTO tickgate_run_outputs AS o (run_id, earlier_attempts)
+    {rows}
+    ON CONFLICT (run_id) DO UPDATE
+    SET earlier_attempts = COALESCE(o.earlier_attempts, '[]') || EXCLUDED.earlier_attempts"""
+
+LOST_ATTEMPT = "its replica was lost during the attempt; another took the run over"
+_LOST = f"""SELECT m.id, jsonb_build_array(jsonb_build_object(
+            'attempt', m.attempts - 1, 'status', 'abandoned',
+            'error', '{LOST_ATTEMPT}',
+            'ended_at', NULL, 'next_at', clock_timestamp()))
+        FROM moved m"""
 RESUME = f"""WITH orphans AS (
         SELECT * FROM unnest($1::uuid[], $2::int[], $3::boolean[], $4::bigint[])
             WITH ORDINALITY AS o(id, backend_pid, locking, lock_key, n)
@@ -484,6 +496,9 @@ RESUME = f"""WITH orphans AS (
           AND r.cancel_requested_at IS NULL
           AND NOT EXISTS (SELECT 1 FROM alive a WHERE a.pid = g.backend_pid)
         RETURNING {_RUN_COLUMNS_OF_R}
+    ), lost AS (
+        -- The attempt its replica was lost in, its times not known.
+        {_KEEP_EARLIER.format(rows=_LOST)}
     )
     SELECT gate.got, gate.got AND moved.id IS NOT NULL AND gate.locking AS holds_lock,
            CASE WHEN gate.got AND gate.locking AND moved.id IS NULL
@@ -522,9 +537,31 @@ REQUEST_CANCEL = f"""WITH asked AS (
 CANCELS_ASKED = """SELECT id, cancelled_by, cancel_reason FROM tickgate_runs
     WHERE runner = $1 AND status = 'running' AND cancel_requested_at IS NOT NULL"""
 
-# A retry is about to start: the row counts it, so a replica that resumes the run after
-# a crash knows how many attempts were made.
-NOTE_ATTEMPT = "UPDATE tickgate_runs SET attempts = $2 WHERE id = $1 AND status = 'running'"
+# A retry is about to start ($1 the run; $2 the attempt that ended, $3 its status, $4
+# its error, $5 the backoff since): the row counts it, so a replica that resumes the run
+# after a crash knows how many attempts were made, and the ended attempt is kept with
+# when it ended and when this one starts, on the database's clock.
+_NOTED = """SELECT c.id, jsonb_build_array(jsonb_build_object(
+        'attempt', $2::int, 'status', $3::text, 'error', $4::text,
+        'ended_at', clock_timestamp() - make_interval(secs => $5),
+        'next_at', clock_timestamp()))
+    FROM counted c"""
+NOTE_ATTEMPT = f"""WITH counted AS (
+        UPDATE tickgate_runs SET attempts = $2 + 1
+        WHERE id = $1 AND status = 'running' RETURNING id
+    )
+    {_KEEP_EARLIER.format(rows=_NOTED)}"""
+
+
+def note_attempt_arguments(run_id: UUID, ended: AttemptEnd) -> tuple[object, ...]:
+    return (
+        run_id,
+        ended.attempt,
+        ended.status.value,
+        ended.error,
+        ended.waited_seconds,
+    )
+
 
 # Run once on every new lock-pool connection before it is handed out: statements are
 # prepared and their types known, so a replica's very first runs end as fast as later

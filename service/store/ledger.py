@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from service.domain.runs import CancelRequest, Run, SkipReason
+from service.domain.runs import EARLIER_ATTEMPTS, AttemptEnd, CancelRequest, Run, SkipReason
 from service.store import fire_sql, runs_sql
 from service.store.base import StoreBase
 from service.store.ports import Orphan, RunEnd, Skip
@@ -32,7 +32,8 @@ class LedgerStore(StoreBase):
         row = await self._pool.fetchrow(runs_sql.GET_RUN_KEPT, run_id)
         if row is None:
             return None
-        return KeptRun(run_from_row(row), row["kept_output"], row["kept_log"])
+        earlier = EARLIER_ATTEMPTS.validate_python(row["kept_attempts"] or [])
+        return KeptRun(run_from_row(row), row["kept_output"], row["kept_log"], earlier)
 
     async def list_runs(
         self, job: str | None, limit: int, before: RunPosition | None, where: RunFilter | None
@@ -112,10 +113,12 @@ class LedgerStore(StoreBase):
             )
         return [run_from_row(row) for row in rows]
 
-    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
-        """A retry of a `running` run starts: its row counts the attempt."""
+    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
+        """A retry of a `running` run starts: its row counts it and keeps `ended`."""
         async with self._bounded() as connection:
-            await connection.execute(fire_sql.NOTE_ATTEMPT, run_id, attempt)
+            await connection.execute(
+                fire_sql.NOTE_ATTEMPT, *fire_sql.note_attempt_arguments(run_id, ended)
+            )
 
     async def reserve_pending(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float

@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 from uuid import UUID, uuid4
 
 from service.domain.jobs import Job, JobState
-from service.domain.runs import CancelRequest, Run, RunStatus, RunTrigger
+from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger
 from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
 from service.store.ports import (
     Claim,
@@ -477,11 +477,12 @@ class MemoryDatabase:
         )
         return Claim(ClaimOutcome.CLAIMED, resumed, orphan.locked)
 
-    def note_attempt(self, run_id: UUID, attempt: int) -> None:
+    def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
+        """Counts it; the attempts' times are not modelled (PostgreSQL's tests cover them)."""
         tick = self._run_ticks.get(run_id)
         run = self._runs.get(tick) if tick else None
         if run is not None and run.status is RunStatus.RUNNING:
-            self._write(run.model_copy(update={"attempts": attempt}))
+            self._write(run.model_copy(update={"attempts": ended.attempt + 1}))
 
     # --- ends, skips, slots, jobs --------------------------------------------------
 
@@ -759,9 +760,9 @@ class MemoryLedger(Ledger):
         await _round_trip()
         self._database.update_jobs(updates)
 
-    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
+    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
         await _round_trip()
-        self._database.note_attempt(run_id, attempt)
+        self._database.note_attempt(run_id, ended)
 
     async def orphans(self, most: int) -> list[Orphan]:
         await _round_trip()

@@ -21,7 +21,7 @@ from typing import Protocol
 from uuid import UUID
 
 from service.domain.jobs import Job
-from service.domain.runs import CancelRequest, Run
+from service.domain.runs import AttemptEnd, CancelRequest, Run
 from service.store.values import Following, NextTick, RunEnd, Skip, TickClaim
 
 __all__ = [
@@ -339,8 +339,9 @@ class Ledger(Protocol):
         session that resumed the orphan records its end itself."""
         ...
 
-    async def note_attempt(self, run_id: UUID, attempt: int) -> None:
-        """Attempt number `attempt` of a `running` run starts: its row counts it."""
+    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
+        """The attempt after `ended` of a `running` run starts: its row counts it, and
+        keeps `ended` with its times (GET /v1/runs/{id} shows them)."""
         ...
 
     async def orphans(self, most: int) -> list[Orphan]:

@@ -67,7 +67,8 @@ TICKS_WITHOUT_RUNS = """SELECT t.job, t.tick
 
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE id = $1"
 # A run with what was kept beside it (migrations 0019, 0020): its output and its log.
-GET_RUN_KEPT = f"""SELECT {RUN_COLUMNS}, o.output AS kept_output, o.log AS kept_log
+GET_RUN_KEPT = f"""SELECT {RUN_COLUMNS}, o.output AS kept_output, o.log AS kept_log,
+        o.earlier_attempts AS kept_attempts
     FROM tickgate_runs r LEFT JOIN tickgate_run_outputs o ON o.run_id = r.id
     WHERE r.id = $1"""
 # The latest run of each job named in $1.

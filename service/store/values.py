@@ -1,6 +1,7 @@
 """The fire path's value types, what a replica asks the gate for and what it records:
 one definition each, imported from `service.store.ports` everywhere else."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -12,7 +13,15 @@ from pydantic import JsonValue
 from service.domain.hooks import Action, HookCall, HookEvent
 from service.domain.jobs import Job
 from service.domain.retry import RetryPolicy
-from service.domain.runs import Run, RunStatus, RunTrigger, SkipReason
+from service.domain.runs import (
+    AttemptTimes,
+    EarlierAttempt,
+    Run,
+    RunStatus,
+    RunTrigger,
+    SkipReason,
+    attempts_of,
+)
 
 
 class Following(Enum):
@@ -56,11 +65,17 @@ class TickClaim:
 
 @dataclass(frozen=True)
 class KeptRun:
-    """A run with what was kept beside it: its last attempt's output and its log."""
+    """A run with what was kept beside it: its last attempt's output, its log, and the
+    attempts before its last."""
 
     run: Run
     output: JsonValue
     log: JsonValue
+    earlier: Sequence[EarlierAttempt] = ()
+
+    def attempts(self) -> list[AttemptTimes]:
+        """Every attempt, oldest first, with its times."""
+        return attempts_of(self.run, self.earlier)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,7 @@ class HttpArgs(BaseModel):
         description=f"Request headers: at most {MAX_HEADERS}; names are HTTP tokens of at "
         f"most {MAX_HEADER_NAME_LENGTH} characters, values printable ASCII of at most "
         f"{MAX_HEADER_VALUE_LENGTH}.",
+        json_schema_extra={"x-secret-names": "secret_headers"},  # the dashboard masks them
     )
     secret_headers: list[HeaderName] = Field(
         default_factory=list,

@@ -620,14 +620,23 @@ def test_backfill_runs_the_missed_ticks_once(url: str, tmp_path: Path) -> None:
     assert future.returncode == 2  # --to is required
 
 
-def test_runs_get_shows_one_run(url: str, tmp_path: Path) -> None:
-    created(url, tmp_path, job("one-run"))
+def test_runs_get_shows_one_run_and_each_attempt(
+    url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    receiver.respond("/cli-flaky", status=503)
+    retry = {"max_attempts": 2, "min_backoff_seconds": 0.1}
+    flaky = {"task": "http", "args": {"url": receiver.url_for("/cli-flaky")}, "retry": retry}
+    created(url, tmp_path, job("one-run", **flaky))
     match = UUID_PATTERN.search(ok(url, "trigger", "one-run"))
     assert match
     run_id = match.group()
+    eventually(lambda: as_json(url, "runs", "get", run_id)["status"] == "failed", 30, "the end")
     shown = ok(url, "runs", "get", run_id)
     assert f"run {run_id}" in shown
     assert "one-run" in shown
+    for attempt in ("attempt 1", "attempt 2"):
+        [line] = [line for line in shown.splitlines() if attempt in line]
+        assert "failed" in line, shown
     assert as_json(url, "runs", "get", run_id)["id"] == run_id
     assert tickgate(url, "runs", "one-run", run_id).returncode == 2
     missing = tickgate(url, "runs", "get", "00000000-0000-0000-0000-000000000000")

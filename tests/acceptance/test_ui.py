@@ -447,12 +447,13 @@ def body_of(answer: Response) -> str | None:
         return None
 
 
-def test_a_failed_run_s_page_shows_the_webhook_s_500_body(
+def test_a_failed_run_s_page_shows_the_webhook_s_500_body_and_each_attempt(
     url: str, api: httpx.Client, page_as: Callable[..., Page], target: str
 ) -> None:
     secret = "ui-5ecret-token"
     args = {"url": f"{target}/fail", "headers": {"X-Token": secret}, "secret_headers": ["X-Token"]}
-    create(api, "ui-fails", task="http", args=args)
+    retry = {"max_attempts": 2, "min_backoff_seconds": 0.2}
+    create(api, "ui-fails", task="http", args=args, retry=retry)
     run = ended(api, api.post("/v1/jobs/ui-fails/trigger").json()["id"])
     page = page_as(READ)
     page.goto(f"{url}/ui/jobs/ui-fails")
@@ -467,6 +468,12 @@ def test_a_failed_run_s_page_shows_the_webhook_s_500_body(
     expect(page.locator("#body")).to_contain_text('"error": "token rejected"')
     expect(page.locator("#body")).to_contain_text('"token": "***"')
     expect(page.locator("#facts")).to_contain_text("answered HTTP 500")
+    attempts = page.locator("#attempts tbody tr")
+    expect(attempts).to_have_count(2)
+    for n in range(2):
+        expect(attempts.nth(n).locator("td").first).to_have_text(str(n + 1))
+        expect(attempts.nth(n)).to_contain_text("answered HTTP 500")
+        expect(attempts.nth(n).locator(".badge")).to_have_text("failed")
     assert page.locator("#actions").is_hidden()  # a read-only token: no Cancel
     bodies = [body_of(answer) for answer in answers if "/v1/" in answer.url]
     assert [body for body in bodies if body is not None]
@@ -542,8 +549,13 @@ def test_a_cron_job_made_with_the_form_alone_fires_and_its_secret_never_comes_ba
     page.fill("#f-timezone", "Europe/Kyiv")
     page.select_option("#f-task", "http")
     page.fill("#a-url", receiver.url_for("/form"))
-    page.fill("#a-headers", f"X-Token: {secret}")
-    page.fill("#a-secret_headers", "X-Token")
+    expect(page.locator("#a-timeout_seconds")).to_have_attribute("max", "3600")
+    expect(page.locator("#a-timeout_seconds-help")).to_contain_text("above 0 to 3600.")
+    page.click("#a-headers-add")
+    page.fill("#a-headers-0-name", "X-Token")
+    page.fill("#a-headers-0-value", secret)
+    page.check("#a-headers-0-secret")
+    expect(page.locator("#a-headers-0-value")).to_have_attribute("type", "password")
     ticks = page.locator("#preview-ticks tbody td:first-child time")
     expect(ticks).to_have_count(10)
     expect(page.locator("#schedule-words")).not_to_be_empty()
@@ -615,6 +627,22 @@ def test_an_edit_racing_another_change_gets_the_412_choice_and_loses_nothing(
     assert api.get("/v1/jobs/ui-race").json()["description"] == "mine, after reading theirs"
 
 
+def test_a_one_time_job_in_another_zone_is_edited_without_moving(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    once = {"kind": "once", "at": "2031-06-01T03:30:00"}  # a wall time in Kyiv (UTC+3)
+    at = create(api, "ui-once", schedule=once, timezone="Europe/Kyiv")["schedule"]["at"]
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/ui-once/edit")
+    expect(page.locator("#f-at")).to_have_value(re.compile(r"^2031-06-01T03:30(:00)?$"))
+    page.fill("#f-description", "moved nothing")
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-once")
+    job = api.get("/v1/jobs/ui-once").json()
+    assert (job["description"], job["schedule"]["at"]) == ("moved nothing", at)
+    assert datetime.fromisoformat(at.replace("Z", "+00:00")).hour == 0
+
+
 def test_a_managed_job_opens_read_only_until_edit_anyway(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
@@ -660,6 +688,66 @@ def test_run_with_arguments_delivers_those_arguments(
     assert (run["args"]["body"], run["note"]) == ({"v": 2}, "louder")
 
 
+def test_hooks_retry_and_a_daily_anchor_are_made_with_fields_and_a_kept_secret_stays_its_own(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
+) -> None:
+    """Hooks are cards of fields (the webhook's those of the http task, a secret header
+    masked), as are the retry policy and a daily schedule's first day. Removing one of
+    two hooks with secrets of the same name leaves the other its own."""
+    create(api, "ui-next")
+    receiver.respond("/down", status=500)
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/new")
+    page.fill("#f-name", "ui-hooked")
+    page.select_option("#f-task", "http")
+    page.fill("#a-url", receiver.url_for("/down"))
+    page.select_option("#f-kind", "daily")
+    page.fill("#f-times", "03:00")
+    page.fill("#f-every-days", "2")
+    page.fill("#f-anchor-date", "2030-01-02")
+    page.fill("#f-doublings", "3")
+    page.fill("#f-retry-for", "120")
+    for n, name in enumerate(["first", "second"]):
+        page.click("#add-hook")
+        expect(page.locator(f"#hook-{n}-on-failure")).to_be_focused()
+        page.fill(f"#h{n}-url", receiver.url_for(f"/{name}"))
+        page.click(f"#h{n}-headers-add")
+        page.fill(f"#h{n}-headers-0-name", "X-Token")
+        page.fill(f"#h{n}-headers-0-value", f"{name}-s3cret")
+        page.check(f"#h{n}-headers-0-secret")
+    page.click("#add-hook")
+    page.check("#hook-2-on-success")
+    page.uncheck("#hook-2-on-failure")
+    page.select_option("#hook-2-kind", "trigger")
+    page.fill("#hook-2-job", "ui-next")
+    page.fill("#hook-2-attempts", "2")
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-hooked")
+    job = api.get("/v1/jobs/ui-hooked").json()
+    assert job["schedule"]["anchor_date"] == "2030-01-02"
+    assert (job["retry"]["max_doublings"], job["retry"]["max_retry_seconds"]) == (3, 120)
+    assert [hook["on"] for hook in job["hooks"]] == [["failure"], ["failure"], ["success"]]
+    assert job["hooks"][1]["action"]["args"]["headers"] == {"X-Token": "***"}
+    assert (job["hooks"][2]["action"]["kind"], job["hooks"][2]["action"]["job"]) == (
+        "trigger",
+        "ui-next",
+    )
+    assert job["hooks"][2]["retry"]["max_attempts"] == 2
+    page.goto(f"{url}/ui/jobs/ui-hooked/edit")
+    expect(page.locator("#h1-headers-0-value")).to_have_attribute("type", "password")
+    expect(page.locator("#h1-headers-0-value")).to_have_value("***")
+    page.click("#hook-0-remove")
+    expect(page.locator("#hook-list .hook")).to_have_count(2)
+    expect(page.locator("#h0-url")).to_have_value(receiver.url_for("/second"))
+    page.click("#save")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-hooked")
+    assert api.post("/v1/jobs/ui-hooked/trigger").status_code == 202
+    [alert] = eventually(
+        lambda: [r for r in receiver.receipts("ui-hooked") if r.path == "/second"], 30, "alert"
+    )
+    assert alert.headers["x-token"] == "second-s3cret"
+
+
 def tab_to(page: Page, control: str, seen: list[str]) -> None:
     """Press Tab until `control` has the focus (at most 80 times), noting each stop."""
     for _ in range(80):
@@ -684,9 +772,21 @@ def test_the_job_form_is_usable_with_the_keyboard_alone(
     tab_to(page, "f-timezone", seen)
     tab_to(page, "a-message", seen)
     page.keyboard.type("typed, not clicked")
+    tab_to(page, "add-hook", seen)
+    page.keyboard.press("Enter")
+    expect(page.locator("#hook-0-on-failure")).to_be_focused()
+    tab_to(page, "h0-url", seen)
+    page.keyboard.type(f"{url}/hook")
+    tab_to(page, "h0-headers-add", seen)
+    page.keyboard.press("Enter")
+    page.keyboard.type("X-Key")
+    page.keyboard.press("Tab")
+    page.keyboard.type("by-keys")
+    tab_to(page, "h0-headers-0-secret", seen)
+    page.keyboard.press("Space")
     tab_to(page, "save", seen)
     every = {"f-kind", "f-seconds", "f-task", "a-level", "f-overlap", "f-start", "f-labels"}
-    assert every <= set(seen), seen
+    assert every | {"hook-0-kind", "hook-0-attempts", "h0-method"} <= set(seen), seen
     page.keyboard.press("Enter")
     expect(page).to_have_url(f"{url}/ui/jobs/ui-keys")
     job = api.get("/v1/jobs/ui-keys").json()
@@ -694,6 +794,40 @@ def test_the_job_form_is_usable_with_the_keyboard_alone(
         "0 3 * * *",
         {"message": "typed, not clicked"},
     )
+    [hook] = job["hooks"]
+    assert (hook["on"], hook["action"]["args"]["url"]) == (["failure"], f"{url}/hook")
+    assert hook["action"]["args"]["headers"] == {"X-Key": "***"}
+
+
+def test_run_with_arguments_and_cancel_are_usable_with_the_keyboard_alone(
+    url: str, api: httpx.Client, page_as: Callable[..., Page], receiver: Receiver
+) -> None:
+    hung = receiver.url_for("/keys", seconds=60)
+    create(api, "ui-keys-run", task="http", args={"url": hung, "body": {"v": 1}})
+    page = page_as(WRITE)
+    page.goto(f"{url}/ui/jobs/ui-keys-run")
+    expect(page.locator("#run-with-args")).to_be_visible()
+    seen: list[str] = []
+    tab_to(page, "run-with-args", seen)
+    page.keyboard.press("Enter")
+    tab_to(page, "a-body", seen)
+    page.keyboard.press("Control+A")
+    page.keyboard.type('{"v": 3}')
+    tab_to(page, "run-note", seen)
+    page.keyboard.type("by keys")
+    tab_to(page, "run-args-go", seen)
+    page.keyboard.press("Enter")
+    expect(page.locator("#notice a")).to_be_focused()
+    [delivered] = eventually(lambda: receiver.receipts("ui-keys-run"), 30, "the delivery")
+    assert json.loads(delivered.body) == {"v": 3}
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("running")
+    tab_to(page, "cancel-reason", seen)
+    page.keyboard.type("typed reason")
+    tab_to(page, "cancel", seen)
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    expect(page.locator("#facts")).to_contain_text("typed reason")
 
 
 def test_the_api_docs_render_their_operations_offline(
@@ -745,6 +879,12 @@ def test_no_serious_accessibility_violations(
     create(api, "a11y-paused")
     assert api.post("/v1/jobs/a11y-paused/pause", json={"note": "x"}).status_code == 200
     run = ended(api, api.post("/v1/jobs/a11y-paused/trigger").json()["id"])
+    secret = {"url": f"{url}/hook", "headers": {"X-Token": "t"}, "secret_headers": ["X-Token"]}
+    hooks = [
+        {"on": ["failure"], "action": {"kind": "http", "args": secret}},
+        {"on": ["success"], "action": {"kind": "trigger", "job": "a11y-paused"}},
+    ]
+    create(api, "a11y-hooked", task="http", args=secret, hooks=hooks)
     pages = {
         "/ui/?prefix=a11y-": "#jobs tbody tr",
         "/ui/jobs/a11y-every-second": "svg#chart circle",
@@ -752,6 +892,7 @@ def test_no_serious_accessibility_violations(
         f"/ui/runs/{run['id']}": "#facts dd",
         "/ui/new": "#f-task option",
         "/ui/jobs/a11y-paused/edit": "#args .field",
+        "/ui/jobs/a11y-hooked/edit": "#hook-list .hook .pair",
         "/ui/cluster": "#members tbody tr",
     }
     found = {}
@@ -801,7 +942,17 @@ def test_screenshots_of_the_jobs_job_cluster_form_and_run_pages(
     url = server.url
     folder = Path(os.environ.get("TICKGATE_UI_SCREENSHOTS") or tmp_path)
     create(api, "demo-backup", schedule={"kind": "daily", "at": ["03:00"]}, timezone="Europe/Kyiv")
-    create(api, "demo-report", schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"})
+    alert = {
+        "url": f"{target}/alert",
+        "headers": {"X-Token": "t0ken"},
+        "secret_headers": ["X-Token"],
+    }
+    create(
+        api,
+        "demo-report",
+        schedule={"kind": "cron", "expression": "30 9 * * MON-FRI"},
+        hooks=[{"on": ["failure"], "action": {"kind": "http", "args": alert}}],
+    )
     create(api, "demo-heartbeat", schedule={"kind": "interval", "every_seconds": 2})
     create(api, "demo-webhook", task="http", args={"url": f"{target}/fail"})
     assert api.post("/v1/jobs/demo-webhook/trigger").status_code == 202

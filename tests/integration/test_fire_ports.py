@@ -19,13 +19,13 @@ from harness.waiting import eventually_async
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job, pause_job
-from service.domain.runs import CancelRequest, Run, RunStatus, RunTrigger, SkipReason
+from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
-from service.store.fire_sql import ABANDONED_ERROR
+from service.store.fire_sql import ABANDONED_ERROR, LOST_ATTEMPT
 from service.store.ports import ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
@@ -456,7 +456,8 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         assert await backend.ledger.orphans(10) == []  # its session is alive
         # The replica that lost it records its end no more: the run is the taker's now.
         assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend_pid) is None
-        await backend.ledger.note_attempt(orphan.run.id, 3)  # the last retry starts
+        retried = AttemptEnd(2, RunStatus.FAILED, "boom", waited_seconds=0.5)
+        await backend.ledger.note_attempt(orphan.run.id, retried)  # the last retry starts
         taker.terminate()
         await backend.pass_time(2.5)
         spent = await _the_orphan(backend)
@@ -466,6 +467,17 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         assert (abandoned.status, abandoned.attempts) == (RunStatus.ABANDONED, 3)
         assert await backend.ledger.abandon([spent]) == []
         assert await backend.ledger.orphans(10) == []
+    if isinstance(backend, PostgresBackend):  # the fake keeps no attempt times
+        attempts = await backend.attempts_of(orphan.run.id)
+        assert [(a.attempt, a.status, a.error) for a in attempts] == [
+            (1, RunStatus.ABANDONED, LOST_ATTEMPT),
+            (2, RunStatus.FAILED, "boom"),
+            (3, RunStatus.ABANDONED, ABANDONED_ERROR),
+        ]
+        assert attempts[0].started_at == abandoned.started_at
+        assert (attempts[0].ended_at, attempts[2].ended_at) == (None, abandoned.finished_at)
+        assert attempts[1].ended_at is not None
+        assert attempts[0].started_at < attempts[1].started_at < attempts[2].started_at
 
 
 async def test_a_cancel_is_asked_of_its_runner_and_an_orphan_cancelled_is_never_resumed(

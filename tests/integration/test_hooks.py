@@ -150,6 +150,36 @@ async def test_a_failed_run_s_hook_is_delivered_once_and_listed_under_the_run(
     assert put_back.json()["version"] == shown["version"]  # "***" kept the secret
 
 
+async def test_a_hook_sent_back_masked_keeps_its_own_secret_when_another_is_removed(
+    scheduling: Settings, receiver: Receiver
+) -> None:
+    """Two hooks with a secret of the same name; the first removed and the second sent
+    back as shown ("***"): it keeps its own secret, never the removed hook's."""
+    hooks = [
+        http_hook(
+            receiver.url_for(f"/{name}"),
+            "success",
+            headers={"X-Token": f"{name}-s3cret"},
+            secret_headers=["X-Token"],
+        )
+        for name in ("first", "second")
+    ]
+    async with served(scheduling) as client:
+        made = await client.post("/v1/jobs", json=log_job("two-hooks", hooks=hooks))
+        assert made.status_code == 201, made.text
+        shown = (await client.get("/v1/jobs/two-hooks")).json()
+        kept = await client.patch("/v1/jobs/two-hooks", json={"hooks": shown["hooks"][1:]})
+        moved = {**shown["hooks"][1], "action": {**shown["hooks"][1]["action"]}}
+        moved["action"]["args"] = {**moved["action"]["args"], "url": receiver.url_for("/new")}
+        refused = await client.patch("/v1/jobs/two-hooks", json={"hooks": [moved]})
+        started = (await client.post("/v1/jobs/two-hooks/trigger")).json()
+        await settled(client, (await ended_run(client, started["id"]))["id"], 1)
+    assert kept.status_code == 200, kept.text
+    assert refused.status_code == 422, refused.text
+    [receipt] = receiver.receipts("two-hooks")
+    assert (receipt.path, receipt.headers["x-token"]) == ("/second", "second-s3cret")
+
+
 async def test_a_success_hook_chains_another_job_with_its_args(scheduling: Settings) -> None:
     louder = {"message": "chained", "level": "warning"}
     async with served(scheduling) as client:

@@ -80,11 +80,12 @@ async def test_retries_back_off_and_keep_one_idempotency_key(
     assert gaps[1] >= 0.4  # the wait doubled
 
 
-async def test_a_retry_is_counted_on_the_run_before_it_starts(
+async def test_a_retry_is_counted_on_the_run_before_it_starts_and_each_attempt_has_its_times(
     client: httpx.AsyncClient, receiver: Receiver
 ) -> None:
     """While the second attempt is in flight, the run already says 2 attempts: a
-    replica that takes the run over after a crash knows what the policy has left."""
+    replica that takes the run over after a crash knows what the policy has left. Each
+    attempt is listed with its times and how it ended, the last being the run itself."""
     receiver.respond("/counted", delay=1.5)
     receiver.fail_first("/counted", 1)
     retry = {"max_attempts": 3, "min_backoff_seconds": 0.1}
@@ -96,8 +97,22 @@ async def test_a_retry_is_counted_on_the_run_before_it_starts(
     )
     during = (await client.get(f"/v1/runs/{started['id']}")).json()
     assert (during["status"], during["attempts"]) == ("running", 2)
-    run = await finished_run(client, started["id"])
+    assert [(a["attempt"], a["status"]) for a in during["attempt_times"]] == [
+        (1, "failed"),
+        (2, "running"),
+    ]
+    assert during["attempt_times"][1]["ended_at"] is None
+    await finished_run(client, started["id"])
+    run = (await client.get(f"/v1/runs/{started['id']}")).json()
     assert (run["status"], run["attempts"]) == ("succeeded", 2)
+    first, second = run["attempt_times"]
+    assert (first["status"], second["status"], second["error"]) == ("failed", "succeeded", None)
+    assert first["error"].endswith("answered HTTP 503")
+    times = [first["started_at"], first["ended_at"], second["started_at"], second["ended_at"]]
+    assert first["started_at"] == run["started_at"]
+    assert second["ended_at"] == run["finished_at"]
+    instants = [datetime.fromisoformat(t) for t in times]
+    assert instants == sorted(instants), times
 
 
 async def test_retries_stop_at_max_attempts_and_at_the_budget(

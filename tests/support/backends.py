@@ -28,7 +28,7 @@ import asyncpg
 
 from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobSpec, create_job, replace_job
-from service.domain.runs import CancelRequest, Run, RunTrigger
+from service.domain.runs import AttemptTimes, CancelRequest, Run, RunTrigger
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
@@ -178,6 +178,11 @@ class PostgresBackend(Backend):
 
     async def runs_of(self, job: str) -> list[Run]:
         return await self._store.list_runs(job, 100, None, None)
+
+    async def attempts_of(self, run_id: UUID) -> list[AttemptTimes]:
+        kept = await self._store.get_run_kept(run_id)
+        assert kept is not None
+        return kept.attempts()
 
     async def request_cancel(self, request: CancelRequest) -> bool:
         answer = await self._store.request_cancel(request)

@@ -9,7 +9,8 @@
   const $ = (id) => document.getElementById(id);
   const editing = $("editor").dataset.job || null; // the job's name, or null: a new job
   const clone = new URLSearchParams(window.location.search).get("clone");
-  const KINDS = new Set(["cron", "interval", "daily", "once"]);
+  const TAGS = { schedule: new Set(["cron", "interval", "daily", "once"]), action: new Set(["http", "trigger"]) };
+  const EVENTS = ["failure", "success", "recovery", "misfire", "skip"];
   let schemas = {}; // task name: its args_schema
   let opened = null; // the job as opened (edit and clone)
   let etag = null;
@@ -46,6 +47,21 @@
 
   const utcOf = (id) => ($(id).value ? `${$(id).value}${$(id).value.length === 16 ? ":00" : ""}Z` : null);
   const localOf = (iso) => (iso ? iso.replace(/Z$|[+-]\d\d:\d\d$/, "").slice(0, 19) : "");
+
+  // The wall time in `zone` of the instant `iso` (a once schedule is stored as an instant
+  // but shown and sent as a wall time in the job's zone).
+  function wallIn(iso, zone) {
+    if (!iso) return "";
+    try {
+      const parts = Object.fromEntries(new Intl.DateTimeFormat("en-US", {
+        timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit",
+      }).formatToParts(new Date(iso)).map((part) => [part.type, part.value]));
+      return `${parts.year}-${parts.month}-${parts.day}T${parts.hour}:${parts.minute}:${parts.second}`;
+    } catch (_unknownZone) {
+      return localOf(iso);
+    }
+  }
   const number = (id) => ($(id).value === "" ? undefined : Number($(id).value));
 
   function scheduleOf() {
@@ -58,7 +74,9 @@
     }
     if (kind === "daily") {
       const at = $("f-times").value.split(",").map((t) => t.trim()).filter(Boolean);
-      return { kind, at, every_days: number("f-every-days") ?? 1 };
+      const schedule = { kind, at, every_days: number("f-every-days") ?? 1 };
+      if ($("f-anchor-date").value) schedule.anchor_date = $("f-anchor-date").value;
+      return schedule;
     }
     return { kind, at: $("f-at").value };
   }
@@ -90,11 +108,13 @@
         max_attempts: number("f-attempts"),
         min_backoff_seconds: number("f-min-backoff"),
         max_backoff_seconds: number("f-max-backoff"),
+        max_doublings: number("f-doublings"),
+        max_retry_seconds: number("f-retry-for"),
       },
       start_at: utcOf("f-start"),
       end_at: utcOf("f-end"),
       labels: labelsOf(),
-      hooks: $("f-hooks").value.trim() ? parsedOr($("f-hooks").value) : [],
+      hooks: readHooks(),
     };
     for (const key of ["max_runs", "managed_by", "capture", "default_hooks"]) {
       if (kept[key] !== undefined) body[key] = kept[key];
@@ -111,9 +131,11 @@
     $("f-seconds").checked = (schedule.expression || "").trim().split(/\s+/).length === 6;
     $("f-every").value = schedule.every_seconds ?? "";
     $("f-anchor").value = localOf(schedule.anchor);
-    $("f-times").value = schedule.kind === "daily" ? schedule.at.map((t) => t.slice(0, 5)).join(", ") : "";
+    const daily = schedule.kind === "daily";
+    $("f-times").value = daily ? schedule.at.map((t) => t.replace(/^(\d\d:\d\d):00$/, "$1")).join(", ") : "";
     $("f-every-days").value = schedule.every_days ?? 1;
-    $("f-at").value = schedule.kind === "once" ? localOf(schedule.at) : "";
+    $("f-anchor-date").value = (daily && schedule.anchor_date) || "";
+    $("f-at").value = schedule.kind === "once" ? wallIn(schedule.at, job.timezone || "UTC") : "";
     $("f-timezone").value = job.timezone || "UTC";
     $("f-task").value = job.task || $("f-task").value;
     showArgs($("f-task").value, job.args || {});
@@ -126,10 +148,12 @@
     $("f-attempts").value = retry.max_attempts ?? 1;
     $("f-min-backoff").value = retry.min_backoff_seconds ?? 5;
     $("f-max-backoff").value = retry.max_backoff_seconds ?? 3600;
+    $("f-doublings").value = retry.max_doublings ?? 5;
+    $("f-retry-for").value = retry.max_retry_seconds ?? 0;
     $("f-start").value = localOf(job.start_at);
     $("f-end").value = localOf(job.end_at);
     $("f-labels").value = Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join("\n");
-    $("f-hooks").value = job.hooks && job.hooks.length ? JSON.stringify(job.hooks, null, 2) : "";
+    showHooks(job.hooks || []);
     showKind();
     previewSoon();
   }
@@ -139,6 +163,93 @@
     "jitter_seconds", "catchup", "managed_by", "labels", "capture", "hooks", "default_hooks"];
 
   const declared = (job) => Object.fromEntries(DECLARED.filter((k) => k in job).map((k) => [k, job[k]]));
+
+  // ---- hooks: a card each, its webhook's fields those of the http task -----------------
+
+  // Rendered again, from what the cards hold, whenever one is removed: each control's
+  // `data-loc` is its hook's index, where the API's problems point.
+  function showHooks(hooks) {
+    $("hook-list").replaceChildren(...hooks.map(hookCard));
+  }
+
+  function hookCard(hook, index) {
+    const id = (part) => `hook-${index}-${part}`;
+    const at = (part) => `hooks.${index}.${part}`;
+    const card = T.el("fieldset", null, "hook");
+    card.dataset.kept = JSON.stringify(hook); // what the fields do not show: the retry's rest
+    card.append(T.el("legend", `Hook ${index + 1}`), hookEvents(hook, id, at));
+    const action = hook.action || { kind: "http", args: {} };
+    const kind = control("select", id("kind"), at("action.kind"), "Action");
+    kind.control.append(...[["http", "call a webhook (http)"], ["trigger", "run another job"]].map(([value, words]) =>
+      Object.assign(T.el("option", words), { value })));
+    kind.control.value = action.kind;
+    const http = T.el("div");
+    http.id = id("http");
+    T.argsForm.render(http, schemas.http, action.kind === "http" ? action.args : {}, { prefix: at("action.args"), ids: `h${index}` });
+    const trigger = T.el("div");
+    trigger.id = id("trigger");
+    const job = control("input", id("job"), at("action.job"), "Job to run");
+    Object.assign(job.control, { type: "text", value: action.job || "", autocomplete: "off" });
+    job.control.setAttribute("list", "job-names");
+    const args = control("textarea", id("args"), at("action.args"), "Its arguments instead of its own (JSON, optional)");
+    args.control.value = action.kind === "trigger" && action.args ? JSON.stringify(action.args, null, 2) : "";
+    trigger.append(job.wrap, args.wrap);
+    const showAction = () => {
+      http.hidden = kind.control.value !== "http";
+      trigger.hidden = !http.hidden;
+    };
+    kind.control.addEventListener("change", showAction);
+    showAction();
+    const attempts = control("input", id("attempts"), at("retry.max_attempts"), "Delivery attempts");
+    // Left empty on a new hook, the API's default retry for hooks applies (5 attempts).
+    Object.assign(attempts.control, { type: "number", min: "1", value: (hook.retry || {}).max_attempts ?? "", placeholder: "default: 5" });
+    const remove = Object.assign(T.el("button", `Remove hook ${index + 1}`, "small"), { type: "button", id: id("remove") });
+    remove.addEventListener("click", () => {
+      showHooks(readHooks().filter((_, other) => other !== index));
+      $("add-hook").focus();
+    });
+    card.append(kind.wrap, http, trigger, attempts.wrap, remove);
+    return card;
+  }
+
+  function hookEvents(hook, id, at) {
+    const events = T.el("fieldset", null, "events");
+    events.dataset.loc = at("on");
+    events.append(T.el("legend", "On"), ...EVENTS.map((event) => {
+      const box = Object.assign(T.el("input"), { type: "checkbox", id: id(`on-${event}`), checked: (hook.on || []).includes(event) });
+      const label = T.el("label", ` ${event}`);
+      label.prepend(box);
+      return label;
+    }));
+    return events;
+  }
+
+  // A labelled control in its `.field`, with the `data-loc` its problems point at.
+  function control(tag, id, loc, words) {
+    const made = T.el(tag);
+    Object.assign(made, { id });
+    made.dataset.loc = loc;
+    const label = T.el("label", words);
+    label.htmlFor = id;
+    const wrap = T.el("div", null, "field");
+    wrap.append(label, made);
+    return { control: made, wrap };
+  }
+
+  function readHooks() {
+    return [...$("hook-list").children].map((card, index) => {
+      const kept = JSON.parse(card.dataset.kept);
+      const on = EVENTS.filter((event) => $(`hook-${index}-on-${event}`).checked);
+      const kind = $(`hook-${index}-kind`).value;
+      const args = $(`hook-${index}-args`).value.trim();
+      const action = kind === "http"
+        ? { kind, args: T.argsForm.read($(`hook-${index}-http`)) }
+        : { kind, job: $(`hook-${index}-job`).value.trim(), ...(args ? { args: parsedOr(args) } : {}) };
+      const attempts = number(`hook-${index}-attempts`);
+      const retry = attempts === undefined ? kept.retry : { ...(kept.retry || {}), max_attempts: attempts };
+      return { ...kept, on, action, ...(retry ? { retry } : {}) };
+    });
+  }
 
   // ---- tabs: the form and the JSON, kept in step ---------------------------------------
 
@@ -242,8 +353,8 @@
 
   // Where a problem's `loc` points in the form: its field, or the nearest one holding it.
   function fieldAt(loc) {
-    let path = loc.slice(1).map(String);
-    if (path[0] === "schedule" && KINDS.has(path[1])) path.splice(1, 1); // the union's tag
+    // Without the tags pydantic puts after a union (schedule.cron.expression).
+    let path = loc.slice(1).map(String).filter((part, at, all) => !(TAGS[all[at - 1]] || new Set()).has(part));
     for (; path.length; path = path.slice(0, -1)) {
       const found = document.querySelector(`#form-panel [data-loc="${CSS.escape(path.join("."))}"]`);
       if (found) return found;
@@ -369,6 +480,8 @@
     const tasks = await T.api("/v1/tasks");
     schemas = Object.fromEntries(tasks.items.map((task) => [task.name, task.args_schema]));
     $("f-task").replaceChildren(...tasks.items.map((task) => T.el("option", task.name)));
+    const jobs = await T.api("/v1/jobs?limit=200");
+    $("job-names").replaceChildren(...jobs.items.map((job) => Object.assign(T.el("option"), { value: job.name })));
     const source = editing || clone;
     if (source) {
       const found = await request(`/v1/jobs/${encodeURIComponent(source)}`);
@@ -398,10 +511,14 @@
     $("f-expression").value = fields.join(" ");
     previewSoon();
   });
-  for (const id of ["f-expression", "f-every", "f-anchor", "f-times", "f-every-days", "f-at", "f-timezone"]) {
+  for (const id of ["f-expression", "f-every", "f-anchor", "f-times", "f-every-days", "f-anchor-date", "f-at", "f-timezone"]) {
     $(id).addEventListener("input", previewSoon);
   }
   $("f-task").addEventListener("change", () => showArgs($("f-task").value, {}));
+  $("add-hook").addEventListener("click", () => {
+    showHooks([...readHooks(), { on: ["failure"], action: { kind: "http", args: {} } }]);
+    $(`hook-${$("hook-list").children.length - 1}-on-failure`).focus();
+  });
   $("tab-form").addEventListener("click", () => selectTab(false));
   $("tab-json").addEventListener("click", () => selectTab(true));
   document.querySelector("[role=tablist]").addEventListener("keydown", (event) => {

@@ -220,6 +220,7 @@
   });
   document.getElementById("run-args-close").addEventListener("click", () => {
     argsRun.hidden = true;
+    document.getElementById("run-with-args").focus(); // back where the keyboard was
   });
   argsRun.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -232,6 +233,7 @@
       const box = document.getElementById("notice");
       box.replaceChildren("Started ", runLink(run.id, "a run with these arguments"), ".");
       box.hidden = false;
+      box.querySelector("a").focus(); // the form it was in is gone
       T.showError(null);
       await load();
     } catch (error) {

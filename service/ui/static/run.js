@@ -50,6 +50,19 @@
       ? JSON.stringify(run.args, null, 2) : "The job's own.";
   }
 
+  // Each attempt with its times (an attempt its replica was lost in has no end).
+  function showAttempts(attempts) {
+    document.querySelector("#attempts tbody").replaceChildren(...attempts.map((one) => T.row([
+      String(one.attempt),
+      T.absolute(one.started_at),
+      one.ended_at ? T.absolute(one.ended_at) : "—",
+      seconds(one.started_at, one.ended_at),
+      T.badge(one.status),
+      one.error || "",
+    ])));
+    document.getElementById("no-attempts").hidden = attempts.length > 0;
+  }
+
   // JSON shown indented; anything else as it came.
   function pretty(text, contentType) {
     if (!/json/.test(contentType || "")) return text;
@@ -110,6 +123,7 @@
     try {
       const run = await T.api(path);
       showFacts(run);
+      showAttempts(run.attempt_times);
       showOutput(run.output);
       const [log, hooks] = await Promise.all([T.api(`${path}/log`), T.api(`${path}/hooks`)]);
       showLog(log);
