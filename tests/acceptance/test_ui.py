@@ -491,6 +491,7 @@ def test_the_job_page_reads_in_words_and_the_last_failure_stands_out(
         args={"url": f"{target}/fail"},
         retry={"max_attempts": 3, "min_backoff_seconds": 1, "max_backoff_seconds": 60},
         hooks=[alert],
+        max_runs=5,
     )
     run = ended(api, api.post("/v1/jobs/ui-words/trigger").json()["id"])
     page = page_as(READ)
@@ -501,6 +502,8 @@ def test_the_job_page_reads_in_words_and_the_last_failure_stands_out(
         "up to 3 attempts, waiting 1 s at first, doubling 5 times, at most 60 s"
     )
     expect(page.locator("#definition")).to_contain_text("always")
+    # A manual run does not count towards the cap; only scheduled ones do.
+    expect(page.locator("#definition")).to_contain_text("0 used of 5")
     expect(page.locator("#hooks")).to_contain_text(f"on failure: POST {receiver.url_for('/a')}")
     expect(page.locator("#deliveries tbody")).to_contain_text("delivered")
     assert '"max_attempts": 3' in page.locator("#policies-json").text_content()

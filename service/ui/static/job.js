@@ -68,7 +68,8 @@
       ["Retry", retryText(job.retry)],
       ["Jitter", `${job.jitter_seconds} s`],
       ["Window", windowText(job)],
-      ["Runs", `${job.runs_started}${job.max_runs ? ` of ${job.max_runs}` : ""}`],
+      // runs_started is counted only for a capped job (it costs a row update per tick).
+      ["Max runs", job.max_runs ? `${job.runs_started} used of ${job.max_runs}` : "no limit"],
       ["Managed by", job.managed_by || "—"],
       ["Version", job.version],
     ];

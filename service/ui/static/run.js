@@ -15,8 +15,11 @@
     box.hidden = !text;
   }
 
+  // From one instant to another: milliseconds below a second, where most runs end.
   function seconds(from, to) {
-    return from && to ? `${((Date.parse(to) - Date.parse(from)) / 1000).toFixed(1)} s` : "—";
+    if (!from || !to) return "—";
+    const ms = Date.parse(to) - Date.parse(from);
+    return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
   }
 
   function showFacts(run) {
