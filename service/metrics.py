@@ -104,6 +104,9 @@ class Metrics:
             ["version", "source"],
             registry=self.registry,
         )
+        # The jobs with series here, so a deleted one is forgotten even on a replica
+        # that ran it without holding it (a takeover): see `counts`.
+        self._counted: set[str] = set()
         self.sync_age = Gauge(
             "tickgate_scheduler_sync_age_seconds",
             "Seconds since this replica's scheduler last fully synced with the database.",
@@ -115,6 +118,7 @@ class Metrics:
 
     def count_run(self, job: str, status: RunStatus, finished_at: datetime | None) -> None:
         """A run of `job` ended here; `finished_at` if it succeeded."""
+        self._counted.add(job)
         self.runs.labels(job, status.value).inc()
         if status is RunStatus.SUCCEEDED and finished_at is not None:
             self.last_success.labels(job).set(finished_at.timestamp())
@@ -122,9 +126,14 @@ class Metrics:
     def forget_job(self, job: str) -> None:
         """Drop a deleted job's series: kept, they would pile up with every job ever
         made, and the job's history lives in the ledger anyway."""
+        self._counted.discard(job)
         self.last_success.remove(job)
         for status in RunStatus:
             self.runs.remove(job, status.value)
+
+    def counts(self, job: str) -> bool:
+        """Whether this replica has series of the job, to forget if it is deleted."""
+        return job in self._counted
 
     def exposition(self) -> bytes:
         return generate_latest(_Families(_without_created(self.registry.collect())))

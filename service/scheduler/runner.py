@@ -198,6 +198,11 @@ class Runner:
         """The job is gone from the database: forget what this replica knew of it."""
         self._executor.forget_job(name)
 
+    def remembers(self, name: str) -> bool:
+        """Whether this replica keeps something of the job (its metric series) that its
+        deletion must take away, though the job is not in a bucket it reads."""
+        return self._metrics.counts(name)
+
     @property
     def runs_in_flight(self) -> int:
         return self._executor.in_flight

@@ -255,9 +255,11 @@ class Window:
 
     async def _load(self, names: list[str]) -> None:
         """Bring these jobs, notified as changed, up to date in the window, if they are
-        held here or fall in a bucket read here."""
+        held here or fall in a bucket read here. A job the runner remembers (it ran
+        one of its ticks, taken over) is read too, only to learn if it was deleted."""
         now = _monotonic()
-        names = [n for n in names if n in self._held or self._buckets.fires(_bucket(n), now)]
+        ours = {n for n in names if n in self._held or self._buckets.fires(_bucket(n), now)}
+        names = [n for n in names if n in ours or self._runner.remembers(n)]
         if not names:
             return
         async with self._loading:
@@ -268,6 +270,8 @@ class Window:
                 if job is None:
                     self._drop(name)
                     self._runner.job_deleted(name)
+                elif name not in ours:
+                    continue
                 elif job.state is not JobState.ACTIVE or cursor is None:
                     self._drop(name)
                 else:

@@ -123,6 +123,7 @@ async def opened_window(
     store: Store,
     members: Callable[[], Members] = Members.unknown,
     runner_kw: dict[str, Any] | None = None,
+    metrics: Metrics | None = None,
     **kw: Any,
 ) -> AsyncIterator[Window]:
     """A window reading through `store`, not started: a test starts it (listener and
@@ -139,7 +140,7 @@ async def opened_window(
             http=http,
             sql=SqlTargetConnections({}),
             runner_id="test-window",
-            metrics=Metrics(),
+            metrics=metrics or Metrics(),
             **(runner_kw or {}),
         )
         built = Window(
@@ -524,3 +525,35 @@ async def test_a_window_reads_and_hears_only_the_buckets_it_owns(
             lambda: window.held().get(own) == changed.revision, CONVERGE_SECONDS, "own change"
         )
         assert scripted.reads[reads:] == ["load"]  # the own job's change, read once
+
+
+async def test_a_deleted_job_run_here_by_takeover_loses_its_series_here(
+    database_url: str, scripted: ScriptedStore
+) -> None:
+    """A replica that ran a tick of a job it does not own (a takeover) keeps the job's
+    run series; when the job is deleted they go, or every job ever taken over would
+    stay in its scrape. The job is read to learn that, never held."""
+    members = Members.seen(2, [1, 2, 3])
+    mine = owned_buckets(members)
+    assert mine is not None
+    names = [f"job-{index}" for index in range(30)]
+    foreign = next(name for name in names if bucket_of(lock_key(name)) not in mine)
+    await create(scripted, foreign, "v1")
+    metrics = Metrics()
+    async with opened_window(
+        database_url, scripted, members=lambda: members, metrics=metrics
+    ) as window:
+        await window.start()
+        metrics.count_run(foreign, RunStatus.SUCCEEDED, datetime.now(UTC))  # taken over
+        assert f'job="{foreign}"' in metrics.exposition().decode()
+        reads = len(scripted.reads)
+        await update(scripted, foreign, "v2")
+        await eventually_async(lambda: len(scripted.reads) > reads, CONVERGE_SECONDS, "a load")
+        assert foreign not in window.held()
+        await delete(scripted, foreign)
+        await eventually_async(
+            lambda: f'job="{foreign}"' not in metrics.exposition().decode(),
+            CONVERGE_SECONDS,
+            "the deleted job's series gone",
+        )
+        assert foreign not in window.held()
