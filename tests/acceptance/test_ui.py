@@ -628,6 +628,18 @@ def test_an_edit_racing_another_change_gets_the_412_choice_and_loses_nothing(
     page.click("#save")
     expect(page).to_have_url(f"{url}/ui/jobs/ui-race")
     assert api.get("/v1/jobs/ui-race").json()["description"] == "mine, after reading theirs"
+    # The other choice: overwrite their change with mine, knowingly.
+    page.goto(f"{url}/ui/jobs/ui-race/edit")
+    expect(page.locator("#f-description")).to_have_value("mine, after reading theirs")
+    theirs = {"description": "theirs again", "labels": {"team": "theirs"}}
+    assert api.patch("/v1/jobs/ui-race", json=theirs).status_code == 200
+    page.fill("#f-description", "mine, over theirs")
+    page.click("#save")
+    expect(page.locator("#theirs")).to_contain_text('labels: {"team":"theirs"}')
+    page.click("#overwrite")
+    expect(page).to_have_url(f"{url}/ui/jobs/ui-race")
+    stored = api.get("/v1/jobs/ui-race").json()
+    assert (stored["description"], stored["labels"]) == ("mine, over theirs", {})
 
 
 def test_a_one_time_job_in_another_zone_is_edited_without_moving(
