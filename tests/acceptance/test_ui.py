@@ -217,6 +217,12 @@ def refreshed(page: Page) -> None:
     expect(updated).not_to_have_text(updated.inner_text())
 
 
+def reloaded_by_itself(page: Page, ending: str) -> None:
+    """Wait for the page's own periodic load to fetch an API path ending so (and land)."""
+    with page.expect_response(lambda answer: answer.url.endswith(ending), timeout=30_000):
+        pass
+
+
 def test_a_pause_in_typing_that_ends_after_next_keeps_the_second_page(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
@@ -520,6 +526,8 @@ def test_a_running_run_is_cancelled_from_its_page_with_a_reason(
     page.goto(f"{url}/ui/runs/{run_id}")
     expect(page.locator("#run-status")).to_have_text("running")
     page.fill("#cancel-reason", "stuck on a dead host")
+    reloaded_by_itself(page, f"/v1/runs/{run_id}/log")  # a refresh keeps the reason typed
+    expect(page.locator("#cancel-reason")).to_have_value("stuck on a dead host")
     page.click("#cancel")
     expect(page.locator("#run-status")).to_have_text("cancelled")
     expect(page.locator("#facts")).to_contain_text("stuck on a dead host")
@@ -692,6 +700,9 @@ def test_run_with_arguments_delivers_those_arguments(
     expect(body).to_have_value('{\n  "v": 1\n}')
     body.fill('{"v": 2}')
     page.fill("#run-note", "louder")
+    reloaded_by_itself(page, "/v1/jobs/ui-args")  # the typing stays through it
+    expect(body).to_have_value('{"v": 2}')
+    expect(page.locator("#run-note")).to_have_value("louder")
     page.click("#run-args-go")
     expect(page.locator("#notice a")).to_be_visible()
     page.click("#notice a")
