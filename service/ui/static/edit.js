@@ -13,6 +13,9 @@
   const EVENTS = ["failure", "success", "recovery", "misfire", "skip"];
   let schemas = {}; // task name: its args_schema
   let opened = null; // the job as opened (edit and clone)
+  // The body last put into the form: what the form has no field for (max_runs, capture...)
+  // is kept from it, so a trip through the JSON tab loses nothing and drops what it drops.
+  let shown = {};
   let etag = null;
 
   // ---- calls that need the answer's status and headers -------------------------------
@@ -90,7 +93,7 @@
   }
 
   function bodyOfForm() {
-    const kept = opened ? { ...opened } : {};
+    const kept = shown;
     const body = {
       name: $("f-name").value.trim(),
       description: $("f-description").value,
@@ -123,6 +126,7 @@
   }
 
   function fill(job) {
+    shown = job;
     const schedule = job.schedule || { kind: "cron", expression: "" };
     $("f-name").value = job.name || "";
     $("f-description").value = job.description || "";
@@ -272,7 +276,7 @@
         return;
       }
       $("json-error").textContent = "";
-      fill({ ...(opened || {}), ...parsed });
+      fill(parsed);
     }
     $("json-panel").hidden = !json;
     $("form-panel").hidden = json;
@@ -349,6 +353,7 @@
       else node.removeAttribute("aria-describedby");
     }
     $("problems").hidden = true;
+    $("json-error").textContent = "";
   }
 
   // Where a problem's `loc` points in the form: its field, or the nearest one holding it.
