@@ -23,12 +23,10 @@ The ledger's unique key forbids two rows of one (job, tick); the accountant stil
 any, over every job of the window, changed or not.
 """
 
-import re
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -46,7 +44,7 @@ EXAMPLES = 5
 
 # A gap row lies at the last tick of the span it sums up, so at or after the window start.
 _GAPS = """
-SELECT job, missed_ticks, error FROM tickgate_runs
+SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks FROM tickgate_runs
 WHERE job = ANY($1::text[]) AND missed_ticks IS NOT NULL
   AND scheduled_for >= to_timestamp($2)
 """
@@ -56,23 +54,26 @@ SELECT count(*) FROM (
     WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
     GROUP BY job, scheduled_for HAVING count(*) > 1) AS twice
 """
-_SPAN = re.compile(r"ticks from (\S+) to (\S+) fell")
+
+
+Span = tuple[float, float]  # [first, last] tick a gap row sums up (POSIX seconds)
 
 
 @dataclass(frozen=True)
 class Ledger:
     rows: dict[tuple[str, float], asyncpg.Record]
-    gaps: dict[str, list[tuple[float, float]]]  # job -> spans [first, last] summed up
+    gaps: dict[str, list[Span]]  # job -> the spans its gap rows sum up
     duplicates: int
 
 
-def _spans(gaps: Iterable[asyncpg.Record]) -> dict[str, list[tuple[float, float]]]:
-    found: dict[str, list[tuple[float, float]]] = {}
+def _spans(gaps: Iterable[asyncpg.Record], jobs: dict[str, Stable]) -> dict[str, list[Span]]:
+    """Each gap row's span: its `missed_ticks` consecutive nominal ticks, ending at its own
+    (the row, not its wording, says what it sums up)."""
+    found: dict[str, list[Span]] = {}
     for row in gaps:
-        match = _SPAN.search(row["error"] or "")
-        if match:
-            first, last = (datetime.fromisoformat(text).timestamp() for text in match.groups())
-            found.setdefault(row["job"], []).append((first, last))
+        period = jobs[row["job"]].period
+        first = row["at"] - (row["missed_ticks"] - 1) * period
+        found.setdefault(row["job"], []).append((first, row["at"]))
     return found
 
 
@@ -87,7 +88,7 @@ def read_ledger(url: str, jobs: dict[str, Stable], start: int, end: int) -> Ledg
     finally:
         sql.close()
     keyed = {(row["job"], float(row["at"])): row for row in rows}
-    return Ledger(keyed, _spans(gaps), duplicates)
+    return Ledger(keyed, _spans(gaps, jobs), duplicates)
 
 
 def ticks_of(job: Stable, start: int, end: int) -> list[Tick]:
@@ -138,7 +139,7 @@ class Window:
         }
 
 
-def _covered(spans: list[tuple[float, float]], tick: float) -> bool:
+def _covered(spans: list[Span], tick: float) -> bool:
     return any(first <= tick <= last for first, last in spans)
 
 
