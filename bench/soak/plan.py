@@ -221,17 +221,21 @@ class Fleet:
         with self._lock:
             return len(self._live)
 
-    def stable(self, start: float, end: float, margin: float, now: float) -> list[Stable]:
+    def stable(
+        self, start: float, end: float, margin: float, now: float, reach: float = 0.0
+    ) -> list[Stable]:
         """Jobs that existed before `start - margin`, had no change from then until
-        `end + margin`, and whose deletion nobody asked for by `now` (a deleted job's
-        rows go with it)."""
+        `end + margin + reach`, and whose deletion nobody asked for by `now` (a deleted
+        job's rows go with it). `reach`: a changed schedule starts the job's cursor again
+        at a new fence, and a tick still undecided then (its owner behind, within its
+        misfire grace) is no tick of the job as it stands: it gets no row, by design."""
         with self._lock:
             return [
                 Stable(record.name, record.period_at(start - margin), record.task)
                 for record in self._jobs.values()
                 if record.exists
                 and record.delete_asked is None
-                and record.quiet(start - margin, end + margin)
+                and record.quiet(start - margin, end + margin + reach)
                 and record.changes[-1][0] < now
             ]
 

@@ -3,7 +3,8 @@
 The run is cut into windows (60 s in the full run). Once a window is `SETTLE_SECONDS`
 old (past every job's misfire grace, so a tick nobody could start has had its skip
 recorded), the accountant judges the jobs that lived through it unchanged
-(`Fleet.stable`, with `MARGIN_SECONDS` either side): each nominal tick (a whole second
+(`Fleet.stable`, with `MARGIN_SECONDS` either side, and a misfire grace more after it:
+a changed schedule drops the ticks still undecided, by design): each nominal tick (a whole second
 divisible by the job's period) must have exactly one ledger row, a run of any status or a
 skip with its reason. Retention keeps every row younger than the misfire grace + 300 s,
 so the rows are all still there.
@@ -32,7 +33,7 @@ from typing import Any
 import asyncpg
 
 from bench.soak import Worker
-from bench.soak.plan import Fleet, Stable
+from bench.soak.plan import GRACE_SECONDS, Fleet, Stable
 from harness.accounting import Tick, first_arrivals, ledger_rows, nominal_ticks
 from harness.postgres import Sql
 from harness.receiver import ReceiverProcess
@@ -239,12 +240,16 @@ class Accountant(Worker):
                 self.errors.append(f"{time.strftime('%H:%M:%S')} {error!r}"[:300])
                 self._halt.wait(RETRY_SECONDS)
 
+    def _stable(self, start: int, end: int, now: float) -> list[Stable]:
+        # Changed up to a misfire grace after the window, a job may drop ticks of it.
+        return self._fleet.stable(start, end, MARGIN_SECONDS, now, reach=GRACE_SECONDS)
+
     def check(self, start: int, end: int) -> Window:
         asked = time.time()
-        jobs = {job.name: job for job in self._fleet.stable(start, end, MARGIN_SECONDS, asked)}
+        jobs = {job.name: job for job in self._stable(start, end, asked)}
         ledger = read_ledger(self._url, jobs, start, end)
         # A job whose deletion began while the ledger was read may have lost its rows.
-        still = {job.name for job in self._fleet.stable(start, end, MARGIN_SECONDS, time.time())}
+        still = {job.name for job in self._stable(start, end, time.time())}
         jobs = {name: job for name, job in jobs.items() if name in still}
         receipts = self._receiver.receipts((start, end))
         received = first_arrivals(receipts)[1]

@@ -3,7 +3,7 @@ last tick of a run of ticks nobody could start accounts for all of them."""
 
 from typing import Any, cast
 
-from bench.soak.plan import Stable
+from bench.soak.plan import GRACE_SECONDS, Fleet, Stable
 from bench.soak.windows import Ledger, Window, _spans, judge_ledger
 
 EVERY_SECOND = Stable("every-second", 1, "log")
@@ -35,3 +35,21 @@ def test_a_gap_row_accounts_for_the_ticks_it_sums_up_and_no_other() -> None:
     assert (window.gap_covered, window.unaccounted) == (3 + 1, 1)
     assert window.examples["unaccounted"] == ["every-second @ 1082.0 (period 1)"]
     assert window.skip_reasons == {"misfire": 2}
+
+
+def test_a_job_rescheduled_within_a_misfire_grace_after_the_window_is_not_judged() -> None:
+    # A changed schedule starts the cursor again at a new fence: a tick of the window its
+    # owner had not decided yet (a saturated box) gets no row, by design.
+    fleet = Fleet()
+    every = {"kind": "interval", "every_seconds": 1}
+    for name in ("changed-later", "changed-much-later"):
+        fleet.created({"name": name, "task": "log", "schedule": every}, 900.0, 901.0)
+    for name, at in (("changed-later", 1060.0 + GRACE_SECONDS - 5), ("changed-much-later", 1130.0)):
+        fleet.begin_change(name, at)
+        fleet.end_change(name, at + 1, exists=True, period=5)
+    judged = fleet.stable(1000, 1060, 5.0, 1200.0, reach=GRACE_SECONDS)
+    assert [job.name for job in judged] == ["changed-much-later"]
+    assert [job.name for job in fleet.stable(1000, 1060, 5.0, 1200.0)] == [
+        "changed-later",
+        "changed-much-later",
+    ]
