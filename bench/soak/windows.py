@@ -4,10 +4,10 @@ The run is cut into windows (60 s in the full run). Once a window is `SETTLE_SEC
 old (past every job's misfire grace, so a tick nobody could start has had its skip
 recorded), the accountant judges the jobs that lived through it unchanged
 (`Fleet.stable`, with `MARGIN_SECONDS` either side, and a misfire grace more after it:
-a changed schedule drops the ticks still undecided, by design): each nominal tick (a whole second
-divisible by the job's period) must have exactly one ledger row, a run of any status or a
-skip with its reason. Retention keeps every row younger than the misfire grace + 300 s,
-so the rows are all still there.
+a changed schedule drops the ticks still undecided, by design): each nominal tick (a
+whole second divisible by the job's period) must have exactly one ledger row, a run of
+any status or a skip with its reason. Retention keeps every row younger than the misfire
+grace + 300 s, so the rows are all still there.
 
 A tick with no row of its own may be inside the span a *gap row* sums up (one `misfire`
 row with `missed_ticks`, written when the cluster comes back from a time nobody could
