@@ -130,16 +130,17 @@ async def migrate(
     try:
         await _in_short_locks(connection, locks, "the record of migrations", _bootstrap)
         applied = await _checked_record(connection, known)
-        pending = [
-            m
-            for m in known
-            if m.version not in applied and (through is None or m.version <= through)
-        ]
+        pending = [m for m in known if m.version not in applied and _within(m, through)]
         for migration in pending:
             await _apply(connection, migration, locks)
         return pending
     finally:
-        await connection.execute(migrate_sql.UNLOCK, MIGRATION_LOCK_KEY)
+        if not connection.is_closed():  # a broken link's error is the one to raise
+            await connection.execute(migrate_sql.UNLOCK, MIGRATION_LOCK_KEY)
+
+
+def _within(migration: Migration, through: int | None) -> bool:
+    return through is None or migration.version <= through
 
 
 async def _bootstrap(connection: Connection) -> None:
@@ -233,23 +234,16 @@ async def _apply(connection: Connection, migration: Migration, locks: ShortLocks
 async def _in_short_locks(connection: Connection, locks: ShortLocks, what: str, step: Step) -> None:
     """`step` in a transaction of its own whose lock waits are short, tried again after
     a pause while a wait runs out, at most `locks.tries` times."""
-    for attempt in range(locks.tries):
+    for attempt in range(1, locks.tries + 1):
         try:
-            async with connection.transaction():
-                await connection.execute(
-                    migrate_sql.SHORT_LOCK_WAIT, f"{round(locks.timeout_seconds * 1000)}ms"
-                )
-                await step(connection)
-            return
+            return await _in_one_transaction(connection, locks, step)
         except asyncpg.LockNotAvailableError:
-            if attempt + 1 == locks.tries:
+            if attempt == locks.tries:
                 break
-            pause = locks.pause(attempt)
+            pause = locks.pause(attempt - 1)
             log.warning(
                 "%s waited %.1f s for a lock others hold: let them through, again in %.1f s",
-                what,
-                locks.timeout_seconds,
-                pause,
+                *(what, locks.timeout_seconds, pause),
             )
             await asyncio.sleep(pause)
     raise MigrationError(
@@ -257,6 +251,13 @@ async def _in_short_locks(connection: Connection, locks: ShortLocks, what: str, 
         "a long transaction holds a lock on its tables (see pg_locks and pg_stat_activity); "
         "startup stops, and the next start tries again"
     )
+
+
+async def _in_one_transaction(connection: Connection, locks: ShortLocks, step: Step) -> None:
+    async with connection.transaction():
+        wait = f"{round(locks.timeout_seconds * 1000)}ms"
+        await connection.execute(migrate_sql.SHORT_LOCK_WAIT, wait)
+        await step(connection)
 
 
 async def migrate_database(dsn: str) -> list[Migration]:
