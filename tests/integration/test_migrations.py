@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import timedelta
 from uuid import uuid4
 
@@ -25,8 +26,10 @@ from service.server import serve_app
 from service.stopping import StopRequest
 from service.store import Store
 from service.store.base import init_connection
+from service.store.link import Link
 from service.store.migrate import (
     MIGRATION_LOCK_KEY,
+    SHORT_LOCKS,
     Migration,
     MigrationError,
     ShortLocks,
@@ -318,10 +321,11 @@ async def test_a_migration_waiting_for_a_lock_lets_claims_through_then_applies(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """While a long transaction holds tickgate_jobs, the migration that must alter it
-    waits at most its lock_timeout at a time: a claim queued behind it (allowed 10
-    times that wait, by its own lock_timeout) gets through. Once the transaction ends,
+    waits at most its lock_timeout at a time: a claim queued behind it, which waits no
+    longer than the fire path's own lock_timeout, gets through. Once the transaction ends,
     the migration is applied and recorded."""
-    locks = ShortLocks(timeout_seconds=0.2, tries=1000, pause_seconds=0.05, max_pause_seconds=0.1)
+    locks = replace(SHORT_LOCKS, tries=1000, pause_seconds=0.05, max_pause_seconds=0.1)
+    fire_path = Link().server_settings(quiet_ends=False, fire_path=True)
     async with (
         connected(database_url) as holder,
         connected(database_url) as migrator,
@@ -339,14 +343,14 @@ async def test_a_migration_waiting_for_a_lock_lets_claims_through_then_applies(
             return bool(await claimant.fetchval(_WAITING_FOR_JOBS, pid))
 
         await eventually_async(waiting, 10, "the migration waiting for tickgate_jobs")
-        await claimant.execute("SET lock_timeout = '2s'")
+        await claimant.execute(f"SET lock_timeout = {fire_path['lock_timeout']}")
         with caplog.at_level(logging.WARNING, logger="service.store.migrate"):
             # Takes a lock the migration's queued request conflicts with, as a claim does.
             await claimant.execute("UPDATE tickgate_jobs SET description = description")
             assert not applying.done()
             await reading.commit()
             assert await asyncio.wait_for(applying, 30) == [_PROBE]
-        assert "migration 9001_lock_probe waited 0.2 s" in caplog.text
+        assert "migration 9001_lock_probe waited 1.0 s" in caplog.text
         assert await claimant.fetchval("SELECT count(lock_probe) FROM tickgate_jobs") == 0
         assert (9001, "lock_probe", _PROBE.checksum) in await recorded(database_url)
 
