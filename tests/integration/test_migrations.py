@@ -169,6 +169,7 @@ async def test_a_database_of_1fbbe32_is_brought_forward_and_its_job_fires(
             assert made.first_tick is not None
             await connection.execute(_OLD_RUN, "old", made.first_tick - timedelta(seconds=5))
             cursor = await connection.fetchval(_CURSOR, "old")
+            assert cursor is not None
         store = await Store.open(url, max_size=2)
         try:
             newer = [m for m in available_migrations() if m.version > 25]
