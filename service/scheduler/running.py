@@ -31,7 +31,7 @@ from service.scheduler.cancels import Cancels
 from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.ports import Claim, Ledger, PinnedSession, RunEnd
+from service.store.ports import BackendId, Claim, Ledger, PinnedSession, RunEnd
 from service.tracing import Claimed, NoTracing, Tracing
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class RunExecutor:
                     # elsewhere, say): nothing was recorded or released. The end goes
                     # through the API pool; the lock stays held until then (`run`
                     # releases it), so no later tick finds the run still `running`.
-                    return await self._finish_elsewhere(run, end, session.pid)
+                    return await self._finish_elsewhere(run, end, session.backend)
             else:
                 hold.held = hold.held and not released
                 return finished
@@ -280,9 +280,9 @@ class RunExecutor:
         # dead connection is never unlocked on. Terminating it only tidies up.
         hold.held = False
         session.terminate()
-        return await self._finish_elsewhere(run, end, session.pid)
+        return await self._finish_elsewhere(run, end, session.backend)
 
-    async def _finish_elsewhere(self, run: Run, end: RunEnd, backend: int) -> Run | None:
+    async def _finish_elsewhere(self, run: Run, end: RunEnd, backend: BackendId) -> Run | None:
         """Record the end of a run whose own connection died, through the API pool,
         retrying while the database is away (a restart). If it stays away longer than
         RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it

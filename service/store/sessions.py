@@ -37,6 +37,7 @@ from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.link import Link, deadline, heartbeat
 from service.store.ports import (
+    BackendId,
     Claim,
     ClaimOutcome,
     GateFacts,
@@ -81,10 +82,11 @@ class _Ending:
 class LockSession:
     """One pinned connection of the lock pool; the runs it claimed share it."""
 
-    def __init__(self, connection: Connection, link: Link) -> None:
+    def __init__(self, connection: Connection, link: Link, backend: BackendId) -> None:
         self._connection = connection
         self._link = link
-        self.pid: int = connection.get_server_pid()
+        self.backend = backend
+        self.pid: int = backend.pid
         self._terminated = False
         self._answered_at = time.monotonic()
         self._beating = False
@@ -109,11 +111,11 @@ class LockSession:
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
                 await link.tune(connection, quiet_ends=True, fire_path=True)
-                await _warmed(connection)
+                backend = await _warmed(connection)
         except BaseException:
             connection.terminate()
             raise
-        return cls(connection, link)
+        return cls(connection, link, backend)
 
     @property
     def holds_locks(self) -> bool:
@@ -464,10 +466,13 @@ def _left(session: LockSession) -> None:
         session.terminate()
 
 
-async def _warmed(connection: Connection) -> None:
+async def _warmed(connection: Connection) -> BackendId:
     """A new lock session runs every fire-path statement once (claiming and locking
     nothing) before it is used, so no run waits for a statement to be prepared or a
-    type to be looked up."""
+    type to be looked up. Its backend, as the rows of its runs will name it."""
     await init_connection(connection)
     for statement, arguments in fire_sql.WARM_UP:
         await connection.fetch(statement, *arguments)
+    row = await connection.fetchrow(fire_sql.OWN_BACKEND)
+    assert row is not None, "a SELECT without FROM answers one row"
+    return BackendId(row["pid"], row["started_at"])

@@ -372,6 +372,55 @@ async def test_orphaned_runs_become_abandoned(store: Store, database_url: str) -
         await live_runner.close()
 
 
+ZERO = timedelta(0)
+# A `running` row of the job $1, as a replica long gone left it (found orphaned a minute
+# ago), naming this connection's backend by its PID and a start $2 before its own (NULL:
+# none, as rows written before migration 0026).
+_REUSED_PID_ROW = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
+        started_at, runner, job_version, lock_key, locked, backend_pid, backend_start,
+        orphaned_at)
+    SELECT gen_random_uuid(), j.name, now() - interval '1 minute', 'schedule', 'running',
+        now() - interval '1 minute', 'gone', j.version, j.lock_key, true, a.pid,
+        a.backend_start - $2::interval, now() - interval '1 minute'
+    FROM tickgate_jobs j, pg_stat_activity a WHERE j.name = $1 AND a.pid = pg_backend_pid()"""
+
+
+async def test_a_run_whose_backend_s_pid_went_to_a_new_backend_is_an_orphan(
+    runner: Runner, store: Store, gates: Gates, database_url: str
+) -> None:
+    """#41, finding 6: a backend is its PID and its start. After a PostgreSQL restart in
+    a new PID namespace, a new backend (here the test's connection) may get the PID of
+    the one that held a run, its lock long gone. That run is an orphan all the same: it
+    is resumed where its retry policy allows another attempt, and abandoned where not.
+    A row that names the live backend by both, or by its PID alone (written before
+    migration 0026), is that backend's: not an orphan."""
+    await add_job(store, "retried", retry={"max_attempts": 3, "min_backoff_seconds": 1})
+    await add_job(store, "single")
+    await add_job(store, "alive")
+    await add_job(store, "legacy")
+    gates["default"].set()
+    new_backend = await asyncpg.connect(database_url)
+    try:
+        earlier = {"retried": timedelta(hours=1), "single": timedelta(seconds=1), "alive": ZERO}
+        for job, before in earlier.items():
+            await new_backend.execute(_REUSED_PID_ROW, job, before)
+        await new_backend.execute(_REUSED_PID_ROW, "legacy", None)
+        await runner.sweep_orphans()
+        [resumed] = await finished_runs(store, "retried", 1)
+        assert (resumed.status, resumed.attempts, resumed.runner) == (
+            RunStatus.SUCCEEDED,
+            2,
+            "test-runner",
+        )
+        [abandoned] = await finished_runs(store, "single", 1)
+        assert abandoned.status is RunStatus.ABANDONED
+        for job in ("alive", "legacy"):
+            assert [run.status for run in await runs_of(store, job)] == [RunStatus.RUNNING]
+        assert [o.run.job for o in await store.orphans(10)] == []
+    finally:
+        await new_backend.close()
+
+
 async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
     store: Store, database_url: str
 ) -> None:
