@@ -421,6 +421,23 @@ async def test_a_run_whose_backend_s_pid_went_to_a_new_backend_is_an_orphan(
         await new_backend.close()
 
 
+async def test_a_row_moved_by_its_pid_alone_forgets_its_backend_s_start(
+    store: Store, database_url: str
+) -> None:
+    """A replica of the release before 0026 (a rolling upgrade) resumes an orphan or
+    backfills a skip by moving its row's PID alone: the row then names no start, and
+    its backend is judged by the PID, never by a start that was another backend's."""
+    await add_job(store, "moved")
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(_REUSED_PID_ROW, "moved", ZERO)
+        moved = """UPDATE tickgate_runs SET backend_pid = backend_pid + 1 WHERE job = 'moved'
+            RETURNING backend_start"""
+        assert await connection.fetchval(moved) is None
+    finally:
+        await connection.close()
+
+
 async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
     store: Store, database_url: str
 ) -> None:
