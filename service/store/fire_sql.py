@@ -251,18 +251,18 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 
 
 # Records runs' ends, each only while it is still `running`: a run is finished once.
-# An end recorded from elsewhere names the backend that held the run ($7 its PID, $11
+# An end recorded from elsewhere names the backend that held the run ($6 its PID, $10
 # its start): once another replica has taken the run over (an orphan resumed), it is
 # that replica's to record, even on a backend that got the same PID.
-# Times come from the database's clock, like `started_at`. `unlock_key`, where given,
-# is released in the same statement: the ledger row was committed when the run was
-# claimed, so releasing a lock a moment before its end commits lets no one run the
-# tick again.
+# Times come from the database's clock, like `started_at`. It releases no lock: a
+# session lock ignores transactions, so one released here would stay released if a
+# later step of the statement failed (its outputs, its deliveries, a constraint checked
+# at its end), leaving a run `running` and its lock gone. UNLOCK_ENDED follows it.
 FINISH = f"""WITH ends AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[], $8::jsonb[], $9::jsonb[], $10::jsonb[])
+                             $7::jsonb[], $8::jsonb[], $9::jsonb[])
             WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, new_output, new_log, calls, n)
+                                 new_output, new_log, calls, n)
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -270,8 +270,8 @@ FINISH = f"""WITH ends AS (
             duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
         FROM ends e
         WHERE r.id = e.run_id AND r.status = 'running'
-          AND ($7::int IS NULL
-               OR {same_backend("r.backend_pid", "r.backend_start", "$7", "$11::timestamptz")})
+          AND ($6::int IS NULL
+               OR {same_backend("r.backend_pid", "r.backend_start", "$6", "$10::timestamptz")})
         RETURNING {_RUN_COLUMNS_OF_R}
     ), kept AS (
         -- What the last attempt answered and what the run logged, beside the run
@@ -286,31 +286,37 @@ FINISH = f"""WITH ends AS (
             FROM ends e JOIN finished f ON f.id = e.run_id WHERE e.calls IS NOT NULL)''')
 }
     )
-    SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
-                     THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
-           finished.*
+    SELECT e.n, finished.*
     FROM ends e LEFT JOIN finished ON finished.id = e.run_id
     ORDER BY e.n"""
 
 
 def finish_arguments(
-    ends: Sequence[tuple[UUID, RunEnd, int | None]], backend: BackendId | None = None
+    ends: Sequence[tuple[UUID, RunEnd]], backend: BackendId | None = None
 ) -> tuple[object, ...]:
     """`backend`: record the ends only of rows that still name this backend."""
     return (
-        [run_id for run_id, _, _ in ends],
-        [end.status.value for _, end, _ in ends],
-        [end.error for _, end, _ in ends],
-        [end.result for _, end, _ in ends],
-        [end.attempts for _, end, _ in ends],
-        [unlock for _, _, unlock in ends],
+        [run_id for run_id, _ in ends],
+        [end.status.value for _, end in ends],
+        [end.error for _, end in ends],
+        [end.result for _, end in ends],
+        [end.attempts for _, end in ends],
         backend.pid if backend else None,
-        [end.output for _, end, _ in ends],
-        [end.log for _, end, _ in ends],
-        [encoded_calls(end.hooks) for _, end, _ in ends],
+        [end.output for _, end in ends],
+        [end.log for _, end in ends],
+        [encoded_calls(end.hooks) for _, end in ends],
         backend.started_at if backend else None,
     )
 
+
+# The locks of ends FINISH has recorded ($1, in order; NULL: an end that holds none),
+# each released once, on the session that holds them: only now, once the ends are
+# committed, does a lock go (whoever takes it next finds the run ended). Whether each
+# was held, in order.
+UNLOCK_ENDED = """SELECT CASE WHEN u.key IS NULL THEN false
+                   ELSE pg_advisory_unlock(u.key) END AS released
+    FROM unnest($1::bigint[]) WITH ORDINALITY AS u(key, n)
+    ORDER BY u.n"""
 
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 
@@ -598,9 +604,10 @@ def note_attempt_arguments(run_id: UUID, ended: AttemptEnd) -> tuple[object, ...
 
 # Run once on every new lock-pool connection before it is handed out: statements are
 # prepared and their types known, so a replica's very first runs end as fast as later
-# ones. Empty arrays claim, finish and lock nothing.
-WARM_UP = (
+# ones. Empty arrays claim, finish and unlock nothing.
+WARM_UP: tuple[tuple[str, tuple[object, ...]], ...] = (
     (CLAIM, claim_arguments([])),
     (CLAIM_COUNTED, claim_arguments([])),
     (FINISH, finish_arguments([])),
+    (UNLOCK_ENDED, ([],)),
 )

@@ -70,7 +70,7 @@ class LedgerStore(StoreBase):
         `abandoned` or another replica took it over meanwhile."""
         async with self._bounded() as connection:
             [row] = await connection.fetch(
-                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)], backend)
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end)], backend)
             )
         return run_from_row(row) if row["id"] is not None else None
 

@@ -245,9 +245,9 @@ class LockSession:
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
-        """Record how the run ended and, in the same statement, release the job's lock
+        """Record how the run ended and then, in the same turn, release the job's lock
         if `release_lock` names it. Returns the run and whether the lock was released.
-        Ends that runs sharing this session queue meanwhile go in the same statement."""
+        Ends that runs sharing this session queue meanwhile go in the same statements."""
         return await self._endings.submit(_Ending(run_id, outcome, release_lock))
 
     def _finish_linger(self) -> float:
@@ -258,28 +258,50 @@ class LockSession:
         return FINISH_LINGER_SECONDS if self._open_runs > 1 else 0.0
 
     async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
-        """Record the ends in one statement; per end, the run and whether its lock
-        was released. If the database refuses the statement for what one end holds,
-        each end is recorded alone, so no run is left `running` by another's bytes."""
+        """Record the ends in one statement, then release their locks; per end, the run
+        and whether its lock was released. If the database refuses the statement for
+        what one end holds, each end is recorded alone, so no run is left `running` by
+        another's bytes; the locks stay held meanwhile, and no other run is touched."""
         self._open_runs -= len(endings)
         try:
-            rows = await self._finishing(endings)
+            ended = await self._finishing(endings)
         except (asyncpg.PostgresError, asyncpg.DataError) as error:
             if is_unavailable(error):
                 raise
             log.warning(
                 "%d run ends refused together (%r); recording each alone", len(endings), error
             )
-            rows = [row for ending in endings for row in await self._finishing_alone(ending)]
-        return self._finished(rows, endings)
+            ended = [each for ending in endings for each in await self._finishing_alone(ending)]
+        return self._finished(ended, endings)
 
-    async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
-        # A refused statement ran nothing: no run was finished, no lock released.
+    async def _finishing(self, endings: Sequence[_Ending]) -> list[tuple[Any, bool]]:
+        """Per end, its row as FINISH answered it and whether its lock was released. The
+        locks go in a statement of their own, once FINISH succeeded, in the same turn (no
+        claim comes in between): a refused FINISH wrote nothing, and a lock released in
+        it would not come back, whatever failed after. Nothing is released then."""
         async with self._turns.turn(urgent=True):
             finishing = self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
-            return list(await self._answer(finishing))
+            rows = list(await self._answer(finishing))
+            released = await self._unlocking([ending.release_lock for ending in endings])
+        return list(zip(rows, released, strict=True))
 
-    async def _finishing_alone(self, ending: _Ending) -> list[Any]:
+    async def _unlocking(self, keys: list[int | None]) -> list[bool]:
+        """Release each key given once (None: nothing to release); whether each was
+        held. If that fails the session is dropped, and the locks with it."""
+        if all(key is None for key in keys):
+            return [False] * len(keys)
+        try:
+            rows = await self._answer(self._connection.fetch(fire_sql.UNLOCK_ENDED, keys))
+        except Exception as error:  # noqa: BLE001 - logged; the session is dropped instead
+            log.warning("lock session %d: locks of ended runs kept (%r)", self.pid, error)
+            self.terminate()
+            return [key is not None for key in keys]  # released: the session is gone
+        except asyncio.CancelledError:
+            self.terminate()
+            raise
+        return [bool(row["released"]) for row in rows]
+
+    async def _finishing_alone(self, ending: _Ending) -> list[tuple[Any, bool]]:
         """One end; if the database refuses even that, the run is recorded with the
         refusal as its error and no result."""
         try:
@@ -292,11 +314,10 @@ class LockSession:
             return await self._finishing([_Ending(ending.run_id, bare, ending.release_lock)])
 
     def _finished(
-        self, rows: Sequence[Any], endings: Sequence[_Ending]
+        self, ended: Sequence[tuple[Any, bool]], endings: Sequence[_Ending]
     ) -> list[tuple[Run | None, bool]]:
         results = []
-        for row, ending in zip(rows, endings, strict=True):
-            released = bool(ending.release_lock is not None and row["released"])
+        for (row, released), ending in zip(ended, endings, strict=True):
             if released and ending.release_lock is not None:
                 self._held.discard(ending.release_lock)
             results.append((run_from_row(row) if row["id"] is not None else None, released))
@@ -374,7 +395,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
 
 
 def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
-    return fire_sql.finish_arguments([(e.run_id, e.end, e.release_lock) for e in endings])
+    return fire_sql.finish_arguments([(ending.run_id, ending.end) for ending in endings])
 
 
 class LockSessions:

@@ -23,6 +23,7 @@ from tests.support.fire import (
     Gates,
     add_job,
     finished_runs,
+    lock_pool,
     running,
     runs_of,
     skipped,
@@ -223,6 +224,45 @@ async def test_a_foreign_lock_holder_costs_the_tick_as_a_recorded_misfire(
     runner.fire(job, tick_now() + timedelta(seconds=1), RunTrigger.SCHEDULE)
     runs = await finished_runs(store, "foreign", 2)
     assert sorted(r.status for r in runs) == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
+
+
+async def test_an_end_the_database_refuses_keeps_its_lock_and_fences_no_other_run(
+    store: Store, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    """#41: an end whose recording fails (here its hook delivery breaks a constraint)
+    is recorded again, alone and then bare, while its job's lock stays held: the lock
+    goes only once an end is recorded. Before, FINISH released it before writing the
+    deliveries; the retry found it gone, and the whole session was dropped, fencing
+    every other run on it (`cancelled: lock lost`)."""
+    hook = {"on": ["success"], "action": {"kind": "http", "args": {"url": "http://127.0.0.1:9"}}}
+    bystander = await add_job(store, "bystander", args={"gate": "long"})
+    poisoned = await add_job(store, "poisoned", hooks=[hook])
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            """ALTER TABLE tickgate_hook_deliveries
+               ADD CONSTRAINT refused_here CHECK (job <> 'poisoned')"""
+        )
+    finally:
+        await connection.close()
+    gates["default"].set()
+    async with lock_pool(database_url, 1) as one, running(store, one, gates, metrics) as runner:
+        tick = tick_now()
+        runner.fire(bystander, tick, RunTrigger.SCHEDULE)
+        await eventually_async(lambda: gates.started == ["long"], 30, "the bystander to run")
+        runner.fire(poisoned, tick, RunTrigger.SCHEDULE)
+        [ended] = await finished_runs(store, "poisoned", 1)
+        assert ended.status is RunStatus.SUCCEEDED
+        assert "could not be stored" in (ended.error or "")
+
+        async def released() -> bool:
+            return await advisory_locks_on(database_url, poisoned.lock_key) == 0
+
+        await eventually_async(released, 30, "the poisoned run's lock to go")
+        assert await advisory_locks_on(database_url, bystander.lock_key) == 1
+        gates["long"].set()
+        [other] = await finished_runs(store, "bystander", 1)
+    assert (other.status, other.error) == (RunStatus.SUCCEEDED, None)
 
 
 async def test_skip_overlap_records_ticks_that_come_while_running(
