@@ -1,7 +1,7 @@
 """Run a claimed tick bound to the lock session that claimed it, then record its end.
 
 The session holds the job's advisory lock for the whole run (and the locks of many
-other runs with it). The end record and the unlock go in one statement on it; if it
+other runs with it). The end record, then the unlock, go on it in one turn; if it
 died meanwhile (the lock with it), the run is fenced (cancelled at once) and its end is
 recorded through the API pool.
 """
@@ -256,7 +256,7 @@ class RunExecutor:
         return [None] * len(ends)
 
     async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
-        """Record the run's end and release the lock in one statement on the pinned
+        """Record the run's end, then release the lock, on the pinned
         connection; if that connection is gone, record through the API pool."""
         session, hold = pinned.session, pinned.hold
         if not session.closed:

@@ -267,10 +267,11 @@ class PinnedSession(Protocol):
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
-        """Record how a `running` run ended (times from the store's clock) and, in
-        the same step, release `release_lock` once if given. The finished run, or None
-        if it was not `running` (the lock is released all the same); and whether this
-        session held the lock to release."""
+        """Record how a `running` run ended (times from the store's clock) and then,
+        in the same step, release `release_lock` once if given: only once the end is
+        recorded (an end that fails to be recorded leaves the lock held). The
+        finished run, or None if it was not `running` (the lock is released all the
+        same); and whether this session held the lock to release."""
         ...
 
     async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
