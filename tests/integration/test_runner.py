@@ -495,7 +495,7 @@ async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
                 VALUES ($1, $2, now() - interval '1 minute', 'schedule', 'running',
                         now() - interval '1 minute', $3, 1, 0, false, pg_backend_pid())"""
     try:
-        assert await member.fetchval(members_sql.JOIN, "alive", "test", "2025a") is not None
+        assert await member.fetchval(members_sql.JOIN, "alive", "test", "2025a", None) is not None
         await lost.execute(insert, uuid4(), "fenced-here", "alive")
         await lost.execute(insert, uuid4(), "died-there", "gone")
         await lost.close()  # the runs' session dies; runner "alive" lives on
