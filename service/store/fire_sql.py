@@ -499,9 +499,9 @@ def abandon_arguments(orphans: Sequence[Orphan], plan: HookPlan) -> tuple[object
 # the backends that held them and $6 their starts, $3 whether each holds a lock, $4 its
 # key; at most one orphan per key): each takes its job's lock, then its row, by
 # compare-and-set on the backend that held it, so of several replicas resuming it at
-# once one wins. Its
-# attempts count the one its replica lost. A lock taken for a row another session won
-# is given back. The backends alive are read once per statement, not once per orphan.
+# once one wins. Its attempts count the one its replica lost. A lock taken for a row
+# another session won is given back. The backends alive are read once per statement,
+# not once per orphan.
 # The attempts before a run's last, kept beside it (migration 0025): one more, {rows}.
 _KEEP_EARLIER = """INSERT INTO tickgate_run_outputs AS o (run_id, earlier_attempts)
     {rows}
