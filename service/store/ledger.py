@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 from service.domain.runs import EARLIER_ATTEMPTS, AttemptEnd, CancelRequest, Run, SkipReason
 from service.store import fire_sql, runs_sql
 from service.store.base import StoreBase
-from service.store.ports import Orphan, RunEnd, Skip
+from service.store.ports import BackendId, Orphan, RunEnd, Skip
 from service.store.rows import (
     job_from_row,
     last_run_from_row,
@@ -63,14 +63,14 @@ class LedgerStore(StoreBase):
             )
         return {(row["job"], row["tick"]) for row in rows}
 
-    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
         """Record a run's end through the API pool, for a run whose own connection (the
         backend `backend`) is gone, and with it the job's lock. None if the run is no
         longer `running` there: it was recorded already, or the orphan sweep marked it
         `abandoned` or another replica took it over meanwhile."""
         async with self._bounded() as connection:
             [row] = await connection.fetch(
-                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)], backend)
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end)], backend)
             )
         return run_from_row(row) if row["id"] is not None else None
 
@@ -93,7 +93,7 @@ class LedgerStore(StoreBase):
             Orphan(
                 run_from_row(row),
                 job_from_row({"job": row["stored_job"]}),
-                row["backend_pid"],
+                BackendId(row["backend_pid"], row["backend_start"]),
                 row["locked"],
                 row["lock_key"],
                 row["orphaned_seconds"],
