@@ -16,6 +16,7 @@ from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.config import Settings
 from service.domain.jobs import JobSpec, create_job, pause_job
+from service.domain.names import lock_key
 from service.domain.ownership import Heartbeat, Member, Members, owned_buckets
 from service.domain.runs import RunStatus
 from service.domain.schedules import CronSchedule
@@ -243,23 +244,23 @@ async def test_a_tick_a_live_replica_still_holds_is_no_misfire_after_a_rejoin(
     fell due while that replica was up, so it is not missed by all, and no misfire;
     once the lock is free, it runs. Before, the rejoin moved `cluster_since` past the
     tick, and the audit recorded it as a misfire (catch-up `none`)."""
-    at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
-    job = {
-        "name": "held",
-        "schedule": {"kind": "once", "at": at.isoformat()},
-        "task": "log",
-        "args": {"message": "held"},
-        "misfire_grace_seconds": 60,
-        "catchup": "none",
-    }
     scheduling = settings.model_copy(update={"scheduler": True, "takeover_seconds": 1})
     holder = await asyncpg.connect(database_url)
     try:
+        # Held before the job exists: its tick can only wait, however slow the box.
+        await holder.execute("SELECT pg_advisory_lock($1)", lock_key("held"))
         async with served(scheduling) as client:
+            at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+            job = {
+                "name": "held",
+                "schedule": {"kind": "once", "at": at.isoformat()},
+                "task": "log",
+                "args": {"message": "held"},
+                "misfire_grace_seconds": 60,
+                "catchup": "none",
+            }
             made = await client.post("/v1/jobs", json=job)
             assert made.status_code == 201, made.text
-            key = await holder.fetchval("SELECT lock_key FROM tickgate_jobs WHERE name = 'held'")
-            await holder.execute("SELECT pg_advisory_lock($1)", key)
 
             async def handed_over(more_than: float) -> float | None:
                 count = await _taken_over(client)
@@ -283,7 +284,7 @@ async def test_a_tick_a_live_replica_still_holds_is_no_misfire_after_a_rejoin(
                 return await _taken_over(client) >= seen + 2 or bool(await runs_of(store, "held"))
 
             await eventually_async(audited_or_recorded, 30, "an audit after the rejoin")
-            await holder.execute("SELECT pg_advisory_unlock($1)", key)
+            await holder.execute("SELECT pg_advisory_unlock($1)", lock_key("held"))
             [run] = await finished_runs(store, "held", 1)
     finally:
         await holder.close()
