@@ -250,13 +250,13 @@ async def open_cursors(connection: Connection | Pool, jobs: Sequence[Job]) -> No
 
 async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) -> None:
     """Before these (before, after) writes of jobs go in, in the writer's transaction:
-    where an active job gets a new threshold (other ticks: schedule, zone, window), record
-    the ticks of its old definition still undecided, up to now, as `superseded` skips
-    (`superseded_ticks`), under its cursor's lock, so that every tick it had ends with
-    one outcome. The lock is taken for every such job, rows or not: no claim of an old
-    tick gets in between."""
+    where an active job gets a new threshold (other ticks: schedule, zone, window) or is
+    paused, record the ticks of its old definition still undecided, up to now, as
+    `superseded` skips (`superseded_ticks`), under its cursor's lock, so that every tick
+    it had ends with one outcome. The lock is taken for every such job, rows or not: no
+    claim of an old tick gets in between."""
     moved = sorted(
-        ((before, after) for before, after in changes if _new_threshold(before, after)),
+        ((before, after) for before, after in changes if _supersedes(before, after)),
         key=lambda change: change[0].name,
     )
     if not moved:
@@ -281,12 +281,12 @@ async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) 
         await connection.execute(cursor_sql.RECORD_SUPERSEDED, *_superseded_arguments(runs))
 
 
-def _new_threshold(before: Job, after: Job | None) -> bool:
-    return (
-        after is not None
-        and before.state is JobState.ACTIVE
-        and after.fire_after != before.fire_after
-    )
+def _supersedes(before: Job, after: Job | None) -> bool:
+    """Whether writing `after` over the active `before` ends the ticks it had: a new
+    threshold (other ticks), or a pause (no ticks until it resumes, from then on)."""
+    if after is None or before.state is not JobState.ACTIVE:
+        return False
+    return after.fire_after != before.fire_after or after.state is JobState.PAUSED
 
 
 async def _decided_through(
@@ -318,4 +318,4 @@ def superseded_note(run: MissedTicks) -> str:
         ticks = f"the tick {run.first.isoformat()}"
     else:
         ticks = f"{run.count} ticks from {run.first.isoformat()} to {run.last.isoformat()}"
-    return f"undecided when the job's ticks changed: {ticks}, of the definition it replaced"
+    return f"undecided when an edit changed the job's ticks or paused it: {ticks}"

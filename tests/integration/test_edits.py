@@ -3,6 +3,7 @@
 the old definition still undecided at the edit are recorded `superseded`; a skip worked
 out from an older definition never moves the cursor over the new one's ticks."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -212,3 +213,78 @@ async def test_a_skip_of_the_old_definition_does_not_move_the_cursor_over_the_ne
     async with sessions.session(5) as session:
         [claimed] = await session.claim([_claim(new, start + SECOND)])
     assert claimed.run is not None, claimed.outcome
+
+
+async def test_the_ticks_undecided_at_a_pause_are_recorded_superseded(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    """A 1 s job whose last 10 s nobody decided is paused: those ticks end with one
+    outcome, one `superseded` row counting them; at 1fbbe32 they had none, and the
+    resume started the cursor again past them."""
+    made = await store.clock() - 10 * SECOND
+    spec = JobSpec(schedule=EVERY_SECOND, task="log", args={"message": "paused"})
+    job = (await store.mutate_job("paused", lambda _: create_job("paused", spec, made))).after
+    assert job is not None
+    assert (await client.post("/v1/jobs/paused/pause")).status_code == 200
+    rows = await runs_of(store, "paused")
+    assert [(r.status.value, r.skip_reason and r.skip_reason.value) for r in rows] == [
+        ("skipped", "superseded")
+    ]
+    [skip] = rows
+    assert skip.missed_ticks is not None
+    assert skip.missed_ticks >= 9
+    cursor = skip.scheduled_for.timestamp() + 0.5  # the old ticks, up to the pause
+    old = [{"job": "paused", "threshold": made.timestamp(), "cursor": cursor}]
+    assert judge_cursors(old, await _outcomes(database_url, "paused"), {"paused": 1}) == []
+
+
+# A claim's row as the claim statement writes it, for a transaction that stands in for a
+# claim holding the cursor (the claim locks it for the statement that inserts the row).
+_CLAIMED_ROW = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
+        started_at, finished_at, duration_ms, attempts, runner, job_version, lock_key,
+        locked, backend_pid)
+    SELECT gen_random_uuid(), name, $2, 'schedule', 'succeeded', clock_timestamp(),
+        clock_timestamp(), 0, 1, 'claimer', version, lock_key, true, pg_backend_pid()
+    FROM tickgate_jobs WHERE name = $1"""
+
+
+async def test_an_edit_waits_for_a_claim_holding_the_cursor_and_leaves_its_tick_alone(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    """A claim of the tick at the cursor holds the cursor when the schedule changes: the
+    edit waits for it, then finds its row and supersedes only the ticks after it. The
+    first writer of a tick wins; no tick ends with two outcomes, or none."""
+    made = await store.clock() - 5 * SECOND
+    spec = JobSpec(schedule=EVERY_SECOND, task="log", args={"message": "raced"})
+    job = (await store.mutate_job("raced", lambda _: create_job("raced", spec, made))).after
+    assert job is not None
+    assert job.first_tick is not None
+    claimer = await asyncpg.connect(database_url)
+    try:
+        claim = claimer.transaction()
+        await claim.start()
+        await claimer.execute(
+            "SELECT 1 FROM tickgate_cursors WHERE job = 'raced' FOR NO KEY UPDATE"
+        )
+        body = {"schedule": {"expression": "0 * * * *"}}
+        edit = asyncio.create_task(client.patch("/v1/jobs/raced", json=body))
+
+        async def edit_waits() -> bool:
+            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype <> 'advisory'"
+            return bool(await claimer.fetchval(waiting))
+
+        await eventually_async(edit_waits, 10, "the edit to wait for the cursor")
+        await claimer.execute(_CLAIMED_ROW, "raced", job.first_tick)
+        await claim.commit()
+        assert (await asyncio.wait_for(edit, 10)).status_code == 200
+    finally:
+        await claimer.close()
+    rows = await runs_of(store, "raced")
+    claimed = [r for r in rows if r.runner == "claimer"]
+    assert [r.scheduled_for for r in claimed] == [job.first_tick]
+    skips = [r for r in rows if r.status is RunStatus.SKIPPED]
+    assert skips
+    assert min(r.scheduled_for for r in skips) > job.first_tick
+    last = max(r.scheduled_for for r in skips)
+    old = [{"job": "raced", "threshold": made.timestamp(), "cursor": last.timestamp() + 0.5}]
+    assert judge_cursors(old, await _outcomes(database_url, "raced"), {"raced": 1}) == []
