@@ -64,7 +64,7 @@ class Metrics:
             "earlier run of the job was still in progress), misfire (not started within "
             "its misfire grace), capped (max_runs used up), cancelled (a queue_one tick "
             "dropped). The superseded skips an edit records (ticks left undecided when a "
-            "job's ticks changed) are in the ledger only.",
+            "job's ticks changed, or it was paused) are in the ledger only.",
             ["reason"],
             registry=self.registry,
         )

@@ -122,11 +122,12 @@ OPEN_CURSORS = """UPDATE tickgate_cursors k
         AND j.version = c.version AND j.state = 'active'
     WHERE k.job = c.job AND k.tick = j.fire_after"""
 
-# An edit that gives jobs other ticks (a new threshold) first locks their cursors ($1,
-# in name order, as RECORD_SKIPS does), waiting for a claim, skip or audit that holds
-# one: no tick of the old definition is claimed or recorded behind the edit's back (a
-# claim finds the cursor held, asks again, and then meets the new version). Answers
-# each cursor, and the database's clock read under the locks: the edit's moment.
+# An edit that gives active jobs other ticks (a new threshold), or pauses them, first
+# locks their cursors ($1, in name order, as RECORD_SKIPS does), waiting for a claim,
+# skip or audit that holds one: no tick of the old definition is claimed or recorded
+# behind the edit's back (a claim finds the cursor held, asks again, and then meets the
+# new version). Answers each cursor, and the database's clock read under the locks: the
+# edit's moment.
 LOCK_CURSORS = """SELECT job, tick, clock_timestamp() AS now FROM tickgate_cursors
     WHERE job = ANY($1::text[]) ORDER BY job FOR NO KEY UPDATE"""
 
