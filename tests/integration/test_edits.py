@@ -1,7 +1,7 @@
 """An edit of a job's ticks and its cursor (issue 41): a change of window (`start_at`,
 `end_at`) moves the cursor as a change of schedule does, every writer's; the ticks of
-the old definition still undecided at the edit are recorded `superseded`; a skip worked
-out from an older definition never moves the cursor over the new one's ticks."""
+the old definition still undecided at the edit (or a pause) are recorded `superseded`.
+A skip worked out from an older definition: tests/integration/test_fire_ports.py."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -12,16 +12,16 @@ from uuid import uuid4
 
 import asyncpg
 import httpx
+import pytest
 
 from harness.accounting import OUTCOMES, judge_cursors
 from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
-from service.domain.jobs import Job, JobSpec, create_job, patch_job
-from service.domain.runs import RunStatus, RunTrigger, SkipReason
-from service.domain.schedules import IntervalSchedule
+from service.domain.jobs import Job, JobSpec, create_job
+from service.domain.runs import RunStatus, RunTrigger
 from service.store import Store
-from service.store.ports import RunEnd, Skip, TickClaim
+from service.store.ports import RunEnd, TickClaim
 from service.store.sessions import LockSessions
 from tests.support.fire import EVERY_SECOND, runs_of
 
@@ -144,13 +144,19 @@ def _claim(job: Job, at: datetime) -> TickClaim:
     return TickClaim(job, at, RunTrigger.SCHEDULE, "r", uuid4(), True)
 
 
+@pytest.mark.parametrize("writer", ["patch", "put", "bulk"])
 async def test_the_ticks_undecided_at_a_schedule_change_are_recorded_superseded(
-    client: httpx.AsyncClient, store: Store, sessions: LockSessions, database_url: str
+    client: httpx.AsyncClient,
+    store: Store,
+    sessions: LockSessions,
+    database_url: str,
+    writer: str,
 ) -> None:
     """A 1 s job whose last 20 s nobody decided (no replica up), but one tick in the
-    middle, is patched to another schedule: its old ticks up to the edit end with one
-    outcome each, two `superseded` rows counting the runs of ticks without a row; the
-    accounting of the old definition, up to the edit, holds. At 1fbbe32 they had none."""
+    middle, is given another schedule (by PATCH, PUT or a bulk apply): its old ticks up to
+    the edit end with one outcome each, two `superseded` rows counting the runs of ticks
+    without a row; the accounting of the old definition, up to the edit, holds. At
+    1fbbe32 they had none."""
     made = await store.clock() - 20 * SECOND
     spec = JobSpec(schedule=EVERY_SECOND, task="log", args={"message": "changed"})
     job = (await store.mutate_job("changed", lambda _: create_job("changed", spec, made))).after
@@ -158,8 +164,15 @@ async def test_the_ticks_undecided_at_a_schedule_change_are_recorded_superseded(
     assert job.first_tick is not None
     middle = job.first_tick + 10 * SECOND
     await _run_tick(sessions, job, middle)
-    patched = await client.patch("/v1/jobs/changed", json={"schedule": {"expression": "0 * * * *"}})
-    assert patched.status_code == 200
+    hourly = {"kind": "cron", "expression": "0 * * * *"}
+    declared = _job("changed", schedule=hourly, args={"message": "changed"})
+    if writer == "patch":
+        written = await client.patch("/v1/jobs/changed", json={"schedule": hourly})
+    elif writer == "put":
+        written = await client.put("/v1/jobs/changed", json=declared)
+    else:
+        written = await client.put("/v1/jobs", json={"jobs": [declared]})
+    assert written.status_code == 200, written.text
     edited = await store.get_job("changed")
     assert edited is not None
     skips = [run for run in await runs_of(store, "changed") if run.status is RunStatus.SKIPPED]
@@ -181,38 +194,6 @@ async def _outcomes(database_url: str, job: str) -> list[Any]:
         return list(await connection.fetch(OUTCOMES, [job]))
     finally:
         await connection.close()
-
-
-async def test_a_skip_of_the_old_definition_does_not_move_the_cursor_over_the_new_ticks(
-    store: Store, sessions: LockSessions
-) -> None:
-    """A 2 s job rescheduled to 1 s from an even second S: S is a tick of both, the new
-    cursor stands at it. A skip of S worked out from the old definition (its next tick:
-    S + 2 s) is recorded, but leaves the cursor for the new definition, whose tick
-    S + 1 s still runs. At 1fbbe32 it moved the cursor to S + 2 s, and S + 1 s never ran."""
-    now = await store.clock()
-    anchor = now.replace(microsecond=0) - 10 * SECOND
-    old_spec = JobSpec(
-        schedule=IntervalSchedule(kind="interval", every_seconds=2, anchor=anchor),
-        task="log",
-        args={"message": "resched"},
-    )
-    old = (await store.mutate_job("resched", lambda _: create_job("resched", old_spec, now))).after
-    assert old is not None
-    start = anchor + 20 * SECOND  # even: a tick of both schedules
-    patch = {"schedule": {"every_seconds": 1}, "start_at": start.isoformat()}
-    edited = await store.clock()
-    new = (await store.mutate_job("resched", lambda j: j and patch_job(j, patch, edited))).after
-    assert new is not None
-    assert await store.cursor("resched") == start
-    busy = Skip(old, start, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "an earlier run")
-    assert len(await store.record_skips([busy], "r")) == 1
-    cursor = await store.cursor("resched")
-    assert cursor is not None
-    assert cursor <= start + SECOND
-    async with sessions.session(5) as session:
-        [claimed] = await session.claim([_claim(new, start + SECOND)])
-    assert claimed.run is not None, claimed.outcome
 
 
 async def test_the_ticks_undecided_at_a_pause_are_recorded_superseded(
