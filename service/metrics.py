@@ -63,7 +63,8 @@ class Metrics:
             "Ticks this replica recorded as skipped in the ledger, by reason: overlap (an "
             "earlier run of the job was still in progress), misfire (not started within "
             "its misfire grace), capped (max_runs used up), cancelled (a queue_one tick "
-            "dropped).",
+            "dropped). The superseded skips an edit records (ticks left undecided when a "
+            "job's ticks changed, or it was paused) are in the ledger only.",
             ["reason"],
             registry=self.registry,
         )

@@ -176,3 +176,31 @@ def _look_again(
     if caught_up is not None:
         bounds.append(caught_up + job.reach - takeover.after)
     return min(bounds, default=None)
+
+
+def superseded_ticks(
+    old: Job,
+    new: Job,
+    cursor: datetime,
+    *,
+    until: datetime,
+    decided: Collection[datetime],
+    most: int,
+) -> list[MissedTicks]:
+    """The ticks of `old` that an edit to `new` leaves without an outcome: those from its
+    `cursor` through `until` (the edit's moment) that have no row (`decided`: those that
+    do) and are no tick of `new` either (those stay for its cursor), in runs of ticks in
+    a row, each to be recorded as one `superseded` row at its last tick counting them.
+    At most `most` ticks are walked: the audit keeps an active job's cursor within its
+    reach, so only a cursor left behind by a whole-cluster outage has more."""
+    runs: list[list[datetime]] = [[]]
+    tick = old.tick_after(cursor - _INSTANT) if cursor <= until else None
+    for _ in range(most):
+        if tick is None or tick > until:
+            break
+        if tick in decided or new.is_tick(tick):
+            runs.append([])
+        else:
+            runs[-1].append(tick)
+        tick = old.tick_after(tick)
+    return [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]

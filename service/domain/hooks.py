@@ -85,6 +85,9 @@ def events_of_end(status: RunStatus) -> frozenset[HookEvent]:
 
 
 def events_of_skip(reason: SkipReason) -> frozenset[HookEvent]:
+    """A `superseded` tick is none: the user's own edit replaced it, nothing to alert."""
+    if reason is SkipReason.SUPERSEDED:
+        return frozenset()
     if reason is SkipReason.MISFIRE:
         return frozenset({HookEvent.MISFIRE, HookEvent.SKIP})
     return frozenset({HookEvent.SKIP})

@@ -330,18 +330,27 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     resolved = _resolved(spec, now, previous=current)
     if _declared_fields(resolved) == _declared_fields(current):
         return current
-    # Another zone moves the ticks as much as another schedule: ticks between the old
-    # threshold and now, new to this definition, must not read as missed.
-    rescheduled = resolved.schedule != current.schedule or resolved.timezone != current.timezone
-    state = current.state
-    if rescheduled and state is JobState.COMPLETED:
-        state = JobState.ACTIVE
-    return _changed(
-        current,
-        now,
-        **_declared_fields(resolved),
-        state=state,
-        fire_after=now if rescheduled else current.fire_after,
+    if not ticks_moved(current, resolved):
+        return _changed(current, now, **_declared_fields(resolved))
+    # Another set of ticks (schedule, zone or window) is a new threshold: ticks between the
+    # old one and now, new to this definition, must not read as missed, and the cursor
+    # starts again there, at the new definition's first tick. A completed job with a
+    # tick left to fire is active again.
+    changed = _changed(current, now, **_declared_fields(resolved), fire_after=now)
+    if current.state is JobState.COMPLETED:
+        reopened = changed.model_copy(update={"state": JobState.ACTIVE})
+        return changed if is_over(reopened, now) else reopened
+    return changed
+
+
+def ticks_moved(current: JobSpec, spec: JobSpec) -> bool:
+    """Whether `spec` names other ticks than `current`: another schedule, zone (it moves
+    the ticks as much), or window (`start_at`, `end_at`)."""
+    return (
+        spec.schedule != current.schedule
+        or spec.timezone != current.timezone
+        or spec.start_at != current.start_at
+        or spec.end_at != current.end_at
     )
 
 

@@ -44,12 +44,16 @@ class SkipReason(StrEnum):
     overlap: an earlier run of the job was still in progress (overlap "skip", or a
     "queue_one" job that already had a tick waiting); misfire: no replica could start
     it within its misfire grace; capped: the job had used up its `max_runs`; cancelled:
-    it waited under queue_one and someone dropped it (POST /v1/jobs/{name}/queued/cancel)."""
+    it waited under queue_one and someone dropped it (POST /v1/jobs/{name}/queued/cancel);
+    superseded: it was still undecided when its job's ticks changed (a new schedule, zone
+    or window) or the job was paused, so it is no tick of the job as it stands; the edit
+    records it."""
 
     OVERLAP = "overlap"
     MISFIRE = "misfire"
     CAPPED = "capped"
     CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
 
 
 class Run(BaseModel):
@@ -74,8 +78,9 @@ class Run(BaseModel):
     )
     missed_ticks: int | None = Field(
         None,
-        description="A `misfire` skip that sums up this many ticks missed in a row, ending"
-        " at this one; the ticks before it that it counts have no row of their own.",
+        description="A `misfire` or `superseded` skip that sums up this many ticks in a"
+        " row, ending at this one; the ticks before it that it counts have no row of their"
+        " own.",
     )
     args: dict[str, JsonValue] | None = Field(
         None,

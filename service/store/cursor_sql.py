@@ -122,3 +122,39 @@ OPEN_CURSORS = """UPDATE tickgate_cursors k
     JOIN tickgate_jobs j ON j.name = c.job AND j.incarnation = c.incarnation
         AND j.version = c.version AND j.state = 'active'
     WHERE k.job = c.job AND k.tick = j.fire_after"""
+
+# An edit that gives active jobs other ticks (a new threshold), or pauses them, first
+# locks their cursors ($1, in name order, as RECORD_SKIPS does), waiting for a claim,
+# skip or audit that holds one: no tick of the old definition is claimed or recorded
+# behind the edit's back (a claim finds the cursor held, asks again, and then meets the
+# new version). Answers each cursor, and the database's clock read under the locks: the
+# edit's moment.
+LOCK_CURSORS = """SELECT job, tick, clock_timestamp() AS now FROM tickgate_cursors
+    WHERE job = ANY($1::text[]) ORDER BY job FOR NO KEY UPDATE"""
+
+# The ticks of each job ($1) from its cursor ($2) through the edit's moment ($3) that have
+# a ledger row, the first $4 of each: which of the old definition's ticks are decided.
+DECIDED_THROUGH = """SELECT c.job, r.scheduled_for
+    FROM unnest($1::text[], $2::timestamptz[]) AS c (job, cursor)
+    CROSS JOIN LATERAL (
+        SELECT scheduled_for FROM tickgate_runs
+        WHERE job = c.job AND scheduled_for >= c.cursor AND scheduled_for <= $3
+          AND trigger NOT IN ('manual', 'chain')
+        ORDER BY scheduled_for LIMIT $4) AS r"""
+
+# The `superseded` rows of the ticks the old definition left undecided ($1 jobs, $2 ids,
+# $3 each run's last tick, $4 how many, $5 notes; $6 the runner), written before the job
+# row changes, under the cursors' locks: the version they name is the old one. A row
+# already there (the first writer wins) keeps its tick. No hook fires for them: the
+# user's own edit replaced them.
+RECORD_SUPERSEDED = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
+        skip_reason, error, missed_ticks, started_at, finished_at, duration_ms, attempts,
+        runner, job_version, lock_key, locked, backend_pid)
+    SELECT s.id, s.job, s.tick, 'schedule', 'skipped', 'superseded', s.note, s.missed,
+        clock_timestamp(), clock_timestamp(), 0, 0, $6, j.version, j.lock_key, false,
+        pg_backend_pid()
+    FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[])
+        AS s (job, id, tick, missed, note)
+    JOIN tickgate_jobs j ON j.name = s.job
+    ORDER BY s.job, s.tick
+    ON CONFLICT (job, scheduled_for) DO NOTHING"""

@@ -8,9 +8,16 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
-from service.domain.cursors import CursorAudit, MissedTicks, OwedTick, Takeover, audit_cursor
+from service.domain.cursors import (
+    CursorAudit,
+    MissedTicks,
+    OwedTick,
+    Takeover,
+    audit_cursor,
+    superseded_ticks,
+)
 from service.domain.hooks import HookPlan, events_of_skip
-from service.domain.jobs import Job
+from service.domain.jobs import Job, JobState
 from service.domain.runs import SkipReason
 from service.store import cursor_sql
 from service.store.base import StoreBase
@@ -26,6 +33,10 @@ TICKS_PER_CURSOR = 100
 ROWS_PER_SLICE = 1000
 # Cursors whose due_at one statement sets again from their tick, at most.
 REFRESH_BATCH = 10_000
+# Ticks of an old definition an edit walks per job, at most (`superseded_ticks`).
+SUPERSEDED_MOST = 10_000
+# Who the `superseded` rows say recorded them: an edit, on whichever process answered it.
+SUPERSEDING_RUNNER = "edit"
 
 # What a window holds of a job by name, at some revision (None: nothing).
 Held = Callable[[str], Job | None]
@@ -235,3 +246,76 @@ async def open_cursors(connection: Connection | Pool, jobs: Sequence[Job]) -> No
             [job.version for job in jobs],
             [job.first_tick for job in jobs],
         )
+
+
+async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) -> None:
+    """Before these (before, after) writes of jobs go in, in the writer's transaction:
+    where an active job gets a new threshold (other ticks: schedule, zone, window) or is
+    paused, record the ticks of its old definition still undecided, up to now, as
+    `superseded` skips (`superseded_ticks`), under its cursor's lock, so that every tick
+    it had ends with one outcome. The lock is taken for every such job, rows or not: no
+    claim of an old tick gets in between."""
+    moved = sorted(
+        ((before, after) for before, after in changes if _supersedes(before, after)),
+        key=lambda change: change[0].name,
+    )
+    if not moved:
+        return
+    rows = await connection.fetch(cursor_sql.LOCK_CURSORS, [before.name for before, _ in moved])
+    if not rows:
+        return
+    now: datetime = rows[0]["now"]
+    # A cursor past the job's last tick ('infinity', which asyncpg reads as a naive
+    # datetime.max) waits for no tick.
+    cursors = {row["job"]: row["tick"] for row in rows if row["tick"].tzinfo is not None}
+    decided = await _decided_through(connection, cursors, now)
+    runs = [
+        (before.name, run)
+        for before, after in moved
+        if (cursor := cursors.get(before.name)) is not None
+        for run in superseded_ticks(
+            before, after, cursor, until=now, decided=decided[before.name], most=SUPERSEDED_MOST
+        )
+    ]
+    if runs:
+        await connection.execute(cursor_sql.RECORD_SUPERSEDED, *_superseded_arguments(runs))
+
+
+def _supersedes(before: Job, after: Job | None) -> bool:
+    """Whether writing `after` over the active `before` ends the ticks it had: a new
+    threshold (other ticks), or a pause (no ticks until it resumes, from then on)."""
+    if after is None or before.state is not JobState.ACTIVE:
+        return False
+    return after.fire_after != before.fire_after or after.state is JobState.PAUSED
+
+
+async def _decided_through(
+    connection: Connection, cursors: Mapping[str, datetime], now: datetime
+) -> dict[str, set[datetime]]:
+    rows = await connection.fetch(
+        cursor_sql.DECIDED_THROUGH, list(cursors), list(cursors.values()), now, SUPERSEDED_MOST
+    )
+    decided: dict[str, set[datetime]] = defaultdict(set)
+    for row in rows:
+        decided[row["job"]].add(row["scheduled_for"])
+    return decided
+
+
+def _superseded_arguments(runs: Sequence[tuple[str, MissedTicks]]) -> tuple[object, ...]:
+    return (
+        [job for job, _ in runs],
+        [uuid4() for _ in runs],
+        [run.last for _, run in runs],
+        [run.count for _, run in runs],
+        [superseded_note(run) for _, run in runs],
+        SUPERSEDING_RUNNER,
+    )
+
+
+def superseded_note(run: MissedTicks) -> str:
+    """What a `superseded` row says of the ticks it counts."""
+    if run.count == 1:
+        ticks = f"the tick {run.first.isoformat()}"
+    else:
+        ticks = f"{run.count} ticks from {run.first.isoformat()} to {run.last.isoformat()}"
+    return f"undecided when an edit changed the job's ticks or paused it: {ticks}"

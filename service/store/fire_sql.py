@@ -333,13 +333,18 @@ UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
 # the only one. The job row is read under a key-share lock, so a job deleted meanwhile
 # loses only its own skips, never the statement; its cursor locked, as a claim locks it: a
 # scheduled tick before it is not recorded again, and one at it moves it on ($10
-# following; $11 opens, for a skip of the job's version $12 only).
+# following; $11 opens), only for a skip worked out from the job's threshold as it
+# stands ($12, `fire_after`): the tick after it, and the first tick, are those of the
+# ticks the job has now. A skip of an older definition's tick that the new one has too
+# (it stands at the new cursor) is recorded, and leaves the cursor for a claim or the
+# audit of the new definition to move: its `following` would pass the new ticks between.
 RECORD_SKIPS = f"""WITH skips AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::text[], $6::text[], $7::uuid[], $9::int[],
-                             $10::timestamptz[], $11::boolean[], $12::bigint[], $13::jsonb[])
+                             $10::timestamptz[], $11::boolean[], $12::timestamptz[],
+                             $13::jsonb[])
             WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
-                                 missed_ticks, following, opens, version, calls, n)
+                                 missed_ticks, following, opens, fence, calls, n)
     ), jobs AS MATERIALIZED (
         SELECT {_CURSORED_JOB}, j.lock_key
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
@@ -347,7 +352,7 @@ RECORD_SKIPS = f"""WITH skips AS (
     ), recordable AS (
         -- Each of these ends the statement with a row: this one, or the one already there.
         SELECT s.id, s.job, s.scheduled_for, s.trigger, s.reason, s.note, s.missed_ticks,
-            s.following, s.opens AND s.version = j.version AS opens, j.fire_after,
+            s.following, s.opens, j.fire_after, s.fence = j.fire_after AS same_fence,
             j.version AS job_version, j.lock_key
         FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
         WHERE NOT {_passed("s", "j")}
@@ -363,7 +368,7 @@ RECORD_SKIPS = f"""WITH skips AS (
         ON CONFLICT (job, scheduled_for) DO NOTHING
         RETURNING {RUN_COLUMNS}
     ), advanced AS (
-        {_advance("recordable")}
+        {_advance("(SELECT * FROM recordable WHERE same_fence)")}
     ), hooked AS (
         {
     deliveries('''(SELECT i.id AS run_id, i.job, i.started_at, s.calls
@@ -389,7 +394,7 @@ def skip_arguments(
         [skip.missed_ticks for skip in skips],
         [following for following, _ in moves],
         [opens for _, opens in moves],
-        [skip.job.version for skip in skips],
+        [skip.job.fire_after for skip in skips],
         [encoded_calls(_skip_calls(skip, plan)) for skip in skips],
     )
 

@@ -16,7 +16,7 @@ from service.domain.runs import Run
 from service.store import jobs_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection
-from service.store.cursors import open_cursors
+from service.store.cursors import open_cursors, supersede
 from service.store.ports import JobUpdateFn
 from service.store.rows import (
     job_columns,
@@ -209,8 +209,10 @@ class JobStore(StoreBase):
             rows = await connection.fetch(jobs_sql.LOCK_JOBS, sorted(updates))
             now: datetime = await connection.fetchval(jobs_sql.CLOCK)
             before = [job_from_row(row) for row in rows]
-            changed = [a for b in before if (a := updates[b.name](b, now)) != b]
+            pairs = [(b, a) for b in before if (a := updates[b.name](b, now)) != b]
+            changed = [after for _, after in pairs]
             if changed:
+                await supersede(connection, pairs)
                 await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(changed))
                 await open_cursors(connection, changed)
                 notified = [job.name for job in changed if not done_with_its_tick(job)]
@@ -263,7 +265,7 @@ class JobStore(StoreBase):
             stored = {job.name: job for job in map(job_from_row, rows)}
             wanted = plan({name: stored[name] for name in names if name in stored})
             changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
-            await changes.write(connection)
+            await changes.write(connection, stored)
             if dry_run:
                 raise _RolledBack(changes.applied)  # leaving the block rolls it all back
         return changes.applied
@@ -277,6 +279,8 @@ class JobStore(StoreBase):
             before = job_from_row(row) if row else None
             after = change(before)
             if after != before:
+                if before is not None and after is not None:
+                    await supersede(connection, [(before, after)])
                 await _write_job(connection, name, after, exists=before is not None)
                 await open_cursors(connection, [after] if after else [])
                 await connection.execute(jobs_sql.NOTIFY, jobs_sql.JOBS_CHANNEL, name)
@@ -317,11 +321,12 @@ class _BulkChanges:
         applied = JobsApplied(_names(created), _names(updated), tuple(unchanged), tuple(doomed))
         return cls(created, updated, doomed, applied)
 
-    async def write(self, connection: Connection) -> None:
+    async def write(self, connection: Connection, stored: Mapping[str, Job]) -> None:
         if self.doomed:  # first: their lock keys are free for the new jobs then
             await connection.execute(jobs_sql.DELETE_JOBS, self.doomed)
         await _insert_jobs(connection, self.created)
         if self.updated:
+            await supersede(connection, [(stored[job.name], job) for job in self.updated])
             await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(self.updated))
         await open_cursors(connection, [*self.created, *self.updated])
         changed = [*self.applied.created, *self.applied.updated, *self.doomed]

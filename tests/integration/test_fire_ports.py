@@ -21,6 +21,7 @@ from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job, pause_job
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger, SkipReason
+from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
 from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
@@ -331,6 +332,30 @@ async def test_record_skips_records_each_tick_once_and_only_for_its_job(
     summed = Skip(reborn, third, RunTrigger.SCHEDULE, SkipReason.MISFIRE, "down", missed_ticks=4)
     [summary] = await backend.ledger.record_skips([summed], "r")
     assert (summary.skip_reason, summary.missed_ticks) == (SkipReason.MISFIRE, 4)
+
+
+async def test_a_skip_worked_out_from_an_older_threshold_leaves_the_new_ticks_alone(
+    backend: Backend,
+) -> None:
+    """A 2 s job rescheduled to 1 s from an even second S: S is a tick of both, where the
+    new cursor waits. A skip of S worked out from the old definition (its next tick:
+    S + 2 s) is recorded, but does not move the cursor: the new tick S + 1 s is still
+    claimed. At 1fbbe32 the skip moved the cursor to S + 2 s, and S + 1 s never ran."""
+    anchor = tick_now() - timedelta(seconds=10)
+    old = await backend.add_job("resched", schedule=_every(2, anchor))
+    start = anchor + timedelta(seconds=20)  # even: a tick of both schedules
+    new = await backend.edit_job("resched", schedule=_every(1, anchor), start_at=start)
+    busy = Skip(old, start, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "an earlier run")
+    assert len(await backend.ledger.record_skips([busy], "r")) == 1
+    async with backend.sessions.session(5) as session:
+        [claimed] = await session.claim([tick(new, start + timedelta(seconds=1))])
+        assert claimed.outcome is ClaimOutcome.CLAIMED
+        assert claimed.run is not None
+        await session.finish(claimed.run.id, SUCCEEDED, new.lock_key)
+
+
+def _every(seconds: int, anchor: datetime) -> IntervalSchedule:
+    return IntervalSchedule(kind="interval", every_seconds=seconds, anchor=anchor)
 
 
 async def test_the_queue_one_slot_is_held_until_released_or_expired(backend: Backend) -> None:

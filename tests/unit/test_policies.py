@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from service.domain.cursors import CursorAudit, Takeover, audit_cursor
+from service.domain.cursors import CursorAudit, Takeover, audit_cursor, superseded_ticks
 from service.domain.jobs import (
     Job,
     JobSpec,
@@ -16,6 +16,7 @@ from service.domain.jobs import (
     create_job,
     finish_run,
     missed_tick,
+    replace_job,
     ticks_between,
 )
 from service.domain.retry import RetryPolicy
@@ -283,3 +284,40 @@ def test_a_catch_up_tick_nobody_claims_misfires_once_past_its_reach() -> None:
     assert [(m.first, m.count) for m in later.missed] == [(T0 + minute, 1)]
     assert later.owed == []
     assert later.cursor == T0 + 4 * minute  # past the ticks the owner ran
+
+
+def test_an_edit_supersedes_each_run_of_old_ticks_without_a_row_but_the_new_ticks() -> None:
+    """The old definition's ticks from the cursor up to the edit, with no row, in runs
+    broken by ticks that have one and by ticks the new definition has too (one after its
+    threshold, due before the edit wrote it)."""
+    minute = timedelta(minutes=1)
+    old = job()
+    fence = T0 + 4 * minute + minute / 2
+    new = replace_job(old, old.spec().model_copy(update={"end_at": T0 + 7 * minute}), fence)
+    assert new.fire_after == fence  # a window edit is a new threshold
+    edited = T0 + 5 * minute + minute / 2
+
+    def runs(cursor: datetime, most: int = 100) -> list[tuple[datetime, datetime, int]]:
+        found = superseded_ticks(
+            old, new, cursor, until=edited, decided={T0 + 3 * minute}, most=most
+        )
+        return [(r.first, r.last, r.count) for r in found]
+
+    assert runs(T0 + minute) == [
+        (T0 + minute, T0 + 2 * minute, 2),
+        (T0 + 4 * minute, T0 + 4 * minute, 1),  # T0 + 5 min is the new definition's
+    ]
+    assert runs(T0 + minute, most=1) == [(T0 + minute, T0 + minute, 1)]
+    assert runs(T0 + 9 * minute) == []  # a cursor after the edit: nothing undecided
+
+
+def test_a_window_edit_reopens_a_completed_job_only_with_a_tick_left() -> None:
+    ended = close_window(job(end_at=T0), T0 + timedelta(hours=1))
+    assert ended.state is JobState.COMPLETED
+    later = T0 + timedelta(days=1)
+    extended = replace_job(ended, ended.spec().model_copy(update={"end_at": later}), T0)
+    assert (extended.state, extended.fire_after) == (JobState.ACTIVE, T0)
+    moved = replace_job(
+        ended, ended.spec().model_copy(update={"end_at": T0 - timedelta(minutes=1)}), T0
+    )
+    assert moved.state is JobState.COMPLETED
