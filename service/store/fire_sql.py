@@ -66,7 +66,9 @@ def claim_statement(*, counted: bool) -> str:
     Rows go in (job, tick) order, so two replicas inserting the same ticks of "allow"
     jobs wait on each other in one order, never in a cycle. A claim that counts runs
     (`counted`: one tick of a job with `max_runs`) locks the row for update and raises
-    its count in the same statement. A `skipped` row is no run: a backfill may claim it.
+    its count in the same statement. A `skipped` row is no run: a backfill may claim it,
+    and the row keeps its id (the skip's hook deliveries name it), so a tick's answer is
+    found by (job, tick), never by the id the claim brought.
     A claimed tick releases the queue_one slot that names it, whoever reserved it. A
     claimed tick that takes any version (manual, backfill) comes back with the job as
     stored (`stored_job`): the definition it runs, of the version its row names.
@@ -140,7 +142,7 @@ def claim_statement(*, counted: bool) -> str:
         SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), $10,
             current_version, lock_key, locking, pg_backend_pid(), run_args, run_note
         FROM admitted ORDER BY job, scheduled_for
-        ON CONFLICT (job, scheduled_for) DO UPDATE SET id = EXCLUDED.id,
+        ON CONFLICT (job, scheduled_for) DO UPDATE SET
             trigger = EXCLUDED.trigger, status = 'running', skip_reason = NULL,
             missed_ticks = NULL, error = NULL, started_at = EXCLUDED.started_at,
             attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
@@ -172,7 +174,8 @@ def claim_statement(*, counted: bool) -> str:
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
            stored.job AS stored_job, claimed.*
-    FROM gated g LEFT JOIN looked c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
+    FROM gated g LEFT JOIN looked c ON c.name = g.job
+        LEFT JOIN claimed ON claimed.job = g.job AND claimed.scheduled_for = g.scheduled_for
     -- A manual run or backfill runs the job as stored, read here under the row lock.
     LEFT JOIN LATERAL (
         SELECT {job_document("j")} FROM tickgate_jobs j

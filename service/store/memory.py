@@ -370,7 +370,7 @@ class MemoryDatabase:
 
     def _insert_claimed(self, tick: TickClaim, job: Job | None, runner: str) -> Run | None:
         """The claim's row, where the tick has none; a backfill also takes a skipped
-        row over."""
+        row over, keeping its id."""
         assert job is not None, "only an admitted tick is inserted"
         existing = self._runs.get(_tick_of(tick))
         fields: dict[str, object] = {
@@ -393,7 +393,8 @@ class MemoryDatabase:
             new = {"job": job.name, "scheduled_for": _utc(tick.scheduled_for)}
             run = Run.model_validate({**new, **fields})
         elif existing.status is RunStatus.SKIPPED and tick.trigger is RunTrigger.BACKFILL:
-            run = existing.model_copy(update=fields)
+            # The row keeps its id: the skip's hook deliveries name it.
+            run = existing.model_copy(update={**fields, "id": existing.id})
         else:
             return None
         return self._write(run, replacing=existing)

@@ -232,11 +232,12 @@ class PinnedSession(Protocol):
         ticks may hold one (`holds_lock`). `ticked` and `busy` are judged on the
         ledger as it was when the claim began (see GateFacts).
 
-        A claim that fails once it began may have left locks it cannot name: the
-        session is closed, and the runs whose locks it held are fenced. One still
-        waiting for its turn when it fails (cancelled) leaves the session as it was,
-        and so does one the database ended at its timeout (`errors.TIMED_OUT`): it
-        wrote nothing and gives back the locks it took."""
+        A claim that fails once it began, its fate unknown (the link broke), may have
+        left locks it cannot name: the session is closed, and the runs whose locks it
+        held are fenced. One still waiting for its turn when it fails (cancelled)
+        leaves the session as it was, and so does one the database ended at its
+        timeout (`errors.TIMED_OUT`) or refused with an error: it wrote nothing, gives
+        back the locks it took, and raises; the session's other runs go on."""
         ...
 
     async def finish(
