@@ -115,8 +115,11 @@ def claim_statement(*, counted: bool) -> str:
         -- Locked only where a tick got its lock. The cursor is never waited for: one
         -- another statement holds (the audit, a skip, an edit, a claim elsewhere)
         -- leaves its ticks `contended`, asked again, and the rest of the batch goes on.
-        -- The job row is (a delete, or an edit of a counted job: both brief).
-        SELECT {_CURSORED_JOB}
+        -- The job row is (a delete, or an edit of a counted job: both brief). A manual
+        -- run or backfill runs the job as stored, read here from the row as locked:
+        -- after waiting on an edit, that is the edited row, which the snapshot is not.
+        SELECT {_CURSORED_JOB}, CASE WHEN j.name IN (SELECT job FROM gated WHERE any_version)
+                                     THEN {job_document("j", None)} END AS stored
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
         WHERE j.name IN (SELECT job FROM gated WHERE got)
         {row_lock} OF j FOR NO KEY UPDATE OF k SKIP LOCKED
@@ -124,7 +127,7 @@ def claim_statement(*, counted: bool) -> str:
         -- The answers' view of each job: as locked, or else as this statement saw it.
         SELECT *, true AS locked FROM current
         UNION ALL
-        SELECT {_CURSORED_JOB}, false
+        SELECT {_CURSORED_JOB}, NULL, false
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
         WHERE j.name = ANY($1::text[]) AND j.name NOT IN (SELECT name FROM current)
     ), admitted AS (
@@ -173,13 +176,9 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(g.got AND NOT c.locked, false) AS contended,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
-           stored.job AS stored_job, claimed.*
+           CASE WHEN claimed.id IS NOT NULL THEN c.stored END AS stored_job, claimed.*
     FROM gated g LEFT JOIN looked c ON c.name = g.job
         LEFT JOIN claimed ON claimed.job = g.job AND claimed.scheduled_for = g.scheduled_for
-    -- A manual run or backfill runs the job as stored, read here under the row lock.
-    LEFT JOIN LATERAL (
-        SELECT {job_document("j")} FROM tickgate_jobs j
-        WHERE j.name = g.job AND g.any_version AND claimed.id IS NOT NULL) AS stored ON true
     -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
     LEFT JOIN LATERAL (
         SELECT true AS found FROM tickgate_runs r
