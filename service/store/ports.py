@@ -334,6 +334,14 @@ class Ledger(Protocol):
         """Which of these (job, tick) pairs have no ledger row yet, of any kind."""
         ...
 
+    async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
+        """Before a backfill of `ticks` claims them: each of them that a misfire row
+        counts among its run of missed ticks gets a misfire row of its own, and the run
+        is split around them (`domain.gaps`), so every tick keeps exactly one outcome
+        whether the backfill gets to it or not. False if another statement changed one
+        of those runs meanwhile (nothing of it was split): ask again."""
+        ...
+
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
         """`PinnedSession.finish` without a lock: for a run whose session (`backend`,
         its `pid`) is gone; only while the row still names that session, since a
