@@ -3,17 +3,21 @@ counts the ticks before it that have no row, so a backfill that gives some of th
 splits the run first; every tick before the cursor keeps exactly one outcome
 (`judge_cursors`), and the backfilled ticks have their runs."""
 
+import asyncio
 from datetime import datetime, timedelta
 
 import asyncpg
 
 from harness.accounting import CURSORS, OUTCOMES, judge_cursors
+from harness.waiting import eventually_async
 from service.domain.cursors import Takeover
+from service.domain.gaps import Outcome, split_gaps
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.scheduler import Runner
-from service.store import Store
+from service.store import Store, backfill_sql
 from service.store.ports import Skip
+from tests.support.db import blocks_someone
 from tests.support.fire import Gates, add_job, finished_runs, runs_of
 
 SECOND = timedelta(seconds=1)
@@ -99,3 +103,55 @@ async def _problems(database_url: str, job: str) -> list[str]:
         return judge_cursors(cursors, await connection.fetch(OUTCOMES, [job]), {job: 1})
     finally:
         await connection.close()
+
+
+async def test_two_backfills_into_one_run_at_once_split_it_once(
+    runner: Runner, store: Store, gates: Gates, database_url: str
+) -> None:
+    """Two backfills of overlapping ranges in the same run at once: one splits it, the
+    other finds it changed (its compare-and-set misses), reads again and splits what is
+    left; every tick is run once and counted once."""
+    job, ticks = await _missed_five(store, gates, database_url, "raced")
+    made = await asyncio.gather(runner.backfill(job, ticks[1:3]), runner.backfill(job, ticks[2:4]))
+    assert sorted(run.scheduled_for for runs in made for run in runs) == ticks[1:4]
+    assert await _backfilled(store, "raced", 3) == ticks[1:4]
+    assert await _problems(database_url, "raced") == []
+    assert await _counts(store, "raced", ticks[:6]) == {
+        ticks[0]: 1,
+        ticks[1]: 1,
+        ticks[2]: 1,
+        ticks[3]: 1,
+        ticks[4]: 1,
+        ticks[5]: 1,
+    }
+
+
+async def test_a_split_that_meets_another_one_changes_nothing_and_reads_again(
+    store: Store, gates: Gates, database_url: str
+) -> None:
+    """A backfill of t2 splits the run while another backfill's split of it (t1) holds
+    its row: the row's count changed meanwhile, so this split writes nothing (its
+    compare-and-set misses) and says so; asked again, it splits what is left."""
+    job, ticks = await _missed_five(store, gates, database_url, "cas")
+    rows = [Outcome(ticks[4], 5)]
+    other = await asyncpg.connect(database_url)
+    try:
+        splitting = other.transaction()
+        await splitting.start()
+        first = backfill_sql.split_arguments("cas", split_gaps(job, ticks[:1], rows))
+        assert await other.fetchval(backfill_sql.SPLIT_GAPS, *first) == 1
+        meanwhile = asyncio.create_task(store.split_missed(job, ticks[1:2]))
+        await eventually_async(lambda: blocks_someone(other), 30, "the split to wait on the row")
+        await splitting.commit()
+        assert not await meanwhile
+    finally:
+        await other.close()
+    assert await _counts(store, "cas", ticks[:6]) == {ticks[0]: 1, ticks[4]: 4, ticks[5]: 1}
+    assert await store.split_missed(job, ticks[1:2])
+    assert await _counts(store, "cas", ticks[:6]) == {
+        ticks[0]: 1,
+        ticks[1]: 1,
+        ticks[4]: 3,
+        ticks[5]: 1,
+    }
+    assert await _problems(database_url, "cas") == []
