@@ -290,7 +290,7 @@ async def _open_scheduler(
         run_history=settings.run_history,
         clock=clock,
         members=(lambda: membership.members) if settings.ownership else Members.unknown,
-        cluster_since=lambda: min((peer.started_at for peer in membership.peers), default=None),
+        cluster_since=lambda: membership.cluster_since,
         link=Link(settings.db_link_timeout_seconds),
     )
     stack.push_async_callback(window.stop)

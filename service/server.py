@@ -4,6 +4,7 @@ Apart from the command line (service/cli.py) so that the supervisor (service/sup
 which serves nothing itself, never loads the web stack."""
 
 import asyncio
+import logging
 import socket
 from types import FrameType
 
@@ -14,18 +15,22 @@ from service.app import begin_shutdown, create_app
 from service.config import Listen, Settings
 from service.gc_tuning import settle_after_startup
 from service.stopping import StopRequest
+from service.store.migrate import migrate_database
 from service.store.pooling import refuse_shared_sessions
+
+log = logging.getLogger(__name__)
 
 
 def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
     """The API, or the scheduler with its probes and metrics, until a signal stops it.
 
     First, before anything opens a lock session, refuse a DATABASE_URL whose sessions
-    other clients share, as transaction pooling does (service/store/pooling.py). Checked
-    here rather than in the app's lifespan: the refusal is a ConfigurationError, which
-    `tickgate` reports in one line and exits 2, where uvicorn would log a traceback and
-    exit 3."""
-    asyncio.run(refuse_shared_sessions(str(settings.database_url)))
+    other clients share, as transaction pooling does (service/store/pooling.py), then
+    migrate (service/store/migrate.py), refusing a database whose migrations disagree
+    with this release's. Both here rather than in the app's lifespan (which finds the
+    schema at head then): a refusal is a ConfigurationError, which `tickgate` reports in
+    one line and exits 2, where uvicorn would log a traceback and exit 3."""
+    asyncio.run(_prepare_database(str(settings.database_url)))
     if stop.asked:
         return
     app = create_app(settings)
@@ -38,6 +43,12 @@ def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
         log_config=None,
     )
     _Server(config, app, stop).run()
+
+
+async def _prepare_database(dsn: str) -> None:
+    await refuse_shared_sessions(dsn)
+    applied = await migrate_database(dsn)
+    log.info("%d migrations applied now", len(applied))
 
 
 class _Server(uvicorn.Server):

@@ -54,6 +54,20 @@ def _accounted_text(accounted: dict[str, Any]) -> str:
     )
 
 
+def _skips_table(accounted: dict[str, Any]) -> list[str]:
+    """The skips by reason in each fault's windows (bench/soak/attribution.py)."""
+    charged = accounted.get("skips_by_fault") or {}
+    reasons = sorted({reason for counts in charged.values() for reason in counts})
+    if not reasons:
+        return []
+    rows = [(fault, *(counts.get(r, 0) for r in reasons)) for fault, counts in charged.items()]
+    intro = (
+        "Skips by the fault whose span (until ready again, plus 30 s) their window "
+        "overlaps; `quiet`: in no fault's span (`bench/soak/attribution.py`):"
+    )
+    return [intro, "", *table(("fault", *reasons), rows)]
+
+
 def _http_text(http: dict[str, int]) -> str:
     names = (
         "expected",
@@ -159,6 +173,7 @@ def render(document: dict[str, Any], plot: Path | None, markdown: Path) -> str:
         f"`{meta['results']}`; the checks are explained in `bench/soak/verdicts.py`.",
         "",
         *table(("check", "bound", "measured", "within bound"), _rows(document)),
+        *_skips_table(v["accounted"]),
         f"Fire lateness (`started_at - scheduled_for`, ticks 10-20 s old at each 10 s "
         f"sample): median of the samples' p50 {fmt(late['median_p50_ms'])} ms and p99 "
         f"{fmt(late['median_p99_ms'])} ms, worst p99 {fmt(late['worst_p99_ms'])} ms at "

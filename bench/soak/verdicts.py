@@ -28,6 +28,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench.soak.attribution import skips_by_fault
+
 RSS_GROWTH_BOUND = 0.10
 LEDGER_GROWTH_BOUND = 0.10
 SCRAPE_FACTOR_BOUND = 1.5
@@ -103,6 +105,7 @@ def accounted(document: dict[str, Any]) -> dict[str, Any]:
         "gap_covered_elsewhere": gap_far,
         "unexpected_rows": unexpected,
         "http": http,
+        "skips_by_fault": skips_by_fault(document),
         "ok": bool(windows)
         and unaccounted == 0
         and gap_far == 0

@@ -669,7 +669,10 @@ class ClusterMember(BaseModel):
     runner_id: str = Field(description="The replica's name (TICKGATE_RUNNER_ID).")
     version: str = Field(description="The Tickgate version it runs.")
     tzdata: str = Field(description="The time-zone database it computes ticks with.")
-    started_at: datetime = Field(description="When it joined the cluster (this membership).")
+    started_at: datetime = Field(
+        description="When it first joined the cluster; kept when it joins again after "
+        "losing its membership's connection (a PostgreSQL restart, a slow heartbeat)."
+    )
     heartbeat_at: datetime = Field(description="Its latest heartbeat.")
     heartbeat_age_seconds: float = Field(description="`as_of` minus `heartbeat_at`.")
     runs_in_flight: int = Field(description="Runs executing on it at its latest heartbeat.")

@@ -9,6 +9,7 @@ a replica reads into its window: correctness rests on the gate alone.
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from service.domain.ownership import Heartbeat, Member, Members
 from service.scheduler.backoff import Backoff
@@ -76,6 +77,8 @@ class Membership:
         self._heartbeat = heartbeat
         self._poll_seconds = poll_seconds
         self._session: MemberSession | None = None
+        # When this replica first joined, on the database's clock: each rejoin keeps it.
+        self._up_since: datetime | None = None
         self._members = Members.unknown()
         self._peers: tuple[Member, ...] = ()
         self._loop: asyncio.Task[None] | None = None
@@ -89,6 +92,14 @@ class Membership:
     def peers(self) -> tuple[Member, ...]:
         """The live members' rows as last read (empty before the first read)."""
         return self._peers
+
+    @property
+    def cluster_since(self) -> datetime | None:
+        """When the earliest live member came up, as last read (None: not known yet):
+        the cluster has been up since, so a tick due before then was missed by every
+        replica now live (`Takeover.since`). A member that rejoins (its membership's
+        connection was lost, not its life) keeps the instant it first joined."""
+        return min((peer.started_at for peer in self._peers), default=None)
 
     @property
     def joined(self) -> bool:
@@ -152,8 +163,14 @@ class Membership:
     async def _poll(self) -> None:
         if self._session is None or self._session.closed:
             self._session = await MemberSession.join(
-                self._dsn, self._runner_id, self._version, self._tzdata, self._link
+                self._dsn,
+                self._runner_id,
+                self._version,
+                self._tzdata,
+                self._link,
+                since=self._up_since,
             )
+            self._up_since = self._session.started_at
             log.info("joined the cluster as member %d", self._session.seed)
         live = await self._session.heartbeat(self._heartbeat())
         self._see(self._session.seed, live)

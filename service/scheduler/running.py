@@ -1,7 +1,7 @@
 """Run a claimed tick bound to the lock session that claimed it, then record its end.
 
 The session holds the job's advisory lock for the whole run (and the locks of many
-other runs with it). The end record and the unlock go in one statement on it; if it
+other runs with it). The end record, then the unlock, go on it in one turn; if it
 died meanwhile (the lock with it), the run is fenced (cancelled at once) and its end is
 recorded through the API pool.
 """
@@ -31,7 +31,7 @@ from service.scheduler.cancels import Cancels
 from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.ports import Claim, Ledger, PinnedSession, RunEnd
+from service.store.ports import BackendId, Claim, Ledger, PinnedSession, RunEnd
 from service.tracing import Claimed, NoTracing, Tracing
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ class RunExecutor:
         return [None] * len(ends)
 
     async def _finish(self, pinned: "Pinned", run: Run, end: RunEnd) -> Run | None:
-        """Record the run's end and release the lock in one statement on the pinned
+        """Record the run's end, then release the lock, on the pinned
         connection; if that connection is gone, record through the API pool."""
         session, hold = pinned.session, pinned.hold
         if not session.closed:
@@ -272,7 +272,7 @@ class RunExecutor:
                     # elsewhere, say): nothing was recorded or released. The end goes
                     # through the API pool; the lock stays held until then (`run`
                     # releases it), so no later tick finds the run still `running`.
-                    return await self._finish_elsewhere(run, end, session.pid)
+                    return await self._finish_elsewhere(run, end, session.backend)
             else:
                 hold.held = hold.held and not released
                 return finished
@@ -280,9 +280,9 @@ class RunExecutor:
         # dead connection is never unlocked on. Terminating it only tidies up.
         hold.held = False
         session.terminate()
-        return await self._finish_elsewhere(run, end, session.pid)
+        return await self._finish_elsewhere(run, end, session.backend)
 
-    async def _finish_elsewhere(self, run: Run, end: RunEnd, backend: int) -> Run | None:
+    async def _finish_elsewhere(self, run: Run, end: RunEnd, backend: BackendId) -> Run | None:
         """Record the end of a run whose own connection died, through the API pool,
         retrying while the database is away (a restart). If it stays away longer than
         RECORD_ELSEWHERE_SECONDS the row is left `running`: the orphan sweep marks it

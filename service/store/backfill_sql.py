@@ -41,10 +41,10 @@ SPLIT_GAPS = """WITH gaps AS (
     ), written AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
-            lock_key, locked, backend_pid)
+            lock_key, locked, backend_pid, backend_start)
         SELECT p.id, s.job, p.tick, s.trigger, 'skipped', s.skip_reason, p.note,
             NULLIF(p.missed, 1), s.started_at, s.finished_at, 0, 0, s.runner, s.job_version,
-            s.lock_key, false, s.backend_pid
+            s.lock_key, false, s.backend_pid, s.backend_start
         FROM parts p JOIN shrunk s ON s.scheduled_for = p.gap
         ORDER BY p.tick
         ON CONFLICT (job, scheduled_for) DO NOTHING

@@ -11,6 +11,7 @@ from typing import Any, Self
 import asyncpg
 
 from service.domain.hooks import HookPlan
+from service.store import migrate_sql
 from service.store.connection import Connection, Pool
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
@@ -104,7 +105,13 @@ class StoreBase:
         """Apply pending migrations (up to version `through`: a database as an older
         release left it, for tests); return how many were applied."""
         async with self._pool.acquire() as connection:
-            return len(await migrate(connection, through))
+            try:
+                return len(await migrate(connection, through))
+            except BaseException:
+                # It may still hold the migrators' session lock (an unlock cut short):
+                # dropped, never handed to the next borrower, which the pool does not reset.
+                connection.terminate()
+                raise
 
     async def schema_versions(self) -> set[int]:
         async with self._pool.acquire() as connection:
@@ -120,7 +127,5 @@ class StoreBase:
         """The newest migration applied; doubles as the readiness ping, answered
         `within` seconds."""
         async with self._bounded(within) as connection:
-            version: int | None = await connection.fetchval(
-                "SELECT max(version) FROM tickgate_schema_migrations"
-            )
+            version: int | None = await connection.fetchval(migrate_sql.NEWEST)
         return version or 0

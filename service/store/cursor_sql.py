@@ -7,6 +7,7 @@ lock a job's cursor too, so the audit's lock and theirs wait for each other: no 
 claimed while the audit counts it as missed.
 """
 
+from service.store.fire_sql import OWN_BACKEND_START
 from service.store.hooks_sql import deliveries
 from service.store.rows import job_document
 
@@ -58,10 +59,10 @@ MOVE_CURSORS = f"""WITH misfires AS (
     ), recorded AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
-            lock_key, locked, backend_pid)
+            lock_key, locked, backend_pid, backend_start)
         SELECT m.id, m.job, m.tick, 'schedule', 'skipped', 'misfire', m.note, m.missed,
             clock_timestamp(), clock_timestamp(), 0, 0, $6, j.version, j.lock_key, false,
-            pg_backend_pid()
+            pg_backend_pid(), {OWN_BACKEND_START}
         FROM misfires m JOIN tickgate_jobs j ON j.name = m.job
         ORDER BY m.job, m.tick
         ON CONFLICT (job, scheduled_for) DO NOTHING

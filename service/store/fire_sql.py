@@ -16,11 +16,31 @@ from service.domain.jobs import Job
 from service.domain.runs import AttemptEnd, RunStatus, RunTrigger
 from service.store.hooks_sql import deliveries, encoded_calls
 from service.store.members_sql import MEMBER_IS_LIVE
-from service.store.ports import Following, NextTick, Orphan, RunEnd, Skip, TickClaim
+from service.store.ports import BackendId, Following, NextTick, Orphan, RunEnd, Skip, TickClaim
 from service.store.rows import RUN_COLUMNS, job_document
 
 # The ledger's columns, read from the table named r (where another table is joined).
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
+
+
+# When this statement's backend started (migration 0026): with its PID, the backend that
+# a row it writes names. A PID alone names none: PIDs are reused. An uncorrelated
+# subquery, so it is read once per statement, however many rows the statement writes.
+OWN_BACKEND_START = "(SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid()))"
+
+
+# This session's backend, as the rows of its runs name it: read once, as a lock
+# session opens, for the ends it may have to record from elsewhere.
+OWN_BACKEND = f"SELECT pg_backend_pid() AS pid, {OWN_BACKEND_START} AS started_at"
+
+
+def same_backend(pid: str, start: str, other_pid: str, other_start: str) -> str:
+    """Whether two (PID, start) pairs name one backend: the same PID, and the same start
+    where both are known. A row written before migration 0026 knows no start, and
+    pg_stat_activity hides the start of another role's backend: then the PID decides,
+    as it did before (a backend thought alive keeps its run; none is taken twice)."""
+    return f"""({pid} = {other_pid} AND ({start} IS NULL OR {other_start} IS NULL
+        OR {start} = {other_start}))"""
 
 
 # A claim's view of each job: the row and its cursor.
@@ -141,16 +161,18 @@ def claim_statement(*, counted: bool) -> str:
           AND NOT g.queued_before AND NOT {_passed("g", "c")}
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
-            runner, job_version, lock_key, locked, backend_pid, args, note)
+            runner, job_version, lock_key, locked, backend_pid, backend_start, args, note)
         SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), $10,
-            current_version, lock_key, locking, pg_backend_pid(), run_args, run_note
+            current_version, lock_key, locking, pg_backend_pid(), {OWN_BACKEND_START},
+            run_args, run_note
         FROM admitted ORDER BY job, scheduled_for
         ON CONFLICT (job, scheduled_for) DO UPDATE SET
             trigger = EXCLUDED.trigger, status = 'running', skip_reason = NULL,
             missed_ticks = NULL, error = NULL, started_at = EXCLUDED.started_at,
             attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
             lock_key = EXCLUDED.lock_key, locked = EXCLUDED.locked,
-            backend_pid = EXCLUDED.backend_pid, finished_at = NULL, duration_ms = NULL,
+            backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start,
+            finished_at = NULL, duration_ms = NULL,
             result = NULL, args = EXCLUDED.args, note = EXCLUDED.note
         WHERE tickgate_runs.status = 'skipped' AND EXCLUDED.trigger = 'backfill'
         RETURNING {RUN_COLUMNS}
@@ -231,17 +253,18 @@ def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> t
 
 
 # Records runs' ends, each only while it is still `running`: a run is finished once.
-# An end recorded from elsewhere names the backend that held the run ($7): once another
-# replica has taken the run over (an orphan resumed), it is that replica's to record.
-# Times come from the database's clock, like `started_at`. `unlock_key`, where given,
-# is released in the same statement: the ledger row was committed when the run was
-# claimed, so releasing a lock a moment before its end commits lets no one run the
-# tick again.
+# An end recorded from elsewhere names the backend that held the run ($6 its PID, $10
+# its start): once another replica has taken the run over (an orphan resumed), it is
+# that replica's to record, even on a backend that got the same PID.
+# Times come from the database's clock, like `started_at`. It releases no lock: a
+# session lock ignores transactions, so one released here would stay released if a
+# later step of the statement failed (its outputs, its deliveries, a constraint checked
+# at its end), leaving a run `running` and its lock gone. UNLOCK_ENDED follows it.
 FINISH = f"""WITH ends AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $6::bigint[], $8::jsonb[], $9::jsonb[], $10::jsonb[])
+                             $7::jsonb[], $8::jsonb[], $9::jsonb[])
             WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 unlock_key, new_output, new_log, calls, n)
+                                 new_output, new_log, calls, n)
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -249,7 +272,8 @@ FINISH = f"""WITH ends AS (
             duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
         FROM ends e
         WHERE r.id = e.run_id AND r.status = 'running'
-          AND ($7::int IS NULL OR r.backend_pid = $7)
+          AND ($6::int IS NULL
+               OR {same_backend("r.backend_pid", "r.backend_start", "$6", "$10::timestamptz")})
         RETURNING {_RUN_COLUMNS_OF_R}
     ), kept AS (
         -- What the last attempt answered and what the run logged, beside the run
@@ -264,30 +288,37 @@ FINISH = f"""WITH ends AS (
             FROM ends e JOIN finished f ON f.id = e.run_id WHERE e.calls IS NOT NULL)''')
 }
     )
-    SELECT e.n, CASE WHEN e.unlock_key IS NOT NULL
-                     THEN pg_advisory_unlock(e.unlock_key) ELSE false END AS released,
-           finished.*
+    SELECT e.n, finished.*
     FROM ends e LEFT JOIN finished ON finished.id = e.run_id
     ORDER BY e.n"""
 
 
 def finish_arguments(
-    ends: Sequence[tuple[UUID, RunEnd, int | None]], backend: int | None = None
+    ends: Sequence[tuple[UUID, RunEnd]], backend: BackendId | None = None
 ) -> tuple[object, ...]:
     """`backend`: record the ends only of rows that still name this backend."""
     return (
-        [run_id for run_id, _, _ in ends],
-        [end.status.value for _, end, _ in ends],
-        [end.error for _, end, _ in ends],
-        [end.result for _, end, _ in ends],
-        [end.attempts for _, end, _ in ends],
-        [unlock for _, _, unlock in ends],
-        backend,
-        [end.output for _, end, _ in ends],
-        [end.log for _, end, _ in ends],
-        [encoded_calls(end.hooks) for _, end, _ in ends],
+        [run_id for run_id, _ in ends],
+        [end.status.value for _, end in ends],
+        [end.error for _, end in ends],
+        [end.result for _, end in ends],
+        [end.attempts for _, end in ends],
+        backend.pid if backend else None,
+        [end.output for _, end in ends],
+        [end.log for _, end in ends],
+        [encoded_calls(end.hooks) for _, end in ends],
+        backend.started_at if backend else None,
     )
 
+
+# The locks of ends FINISH has recorded ($1, in order; NULL: an end that holds none),
+# each released once, on the session that holds them: only now, once the ends are
+# committed, does a lock go (whoever takes it next finds the run ended). Whether each
+# was held, in order.
+UNLOCK_ENDED = """SELECT CASE WHEN u.key IS NULL THEN false
+                   ELSE pg_advisory_unlock(u.key) END AS released
+    FROM unnest($1::bigint[]) WITH ORDINALITY AS u(key, n)
+    ORDER BY u.n"""
 
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 
@@ -325,10 +356,10 @@ RECORD_SKIPS = f"""WITH skips AS (
     ), inserted AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
-            lock_key, locked, backend_pid)
+            lock_key, locked, backend_pid, backend_start)
         SELECT id, job, scheduled_for, trigger, 'skipped', reason, note, missed_ticks,
             clock_timestamp(), clock_timestamp(), 0, 0, $8, job_version, lock_key, false,
-            pg_backend_pid()
+            pg_backend_pid(), {OWN_BACKEND_START}
         FROM recordable
         ORDER BY job, scheduled_for
         ON CONFLICT (job, scheduled_for) DO NOTHING
@@ -392,15 +423,17 @@ PENDING_TICK = """SELECT scheduled_for FROM tickgate_pending
 
 # Orphans: `running` rows whose session is gone. A run's session holds the job's
 # advisory lock (every overlap mode but "allow") for the whole run, so a row whose backend
-# is gone and whose lock nobody holds lost its session. Rows younger than a few seconds
+# is gone (no backend of its PID and start, migration 0026: a new backend may have got
+# its PID) and whose lock nobody holds lost its session. Rows younger than a few seconds
 # are left alone: their claim may not be visible to pg_locks' snapshot yet. The first
 # sweep to find one stamps it `orphaned_at`; each comes with how long ago that was,
 # whether its runner is still a live member (then it is recording the run's end itself,
 # the run fenced), and its job as stored, whose retry policy says whether it gets
 # another attempt.
-_ORPHANED = """r.status = 'running'
+_ORPHANED = f"""r.status = 'running'
     AND r.started_at < clock_timestamp() - interval '2 seconds'
-    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid)
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+        WHERE {same_backend("a.pid", "a.backend_start", "r.backend_pid", "r.backend_start")})
     AND NOT (r.locked AND EXISTS (
         SELECT 1 FROM pg_locks l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
@@ -419,7 +452,8 @@ ORPHANS = f"""WITH found AS (
         WHERE r.id = found.id AND r.orphaned_at IS NULL
         RETURNING r.id, r.orphaned_at
     )
-    SELECT {_RUN_COLUMNS_OF_R}, r.backend_pid, r.locked, r.lock_key, stored.job AS stored_job,
+    SELECT {_RUN_COLUMNS_OF_R}, r.backend_pid, r.backend_start, r.locked, r.lock_key,
+        stored.job AS stored_job,
         extract(epoch FROM clock_timestamp() - COALESCE(s.orphaned_at, r.orphaned_at))::float8
             AS orphaned_seconds,
         EXISTS (SELECT 1 FROM live WHERE live.runner_id = r.runner) AS runner_live,
@@ -464,11 +498,12 @@ def abandon_arguments(orphans: Sequence[Orphan], plan: HookPlan) -> tuple[object
 
 
 # Orphans' next attempts move to this session, a batch in one statement ($1 run ids, $2
-# the backends that held them, $3 whether each holds a lock, $4 its key; at most one
-# orphan per key): each takes its job's lock, then its row, by compare-and-set on the
-# backend that held it, so of several replicas resuming it at once one wins. Its
-# attempts count the one its replica lost. A lock taken for a row another session won
-# is given back. The backends alive are read once per statement, not once per orphan.
+# the backends that held them and $6 their starts, $3 whether each holds a lock, $4 its
+# key; at most one orphan per key): each takes its job's lock, then its row, by
+# compare-and-set on the backend that held it, so of several replicas resuming it at
+# once one wins. Its attempts count the one its replica lost. A lock taken for a row
+# another session won is given back. The backends alive are read once per statement,
+# not once per orphan.
 # The attempts before a run's last, kept beside it (migration 0025): one more, {rows}.
 _KEEP_EARLIER = """INSERT INTO tickgate_run_outputs AS o (run_id, earlier_attempts)
     {rows}
@@ -482,21 +517,24 @@ _LOST = f"""SELECT m.id, jsonb_build_array(jsonb_build_object(
             'ended_at', NULL, 'next_at', clock_timestamp()))
         FROM moved m"""
 RESUME = f"""WITH orphans AS (
-        SELECT * FROM unnest($1::uuid[], $2::int[], $3::boolean[], $4::bigint[])
-            WITH ORDINALITY AS o(id, backend_pid, locking, lock_key, n)
+        SELECT * FROM unnest($1::uuid[], $2::int[], $3::boolean[], $4::bigint[],
+                             $6::timestamptz[])
+            WITH ORDINALITY AS o(id, backend_pid, locking, lock_key, backend_start, n)
     ), gate AS MATERIALIZED (
         SELECT o.*, CASE WHEN o.locking THEN pg_try_advisory_lock(o.lock_key) ELSE true END
             AS got
         FROM orphans o
     ), alive AS MATERIALIZED (
-        SELECT pid FROM pg_stat_activity
+        SELECT pid, backend_start FROM pg_stat_activity
     ), moved AS (
         UPDATE tickgate_runs r SET runner = $5, backend_pid = pg_backend_pid(),
-            attempts = r.attempts + 1, orphaned_at = NULL
+            backend_start = {OWN_BACKEND_START}, attempts = r.attempts + 1, orphaned_at = NULL
         FROM gate g
-        WHERE g.got AND r.id = g.id AND r.backend_pid = g.backend_pid AND r.status = 'running'
+        WHERE g.got AND r.id = g.id AND r.backend_pid = g.backend_pid
+          AND r.backend_start IS NOT DISTINCT FROM g.backend_start AND r.status = 'running'
           AND r.cancel_requested_at IS NULL
-          AND NOT EXISTS (SELECT 1 FROM alive a WHERE a.pid = g.backend_pid)
+          AND NOT EXISTS (SELECT 1 FROM alive a WHERE
+              {same_backend("a.pid", "a.backend_start", "g.backend_pid", "g.backend_start")})
         RETURNING {_RUN_COLUMNS_OF_R}
     ), lost AS (
         -- The attempt its replica was lost in, its times not known.
@@ -513,10 +551,11 @@ RESUME = f"""WITH orphans AS (
 def resume_arguments(orphans: Sequence[Orphan], runner: str) -> tuple[object, ...]:
     return (
         [orphan.run.id for orphan in orphans],
-        [orphan.backend_pid for orphan in orphans],
+        [orphan.backend.pid for orphan in orphans],
         [orphan.locked for orphan in orphans],
         [orphan.lock_key for orphan in orphans],
         runner,
+        [orphan.backend.started_at for orphan in orphans],
     )
 
 
@@ -567,9 +606,10 @@ def note_attempt_arguments(run_id: UUID, ended: AttemptEnd) -> tuple[object, ...
 
 # Run once on every new lock-pool connection before it is handed out: statements are
 # prepared and their types known, so a replica's very first runs end as fast as later
-# ones. Empty arrays claim, finish and lock nothing.
-WARM_UP = (
+# ones. Empty arrays claim, finish and unlock nothing.
+WARM_UP: tuple[tuple[str, tuple[object, ...]], ...] = (
     (CLAIM, claim_arguments([])),
     (CLAIM_COUNTED, claim_arguments([])),
     (FINISH, finish_arguments([])),
+    (UNLOCK_ENDED, ([],)),
 )

@@ -11,7 +11,7 @@ from service.domain.jobs import Job
 from service.domain.runs import EARLIER_ATTEMPTS, AttemptEnd, CancelRequest, Run, SkipReason
 from service.store import backfill_sql, fire_sql, runs_sql
 from service.store.base import StoreBase
-from service.store.ports import Orphan, RunEnd, Skip
+from service.store.ports import BackendId, Orphan, RunEnd, Skip
 from service.store.rows import (
     job_from_row,
     last_run_from_row,
@@ -80,14 +80,14 @@ class LedgerStore(StoreBase):
             split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS, *arguments)
         return split == len(splits)
 
-    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
         """Record a run's end through the API pool, for a run whose own connection (the
         backend `backend`) is gone, and with it the job's lock. None if the run is no
         longer `running` there: it was recorded already, or the orphan sweep marked it
         `abandoned` or another replica took it over meanwhile."""
         async with self._bounded() as connection:
             [row] = await connection.fetch(
-                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end, None)], backend)
+                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end)], backend)
             )
         return run_from_row(row) if row["id"] is not None else None
 
@@ -110,7 +110,7 @@ class LedgerStore(StoreBase):
             Orphan(
                 run_from_row(row),
                 job_from_row({"job": row["stored_job"]}),
-                row["backend_pid"],
+                BackendId(row["backend_pid"], row["backend_start"]),
                 row["locked"],
                 row["lock_key"],
                 row["orphaned_seconds"],

@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import Awaitable
 from contextlib import suppress
+from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import asyncpg
@@ -40,13 +41,23 @@ class MemberSession:
     what happened to the session is unknown, and a new membership is cheap.
     """
 
-    def __init__(self, connection: "asyncpg.Connection[Any]", seed: int) -> None:
+    def __init__(
+        self, connection: "asyncpg.Connection[Any]", seed: int, started_at: datetime
+    ) -> None:
         self._connection = connection
         self._seed = seed
+        self.started_at = started_at
 
     @classmethod
     async def join(
-        cls, dsn: str, runner_id: str, version: str, tzdata: str = "", link: Link | None = None
+        cls,
+        dsn: str,
+        runner_id: str,
+        version: str,
+        tzdata: str = "",
+        link: Link | None = None,
+        *,
+        since: datetime | None = None,
     ) -> Self:
         """
         Become a live member: insert a row under a new seed and take its lock.
@@ -57,6 +68,8 @@ class MemberSession:
         :param tzdata: the time-zone database it computes ticks with (service/tzdb.py)
         :param link: the bounds on a silent link: keepalives, and the server ends the
             session once quiet that long (the membership polls every second)
+        :param since: when this replica first joined (the `started_at` of its first
+            membership), for a rejoin: it has been up since; None: now, a first join
         :return: the session, live until `close` or until its connection dies
         :raises SeedTakenError: if the new seed's lock is held by something else
         """
@@ -65,15 +78,15 @@ class MemberSession:
         await _within_deadline(connection, init_connection(connection))
         link = link or Link()
         await _within_deadline(connection, link.tune(connection, quiet_ends=True))
-        seed = await _within_deadline(
-            connection, connection.fetchval(members_sql.JOIN, runner_id, version, tzdata)
+        joined = await _within_deadline(
+            connection, connection.fetchrow(members_sql.JOIN, runner_id, version, tzdata, since)
         )
-        if seed is None:
+        if joined is None:
             connection.terminate()
             raise SeedTakenError(
                 f"the lock of the seed drawn (class {members_sql.MEMBER_LOCK_CLASS})"
             )
-        return cls(connection, seed)
+        return cls(connection, joined["seed"], joined["started_at"])
 
     @property
     def seed(self) -> int:

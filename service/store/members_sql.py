@@ -32,14 +32,18 @@ MEMBER_IS_LIVE = f"""EXISTS (SELECT 1 FROM pg_locks l
 # A new seed, its lock, then its row, in one statement: the row is visible to others
 # only once it is committed, by which time the lock is held. No row is written (and
 # none returned) if something else holds the seed's key (a foreign application using
-# the two-int form): that seed is no member.
+# the two-int form): that seed is no member. `started_at` is when the replica first
+# joined ($4, kept across its rejoins), or now for a first join: a replica that lost
+# only its membership's connection (a PostgreSQL restart, a heartbeat past its
+# deadline) was up all along, and the cluster with it (`Takeover.since`).
 JOIN = f"""WITH drawn AS (
         SELECT nextval('tickgate_member_seeds')::integer AS seed),
     locked AS (
         SELECT seed FROM drawn WHERE pg_try_advisory_lock({MEMBER_LOCK_CLASS}, seed))
-    INSERT INTO tickgate_members (seed, runner_id, version, tzdata, heartbeat_at)
-    SELECT seed, $1, $2, $3, clock_timestamp() FROM locked
-    RETURNING seed"""
+    INSERT INTO tickgate_members (seed, runner_id, version, tzdata, heartbeat_at, started_at)
+    SELECT seed, $1, $2, $3, clock_timestamp(), COALESCE($4::timestamptz, clock_timestamp())
+    FROM locked
+    RETURNING seed, started_at"""
 
 # Live members in seed order.
 LIVE_MEMBERS = (

@@ -46,6 +46,7 @@ from service.domain.jobs import Job, JobState
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger
 from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
 from service.store.ports import (
+    BackendId,
     Claim,
     ClaimOutcome,
     GateFacts,
@@ -160,7 +161,9 @@ class MemoryDatabase:
         self._runs: dict[_Tick, Run] = {}
         self._run_ticks: dict[UUID, _Tick] = {}
         # Each running run's session, whether it locks, and its key (its row's
-        # backend_pid, locked and lock_key).
+        # backend_pid, locked and lock_key). No id is given to two sessions here, so
+        # the id tells whether the session is open; the rows name its start too
+        # (`backend`), as PostgreSQL's, whose PIDs are reused, must.
         self._backends: dict[UUID, tuple[int, bool, int]] = {}
         self._orphaned_at: dict[UUID, datetime] = {}  # the orphans' stamps
         self._slots: dict[str, _Slot] = {}
@@ -169,6 +172,7 @@ class MemoryDatabase:
         self._cursors: dict[str, datetime] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
         self._session_ids = count(1)
+        self._session_starts: dict[int, datetime] = {}  # every session's, open or not
         self._sessions: dict[int, MemorySession] = {}  # open ones
         # Cleared while the database refuses new connections (a test's fault).
         self.accepting = asyncio.Event()
@@ -237,7 +241,12 @@ class MemoryDatabase:
             raise SessionClosedError("the database refuses new connections")
         session = MemorySession(self, next(self._session_ids))
         self._sessions[session.id] = session
+        self._session_starts[session.id] = self.clock()
         return session
+
+    def backend(self, session: int) -> BackendId:
+        """The session as the rows of its runs name it: its id and when it opened."""
+        return BackendId(session, self._session_starts[session])
 
     def terminate_backend(self, session: int) -> bool:
         """What pg_terminate_backend does to a session: it closes, its locks with it."""
@@ -423,12 +432,15 @@ class MemoryDatabase:
         ]
         found = []
         for run in sorted(runs, key=lambda run: run.started_at)[:most]:
+            session, locked, key = self._backends[run.id]
             since = self._orphaned_at.setdefault(run.id, now)
             age = (now - since).total_seconds()
             # No members here: every runner counts as gone.
             asked = run.id in self._cancels
             found.append(
-                Orphan(run, self._jobs[run.job], *self._backends[run.id], age, False, asked)
+                Orphan(
+                    run, self._jobs[run.job], self.backend(session), locked, key, age, False, asked
+                )
             )
         return found
 
@@ -464,8 +476,8 @@ class MemoryDatabase:
         moved = (
             run is not None
             and run.status is RunStatus.RUNNING
-            and self._backends[run.id][0] == orphan.backend_pid
-            and orphan.backend_pid not in self._sessions
+            and self.backend(self._backends[run.id][0]) == orphan.backend
+            and orphan.backend.pid not in self._sessions
             and run.id not in self._cancels
         )
         if run is None or not moved:
@@ -489,7 +501,12 @@ class MemoryDatabase:
     # --- ends, skips, slots, jobs --------------------------------------------------
 
     def finish(
-        self, run_id: UUID, end: RunEnd, *, keep_attempts: bool = False, backend: int | None = None
+        self,
+        run_id: UUID,
+        end: RunEnd,
+        *,
+        keep_attempts: bool = False,
+        backend: BackendId | None = None,
     ) -> Run | None:
         """Record a run's end if it is still running (on `backend`, if given);
         `keep_attempts`: as the row counts them, for an end nobody ran to."""
@@ -497,7 +514,7 @@ class MemoryDatabase:
         run = self._runs.get(tick) if tick else None
         if run is None or run.status is not RunStatus.RUNNING:
             return None
-        if backend is not None and self._backends[run_id][0] != backend:
+        if backend is not None and not backend.names(self.backend(self._backends[run_id][0])):
             return None
         # Two readings of the clock, as the statement takes them: the end, then the duration.
         finished_at = self.clock()
@@ -625,6 +642,10 @@ class MemorySession(PinnedSession):
     @property
     def pid(self) -> int:
         return self.id
+
+    @property
+    def backend(self) -> BackendId:
+        return self._database.backend(self.id)
 
     @property
     def closed(self) -> bool:
@@ -784,7 +805,7 @@ class MemoryLedger(Ledger):
         await _round_trip()
         return self._database.split_missed(job, ticks)
 
-    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
         await _round_trip()
         return self._database.finish(run_id, end, backend=backend)
 

@@ -25,6 +25,7 @@ from service.domain.runs import AttemptEnd, CancelRequest, Run
 from service.store.values import Following, NextTick, RunEnd, Skip, TickClaim
 
 __all__ = [
+    "BackendId",
     "Claim",
     "ClaimOutcome",
     "Following",
@@ -84,6 +85,25 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class BackendId:
+    """A session as the ledger rows of its runs name it: in PostgreSQL a backend, its
+    PID and when it started. A PID alone names no backend: PIDs are reused (after a
+    restart in a new PID namespace a new backend may get the PID of one that held a
+    run). `started_at` None: not known (a row written before migration 0026, or a
+    backend whose start this role may not read); such a backend is judged by its PID."""
+
+    pid: int
+    started_at: datetime | None = None
+
+    def names(self, other: "BackendId") -> bool:
+        """Whether the two name one backend: the same PID, and the same start where
+        both are known (as `fire_sql.same_backend`)."""
+        if self.started_at is None or other.started_at is None:
+            return self.pid == other.pid
+        return self == other
+
+
+@dataclass(frozen=True)
 class Orphan:
     """A `running` run whose replica is gone (its backend ended, its lock free), with
     its job as stored. The attempt it was making is lost: a crash costs an attempt,
@@ -91,7 +111,7 @@ class Orphan:
 
     run: Run
     job: Job
-    backend_pid: int
+    backend: BackendId
     locked: bool
     lock_key: int
     # How long ago a sweep first found it orphaned, and whether its runner is alive.
@@ -201,8 +221,13 @@ class PinnedSession(Protocol):
 
     @property
     def pid(self) -> int:
-        """Which session this is, as the ledger rows of its runs name it (the
-        backend's pid in PostgreSQL): what orphan detection asks about."""
+        """The session's number, for the logs (the backend's PID in PostgreSQL)."""
+        ...
+
+    @property
+    def backend(self) -> BackendId:
+        """Which session this is, as the ledger rows of its runs name it: what orphan
+        detection asks about."""
         ...
 
     @property
@@ -243,10 +268,11 @@ class PinnedSession(Protocol):
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
-        """Record how a `running` run ended (times from the store's clock) and, in
-        the same step, release `release_lock` once if given. The finished run, or None
-        if it was not `running` (the lock is released all the same); and whether this
-        session held the lock to release."""
+        """Record how a `running` run ended (times from the store's clock) and then,
+        in the same step, release `release_lock` once if given: only once the end is
+        recorded (an end that fails to be recorded leaves the lock held). The
+        finished run, or None if it was not `running` (the lock is released all the
+        same); and whether this session held the lock to release."""
         ...
 
     async def resume(self, orphans: Sequence[Orphan], runner: str) -> list[Claim]:
@@ -342,10 +368,10 @@ class Ledger(Protocol):
         of those runs meanwhile (nothing of it was split): ask again."""
         ...
 
-    async def finish_run(self, run_id: UUID, end: RunEnd, backend: int) -> Run | None:
-        """`PinnedSession.finish` without a lock: for a run whose session (`backend`,
-        its `pid`) is gone; only while the row still names that session, since a
-        session that resumed the orphan records its end itself."""
+    async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
+        """`PinnedSession.finish` without a lock: for a run whose session (`backend`)
+        is gone; only while the row still names that session, since a session that
+        resumed the orphan records its end itself."""
         ...
 
     async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:

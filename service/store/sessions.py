@@ -37,6 +37,7 @@ from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.link import Link, deadline, heartbeat
 from service.store.ports import (
+    BackendId,
     Claim,
     ClaimOutcome,
     GateFacts,
@@ -81,10 +82,11 @@ class _Ending:
 class LockSession:
     """One pinned connection of the lock pool; the runs it claimed share it."""
 
-    def __init__(self, connection: Connection, link: Link) -> None:
+    def __init__(self, connection: Connection, link: Link, backend: BackendId) -> None:
         self._connection = connection
         self._link = link
-        self.pid: int = connection.get_server_pid()
+        self.backend = backend
+        self.pid: int = backend.pid
         self._terminated = False
         self._answered_at = time.monotonic()
         self._beating = False
@@ -109,11 +111,11 @@ class LockSession:
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
                 await link.tune(connection, quiet_ends=True, fire_path=True)
-                await _warmed(connection)
+                backend = await _warmed(connection)
         except BaseException:
             connection.terminate()
             raise
-        return cls(connection, link)
+        return cls(connection, link, backend)
 
     @property
     def holds_locks(self) -> bool:
@@ -248,9 +250,9 @@ class LockSession:
     async def finish(
         self, run_id: UUID, outcome: RunEnd, release_lock: int | None
     ) -> tuple[Run | None, bool]:
-        """Record how the run ended and, in the same statement, release the job's lock
+        """Record how the run ended and then, in the same turn, release the job's lock
         if `release_lock` names it. Returns the run and whether the lock was released.
-        Ends that runs sharing this session queue meanwhile go in the same statement."""
+        Ends that runs sharing this session queue meanwhile go in the same statements."""
         return await self._endings.submit(_Ending(run_id, outcome, release_lock))
 
     def _finish_linger(self) -> float:
@@ -261,28 +263,50 @@ class LockSession:
         return FINISH_LINGER_SECONDS if self._open_runs > 1 else 0.0
 
     async def _record_endings(self, endings: Sequence[_Ending]) -> list[tuple[Run | None, bool]]:
-        """Record the ends in one statement; per end, the run and whether its lock
-        was released. If the database refuses the statement for what one end holds,
-        each end is recorded alone, so no run is left `running` by another's bytes."""
+        """Record the ends in one statement, then release their locks; per end, the run
+        and whether its lock was released. If the database refuses the statement for
+        what one end holds, each end is recorded alone, so no run is left `running` by
+        another's bytes; the locks stay held meanwhile, and no other run is touched."""
         self._open_runs -= len(endings)
         try:
-            rows = await self._finishing(endings)
+            ended = await self._finishing(endings)
         except (asyncpg.PostgresError, asyncpg.DataError) as error:
             if is_unavailable(error):
                 raise
             log.warning(
                 "%d run ends refused together (%r); recording each alone", len(endings), error
             )
-            rows = [row for ending in endings for row in await self._finishing_alone(ending)]
-        return self._finished(rows, endings)
+            ended = [each for ending in endings for each in await self._finishing_alone(ending)]
+        return self._finished(ended, endings)
 
-    async def _finishing(self, endings: Sequence[_Ending]) -> list[Any]:
-        # A refused statement ran nothing: no run was finished, no lock released.
+    async def _finishing(self, endings: Sequence[_Ending]) -> list[tuple[Any, bool]]:
+        """Per end, its row as FINISH answered it and whether its lock was released. The
+        locks go in a statement of their own, once FINISH succeeded, in the same turn (no
+        claim comes in between): a refused FINISH wrote nothing, and a lock released in
+        it would not come back, whatever failed after. Nothing is released then."""
         async with self._turns.turn(urgent=True):
             finishing = self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
-            return list(await self._answer(finishing))
+            rows = list(await self._answer(finishing))
+            released = await self._unlocking([ending.release_lock for ending in endings])
+        return list(zip(rows, released, strict=True))
 
-    async def _finishing_alone(self, ending: _Ending) -> list[Any]:
+    async def _unlocking(self, keys: list[int | None]) -> list[bool]:
+        """Release each key given once (None: nothing to release); whether each was
+        held. If that fails the session is dropped, and the locks with it."""
+        if all(key is None for key in keys):
+            return [False] * len(keys)
+        try:
+            rows = await self._answer(self._connection.fetch(fire_sql.UNLOCK_ENDED, keys))
+        except Exception as error:  # noqa: BLE001 - logged; the session is dropped instead
+            log.warning("lock session %d: locks of ended runs kept (%r)", self.pid, error)
+            self.terminate()
+            return [key is not None for key in keys]  # released: the session is gone
+        except asyncio.CancelledError:
+            self.terminate()
+            raise
+        return [bool(row["released"]) for row in rows]
+
+    async def _finishing_alone(self, ending: _Ending) -> list[tuple[Any, bool]]:
         """One end; if the database refuses even that, the run is recorded with the
         refusal as its error and no result."""
         try:
@@ -295,11 +319,10 @@ class LockSession:
             return await self._finishing([_Ending(ending.run_id, bare, ending.release_lock)])
 
     def _finished(
-        self, rows: Sequence[Any], endings: Sequence[_Ending]
+        self, ended: Sequence[tuple[Any, bool]], endings: Sequence[_Ending]
     ) -> list[tuple[Run | None, bool]]:
         results = []
-        for row, ending in zip(rows, endings, strict=True):
-            released = bool(ending.release_lock is not None and row["released"])
+        for (row, released), ending in zip(ended, endings, strict=True):
             if released and ending.release_lock is not None:
                 self._held.discard(ending.release_lock)
             results.append((run_from_row(row) if row["id"] is not None else None, released))
@@ -385,7 +408,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
 
 
 def _finish_arguments(endings: Sequence[_Ending]) -> tuple[object, ...]:
-    return fire_sql.finish_arguments([(e.run_id, e.end, e.release_lock) for e in endings])
+    return fire_sql.finish_arguments([(ending.run_id, ending.end) for ending in endings])
 
 
 class LockSessions:
@@ -477,10 +500,13 @@ def _left(session: LockSession) -> None:
         session.terminate()
 
 
-async def _warmed(connection: Connection) -> None:
+async def _warmed(connection: Connection) -> BackendId:
     """A new lock session runs every fire-path statement once (claiming and locking
     nothing) before it is used, so no run waits for a statement to be prepared or a
-    type to be looked up."""
+    type to be looked up. Its backend, as the rows of its runs will name it."""
     await init_connection(connection)
     for statement, arguments in fire_sql.WARM_UP:
         await connection.fetch(statement, *arguments)
+    row = await connection.fetchrow(fire_sql.OWN_BACKEND)
+    assert row is not None, "a SELECT without FROM answers one row"
+    return BackendId(row["pid"], row["started_at"])

@@ -9,6 +9,7 @@ hoped for.
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -26,7 +27,7 @@ from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
 from service.store.fire_sql import ABANDONED_ERROR, LOST_ATTEMPT
-from service.store.ports import ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
+from service.store.ports import BackendId, ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 
@@ -456,7 +457,7 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         assert await backend.locks_on(job.lock_key) == 1
         assert await backend.ledger.orphans(10) == []  # its session is alive
         # The replica that lost it records its end no more: the run is the taker's now.
-        assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend_pid) is None
+        assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend) is None
         retried = AttemptEnd(2, RunStatus.FAILED, "boom", waited_seconds=0.5)
         await backend.ledger.note_attempt(orphan.run.id, retried)  # the last retry starts
         taker.terminate()
@@ -625,13 +626,18 @@ async def test_a_run_ends_through_the_ledger_once(backend: Backend) -> None:
     async with backend.sessions.session(5) as session:
         [claim] = await session.claim([tick(job, tick_now())])
         assert claim.run is not None
-        # Only as the session that holds the run: another one's end is not recorded.
-        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid + 1) is None
-        ended = await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid)
+        # Only as the session that holds the run: another one's end is not recorded, nor
+        # that of an earlier backend that had its PID (PIDs are reused; #41, finding 6).
+        own = session.backend
+        assert own.started_at is not None
+        earlier = replace(own, started_at=own.started_at - timedelta(minutes=1))
+        for other in (BackendId(own.pid + 1), BackendId(own.pid + 1, own.started_at), earlier):
+            assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, other) is None
+        ended = await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.backend)
         assert ended is not None
         assert (ended.status, ended.result) == (RunStatus.SUCCEEDED, {"ok": True})
-        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.pid) is None
-        assert await backend.ledger.finish_run(uuid4(), SUCCEEDED, session.pid) is None
+        assert await backend.ledger.finish_run(claim.run.id, SUCCEEDED, session.backend) is None
+        assert await backend.ledger.finish_run(uuid4(), SUCCEEDED, session.backend) is None
         # The lock is the session's to give back: an end elsewhere leaves it held.
         assert await session.finish(claim.run.id, SUCCEEDED, job.lock_key) == (None, True)
     assert await backend.locks_on(job.lock_key) == 0

@@ -9,18 +9,23 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
+import httpx
 import pytest
 
 from harness.postgres import with_database
 from harness.waiting import eventually_async
+from service.config import Settings
 from service.domain.jobs import JobSpec, create_job, pause_job
 from service.domain.ownership import Heartbeat, Member, Members, owned_buckets
+from service.domain.runs import RunStatus
 from service.domain.schedules import CronSchedule
 from service.scheduler.departure import LEAVE_SECONDS, PEERS_POLL_SECONDS, Departure
 from service.scheduler.membership import Membership
 from service.store import Store
 from service.store.members import MemberSession, SeedTakenError
 from service.store.members_sql import MEMBER_LOCK_CLASS
+from tests.support.fire import finished_runs, runs_of
+from tests.support.inprocess import served
 
 POLL_SECONDS = 0.2
 PATIENCE_SECONDS = 30
@@ -202,6 +207,97 @@ async def test_a_killed_member_leaves_every_view_and_rejoins(database_url: str) 
         await settled(members, 3)
         assert victim.members.own not in (None, old_seed)
         assert await lock_holder(database_url, old_seed) is None
+
+
+async def test_a_rejoin_keeps_the_instant_the_replica_came_up(
+    database_url: str, store: Store
+) -> None:
+    """#41, finding 7: a replica whose membership's connection is lost (a PostgreSQL
+    restart, a heartbeat past its deadline) joins again under a new seed, but it was up
+    all along: the new row keeps the instant it first joined, and the cluster's
+    `cluster_since` (the audit's `Takeover.since`) does not move forward."""
+    async with cluster(database_url, 1) as [member]:
+        [view] = await settled([member], 1)
+        since = member.cluster_since
+        assert since is not None
+        assert view.own is not None
+        pid = await lock_holder(database_url, view.own)
+        assert pid is not None
+        await terminate_backend(database_url, pid)
+
+        def rejoined() -> bool:
+            return member.members.own not in (None, view.own)
+
+        await eventually_async(rejoined, PATIENCE_SECONDS, "the member to join again")
+        [row] = await store.live_members()
+        assert (row.seed, row.started_at) == (member.members.own, since)
+        assert member.cluster_since == since
+
+
+async def test_a_tick_a_live_replica_still_holds_is_no_misfire_after_a_rejoin(
+    settings: Settings, store: Store, database_url: str
+) -> None:
+    """#41, finding 7, end to end: a lone replica's tick waits within its grace (another
+    session holds its job's lock: LOCKED, asked again), lagging, so the audit hands it
+    over, round after round. The replica's membership is lost and rejoins: the tick
+    fell due while that replica was up, so it is not missed by all, and no misfire;
+    once the lock is free, it runs. Before, the rejoin moved `cluster_since` past the
+    tick, and the audit recorded it as a misfire (catch-up `none`)."""
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    job = {
+        "name": "held",
+        "schedule": {"kind": "once", "at": at.isoformat()},
+        "task": "log",
+        "args": {"message": "held"},
+        "misfire_grace_seconds": 60,
+        "catchup": "none",
+    }
+    scheduling = settings.model_copy(update={"scheduler": True, "takeover_seconds": 1})
+    holder = await asyncpg.connect(database_url)
+    try:
+        async with served(scheduling) as client:
+            made = await client.post("/v1/jobs", json=job)
+            assert made.status_code == 201, made.text
+            key = await holder.fetchval("SELECT lock_key FROM tickgate_jobs WHERE name = 'held'")
+            await holder.execute("SELECT pg_advisory_lock($1)", key)
+
+            async def handed_over(more_than: float) -> float | None:
+                count = await _taken_over(client)
+                return count if count > more_than else None
+
+            await eventually_async(lambda: handed_over(0), 30, "the lagging tick handed over")
+            [first] = await store.live_members()
+            pid = await lock_holder(database_url, first.seed)
+            assert pid is not None
+            await terminate_backend(database_url, pid)
+
+            async def rejoined() -> bool:
+                return [m.seed for m in await store.live_members()] not in ([], [first.seed])
+
+            await eventually_async(rejoined, PATIENCE_SECONDS, "the replica to join again")
+            seen = await _taken_over(client)
+
+            async def audited_or_recorded() -> bool:
+                # Two more hand-overs: an audit round since the rejoin kept waiting for
+                # the tick. A row: it was decided (a misfire, before).
+                return await _taken_over(client) >= seen + 2 or bool(await runs_of(store, "held"))
+
+            await eventually_async(audited_or_recorded, 30, "an audit after the rejoin")
+            await holder.execute("SELECT pg_advisory_unlock($1)", key)
+            [run] = await finished_runs(store, "held", 1)
+    finally:
+        await holder.close()
+    assert (run.scheduled_for, run.status, run.skip_reason) == (at, RunStatus.SUCCEEDED, None)
+
+
+async def _taken_over(client: httpx.AsyncClient) -> float:
+    """The replica's tickgate_ticks_taken_over_total, from its /metrics."""
+    text = (await client.get("/metrics")).text
+    counts = [line.split()[-1] for line in text.splitlines() if line.startswith(_TAKEN_OVER)]
+    return float(counts[0]) if counts else 0.0
+
+
+_TAKEN_OVER = "tickgate_ticks_taken_over_total "
 
 
 async def test_a_stopped_member_releases_its_lock(database_url: str) -> None:

@@ -23,6 +23,7 @@ from tests.support.fire import (
     Gates,
     add_job,
     finished_runs,
+    lock_pool,
     running,
     runs_of,
     skipped,
@@ -225,6 +226,45 @@ async def test_a_foreign_lock_holder_costs_the_tick_as_a_recorded_misfire(
     assert sorted(r.status for r in runs) == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
 
 
+async def test_an_end_the_database_refuses_keeps_its_lock_and_fences_no_other_run(
+    store: Store, gates: Gates, metrics: Metrics, database_url: str
+) -> None:
+    """#41: an end whose recording fails (here its hook delivery breaks a constraint)
+    is recorded again, alone and then bare, while its job's lock stays held: the lock
+    goes only once an end is recorded. Before, FINISH released it before writing the
+    deliveries; the retry found it gone, and the whole session was dropped, fencing
+    every other run on it (`cancelled: lock lost`)."""
+    hook = {"on": ["success"], "action": {"kind": "http", "args": {"url": "http://127.0.0.1:9"}}}
+    bystander = await add_job(store, "bystander", args={"gate": "long"})
+    poisoned = await add_job(store, "poisoned", hooks=[hook])
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            """ALTER TABLE tickgate_hook_deliveries
+               ADD CONSTRAINT refused_here CHECK (job <> 'poisoned')"""
+        )
+    finally:
+        await connection.close()
+    gates["default"].set()
+    async with lock_pool(database_url, 1) as one, running(store, one, gates, metrics) as runner:
+        tick = tick_now()
+        runner.fire(bystander, tick, RunTrigger.SCHEDULE)
+        await eventually_async(lambda: gates.started == ["long"], 30, "the bystander to run")
+        runner.fire(poisoned, tick, RunTrigger.SCHEDULE)
+        [ended] = await finished_runs(store, "poisoned", 1)
+        assert ended.status is RunStatus.SUCCEEDED
+        assert "could not be stored" in (ended.error or "")
+
+        async def released() -> bool:
+            return await advisory_locks_on(database_url, poisoned.lock_key) == 0
+
+        await eventually_async(released, 30, "the poisoned run's lock to go")
+        assert await advisory_locks_on(database_url, bystander.lock_key) == 1
+        gates["long"].set()
+        [other] = await finished_runs(store, "bystander", 1)
+    assert (other.status, other.error) == (RunStatus.SUCCEEDED, None)
+
+
 async def test_skip_overlap_records_ticks_that_come_while_running(
     runner: Runner, store: Store, gates: Gates, metrics: Metrics
 ) -> None:
@@ -372,6 +412,72 @@ async def test_orphaned_runs_become_abandoned(store: Store, database_url: str) -
         await live_runner.close()
 
 
+ZERO = timedelta(0)
+# A `running` row of the job $1, as a replica long gone left it (found orphaned a minute
+# ago), naming this connection's backend by its PID and a start $2 before its own (NULL:
+# none, as rows written before migration 0026).
+_REUSED_PID_ROW = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status,
+        started_at, runner, job_version, lock_key, locked, backend_pid, backend_start,
+        orphaned_at)
+    SELECT gen_random_uuid(), j.name, now() - interval '1 minute', 'schedule', 'running',
+        now() - interval '1 minute', 'gone', j.version, j.lock_key, true, a.pid,
+        a.backend_start - $2::interval, now() - interval '1 minute'
+    FROM tickgate_jobs j, pg_stat_activity a WHERE j.name = $1 AND a.pid = pg_backend_pid()"""
+
+
+async def test_a_run_whose_backend_s_pid_went_to_a_new_backend_is_an_orphan(
+    runner: Runner, store: Store, gates: Gates, database_url: str
+) -> None:
+    """#41, finding 6: a backend is its PID and its start. After a PostgreSQL restart in
+    a new PID namespace, a new backend (here the test's connection) may get the PID of
+    the one that held a run, its lock long gone. That run is an orphan all the same: it
+    is resumed where its retry policy allows another attempt, and abandoned where not.
+    A row that names the live backend by both, or by its PID alone (written before
+    migration 0026), is that backend's: not an orphan."""
+    await add_job(store, "retried", retry={"max_attempts": 3, "min_backoff_seconds": 1})
+    await add_job(store, "single")
+    await add_job(store, "alive")
+    await add_job(store, "legacy")
+    gates["default"].set()
+    new_backend = await asyncpg.connect(database_url)
+    try:
+        earlier = {"retried": timedelta(hours=1), "single": timedelta(seconds=1), "alive": ZERO}
+        for job, before in earlier.items():
+            await new_backend.execute(_REUSED_PID_ROW, job, before)
+        await new_backend.execute(_REUSED_PID_ROW, "legacy", None)
+        await runner.sweep_orphans()
+        [resumed] = await finished_runs(store, "retried", 1)
+        assert (resumed.status, resumed.attempts, resumed.runner) == (
+            RunStatus.SUCCEEDED,
+            2,
+            "test-runner",
+        )
+        [abandoned] = await finished_runs(store, "single", 1)
+        assert abandoned.status is RunStatus.ABANDONED
+        for job in ("alive", "legacy"):
+            assert [run.status for run in await runs_of(store, job)] == [RunStatus.RUNNING]
+        assert [o.run.job for o in await store.orphans(10)] == []
+    finally:
+        await new_backend.close()
+
+
+async def test_a_row_moved_by_its_pid_alone_forgets_its_backend_s_start(
+    store: Store, database_url: str
+) -> None:
+    """A replica of the release before 0026 (a rolling upgrade) resumes an orphan or
+    backfills a skip by moving its row's PID alone: the row then names no start, and
+    its backend is judged by the PID, never by a start that was another backend's."""
+    await add_job(store, "moved")
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(_REUSED_PID_ROW, "moved", ZERO)
+        moved = """UPDATE tickgate_runs SET backend_pid = backend_pid + 1 WHERE job = 'moved'
+            RETURNING backend_start"""
+        assert await connection.fetchval(moved) is None
+    finally:
+        await connection.close()
+
+
 async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
     store: Store, database_url: str
 ) -> None:
@@ -389,7 +495,7 @@ async def test_a_live_replica_s_orphan_is_left_to_it_for_the_grace(
                 VALUES ($1, $2, now() - interval '1 minute', 'schedule', 'running',
                         now() - interval '1 minute', $3, 1, 0, false, pg_backend_pid())"""
     try:
-        assert await member.fetchval(members_sql.JOIN, "alive", "test", "2025a") is not None
+        assert await member.fetchval(members_sql.JOIN, "alive", "test", "2025a", None) is not None
         await lost.execute(insert, uuid4(), "fenced-here", "alive")
         await lost.execute(insert, uuid4(), "died-there", "gone")
         await lost.close()  # the runs' session dies; runner "alive" lives on

@@ -40,6 +40,7 @@ from service.store.memory import (
     Pause,
 )
 from service.store.ports import (
+    BackendId,
     Claim,
     ClaimOutcome,
     Ledger,
@@ -482,6 +483,10 @@ class RecordingSession:
     @property
     def pid(self) -> int:
         return self.inner.pid
+
+    @property
+    def backend(self) -> BackendId:
+        return self.inner.backend
 
     @property
     def closed(self) -> bool:
