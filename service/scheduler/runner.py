@@ -86,6 +86,9 @@ RESUME_BATCH = 200
 SIDE_WAIT_SECONDS = 10.0
 # A backfill tick waits this long for the job's lock, then the backfill stops.
 BACKFILL_WAIT_SECONDS = 30.0
+# How often a backfill reads the runs of missed ticks it splits again, when another
+# backfill changed them meanwhile, before it gives up (409).
+SPLIT_ATTEMPTS = 3
 # Ticks waiting for room here, at most. The window hands over no more while this many
 # wait (the rest stay filed there, in its bounded heap, until room frees or their
 # deadline passes); ticks that arrive from elsewhere past it (retries, takeovers) are
@@ -584,12 +587,22 @@ class Runner:
         takes some ticks itself: the ledger lets each through exactly once."""
         made = []
         while_active = job.state is JobState.ACTIVE  # a pause meanwhile stops the rest
+        await self._split_missed(job, ticks)
         for at in ticks:
             tick = self._claim_of(job, at, RunTrigger.BACKFILL, any_version=True)
             run = await self._backfill_one(replace(tick, while_active=while_active))
             if run is not None:
                 made.append(run)
         return made
+
+    async def _split_missed(self, job: Job, ticks: Sequence[datetime]) -> None:
+        """Give each tick a misfire row counts among its run of missed ticks a row of its
+        own first, so it keeps exactly one outcome whether or not the backfill gets to
+        it. Another backfill splitting the same run at once makes this one read again."""
+        for _ in range(SPLIT_ATTEMPTS):
+            if await self._store.split_missed(job, ticks):
+                return
+        raise Conflict(f"backfill of {job.name!r}: its missed ticks kept changing; try again")
 
     async def _backfill_one(self, tick: TickClaim) -> Run | None:
         """Claim and run one backfill tick, giving way to the job's scheduled ticks and

@@ -86,7 +86,9 @@ def claim_statement(*, counted: bool) -> str:
     Rows go in (job, tick) order, so two replicas inserting the same ticks of "allow"
     jobs wait on each other in one order, never in a cycle. A claim that counts runs
     (`counted`: one tick of a job with `max_runs`) locks the row for update and raises
-    its count in the same statement. A `skipped` row is no run: a backfill may claim it.
+    its count in the same statement. A `skipped` row is no run: a backfill may claim it,
+    and the row keeps its id (the skip's hook deliveries name it), so a tick's answer is
+    found by (job, tick), never by the id the claim brought.
     A claimed tick releases the queue_one slot that names it, whoever reserved it. A
     claimed tick that takes any version (manual, backfill) comes back with the job as
     stored (`stored_job`): the definition it runs, of the version its row names.
@@ -133,8 +135,11 @@ def claim_statement(*, counted: bool) -> str:
         -- Locked only where a tick got its lock. The cursor is never waited for: one
         -- another statement holds (the audit, a skip, an edit, a claim elsewhere)
         -- leaves its ticks `contended`, asked again, and the rest of the batch goes on.
-        -- The job row is (a delete, or an edit of a counted job: both brief).
-        SELECT {_CURSORED_JOB}
+        -- The job row is (a delete, or an edit of a counted job: both brief). A manual
+        -- run or backfill runs the job as stored, read here from the row as locked:
+        -- after waiting on an edit, that is the edited row, which the snapshot is not.
+        SELECT {_CURSORED_JOB}, CASE WHEN j.name IN (SELECT job FROM gated WHERE any_version)
+                                     THEN {job_document("j", None)} END AS stored
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
         WHERE j.name IN (SELECT job FROM gated WHERE got)
         {row_lock} OF j FOR NO KEY UPDATE OF k SKIP LOCKED
@@ -142,7 +147,7 @@ def claim_statement(*, counted: bool) -> str:
         -- The answers' view of each job: as locked, or else as this statement saw it.
         SELECT *, true AS locked FROM current
         UNION ALL
-        SELECT {_CURSORED_JOB}, false
+        SELECT {_CURSORED_JOB}, NULL, false
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
         WHERE j.name = ANY($1::text[]) AND j.name NOT IN (SELECT name FROM current)
     ), admitted AS (
@@ -161,7 +166,7 @@ def claim_statement(*, counted: bool) -> str:
             current_version, lock_key, locking, pg_backend_pid(), {OWN_BACKEND_START},
             run_args, run_note
         FROM admitted ORDER BY job, scheduled_for
-        ON CONFLICT (job, scheduled_for) DO UPDATE SET id = EXCLUDED.id,
+        ON CONFLICT (job, scheduled_for) DO UPDATE SET
             trigger = EXCLUDED.trigger, status = 'running', skip_reason = NULL,
             missed_ticks = NULL, error = NULL, started_at = EXCLUDED.started_at,
             attempts = 1, runner = EXCLUDED.runner, job_version = EXCLUDED.job_version,
@@ -193,12 +198,9 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(g.got AND NOT c.locked, false) AS contended,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
-           stored.job AS stored_job, claimed.*
-    FROM gated g LEFT JOIN looked c ON c.name = g.job LEFT JOIN claimed ON claimed.id = g.id
-    -- A manual run or backfill runs the job as stored, read here under the row lock.
-    LEFT JOIN LATERAL (
-        SELECT {job_document("j")} FROM tickgate_jobs j
-        WHERE j.name = g.job AND g.any_version AND claimed.id IS NOT NULL) AS stored ON true
+           CASE WHEN claimed.id IS NOT NULL THEN c.stored END AS stored_job, claimed.*
+    FROM gated g LEFT JOIN looked c ON c.name = g.job
+        LEFT JOIN claimed ON claimed.job = g.job AND claimed.scheduled_for = g.scheduled_for
     -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
     LEFT JOIN LATERAL (
         SELECT true AS found FROM tickgate_runs r

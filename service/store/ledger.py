@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
+from service.domain.gaps import Outcome, split_gaps
+from service.domain.jobs import Job
 from service.domain.runs import EARLIER_ATTEMPTS, AttemptEnd, CancelRequest, Run, SkipReason
-from service.store import fire_sql, runs_sql
+from service.store import backfill_sql, fire_sql, runs_sql
 from service.store.base import StoreBase
 from service.store.ports import BackendId, Orphan, RunEnd, Skip
 from service.store.rows import (
@@ -62,6 +64,21 @@ class LedgerStore(StoreBase):
                 [reason.value for reason in unrun],
             )
         return {(row["job"], row["tick"]) for row in rows}
+
+    async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
+        """Give the ticks of a backfill that runs of missed ticks count rows of their
+        own (see `ports.Ledger.split_missed`)."""
+        if not ticks:
+            return True
+        async with self._bounded() as connection:
+            rows = await connection.fetch(backfill_sql.GAP_ROWS, job.name, min(ticks), max(ticks))
+            outcomes = [Outcome(row["scheduled_for"], row["missed_ticks"]) for row in rows]
+            splits = split_gaps(job, ticks, outcomes)
+            if not splits:
+                return True
+            arguments = backfill_sql.split_arguments(job.name, splits)
+            split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS, *arguments)
+        return split == len(splits)
 
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
         """Record a run's end through the API pool, for a run whose own connection (the

@@ -41,6 +41,7 @@ from itertools import count
 from typing import Generic, TypeVar
 from uuid import UUID, uuid4
 
+from service.domain.gaps import GapSplit, Outcome, split_gaps
 from service.domain.jobs import Job, JobState
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger
 from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
@@ -379,7 +380,7 @@ class MemoryDatabase:
 
     def _insert_claimed(self, tick: TickClaim, job: Job | None, runner: str) -> Run | None:
         """The claim's row, where the tick has none; a backfill also takes a skipped
-        row over."""
+        row over, keeping its id."""
         assert job is not None, "only an admitted tick is inserted"
         existing = self._runs.get(_tick_of(tick))
         fields: dict[str, object] = {
@@ -402,7 +403,8 @@ class MemoryDatabase:
             new = {"job": job.name, "scheduled_for": _utc(tick.scheduled_for)}
             run = Run.model_validate({**new, **fields})
         elif existing.status is RunStatus.SKIPPED and tick.trigger is RunTrigger.BACKFILL:
-            run = existing.model_copy(update=fields)
+            # The row keeps its id: the skip's hook deliveries name it.
+            run = existing.model_copy(update={**fields, "id": existing.id})
         else:
             return None
         return self._write(run, replacing=existing)
@@ -598,6 +600,32 @@ class MemoryDatabase:
     def ticks_without_runs(self, ticks: Sequence[_Tick]) -> set[_Tick]:
         return {(job, tick) for job, tick in ticks if (job, _utc(tick)) not in self._runs}
 
+    def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
+        """As `backfill_sql.GAP_ROWS` then `SPLIT_GAPS`, in one step."""
+        if not ticks:
+            return True
+        first, last = _utc(min(ticks)), _utc(max(ticks))
+        rows = sorted(
+            (run for (name, at), run in self._runs.items() if name == job.name and at >= first),
+            key=lambda run: run.scheduled_for,
+        )
+        rows = [run for run in rows if not run.trigger.on_demand]
+        read = [run for run in rows if run.scheduled_for <= last] + [
+            run for run in rows if run.scheduled_for > last
+        ][:1]
+        outcomes = [Outcome(run.scheduled_for, run.missed_ticks) for run in read]
+        for split in split_gaps(job, [_utc(tick) for tick in ticks], outcomes):
+            self._split(job.name, split)
+        return True
+
+    def _split(self, job: str, split: GapSplit) -> None:
+        gap = self._runs[(job, split.gap)]
+        self._write(gap.model_copy(update={"missed_ticks": _count(split.keeps)}), replacing=gap)
+        for tick, missed in split.parts:
+            if (job, tick) not in self._runs:
+                part = {"id": uuid4(), "scheduled_for": tick, "missed_ticks": _count(missed)}
+                self._write(gap.model_copy(update=part))
+
     def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
         now = self.clock()
         for name in sorted(updates):
@@ -778,6 +806,10 @@ class MemoryLedger(Ledger):
         await _round_trip()
         return self._database.ticks_without_runs(ticks)
 
+    async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
+        await _round_trip()
+        return self._database.split_missed(job, ticks)
+
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
         await _round_trip()
         return self._database.finish(run_id, end, backend=backend)
@@ -853,6 +885,11 @@ def _busy(tick: TickClaim, runs: Iterable[Run]) -> bool:
 
 def _tick_of(tick: TickClaim) -> _Tick:
     return tick.job.name, _utc(tick.scheduled_for)
+
+
+def _count(missed: int) -> int | None:
+    """A row's `missed_ticks`: none for the tick's own alone."""
+    return missed if missed > 1 else None
 
 
 def _utc(moment: datetime) -> datetime:

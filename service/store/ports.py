@@ -257,11 +257,12 @@ class PinnedSession(Protocol):
         ticks may hold one (`holds_lock`). `ticked` and `busy` are judged on the
         ledger as it was when the claim began (see GateFacts).
 
-        A claim that fails once it began may have left locks it cannot name: the
-        session is closed, and the runs whose locks it held are fenced. One still
-        waiting for its turn when it fails (cancelled) leaves the session as it was,
-        and so does one the database ended at its timeout (`errors.TIMED_OUT`): it
-        wrote nothing and gives back the locks it took."""
+        A claim that fails once it began, its fate unknown (the link broke), may have
+        left locks it cannot name: the session is closed, and the runs whose locks it
+        held are fenced. One still waiting for its turn when it fails (cancelled)
+        leaves the session as it was, and so does one the database ended at its
+        timeout (`errors.TIMED_OUT`) or refused with an error: it wrote nothing, gives
+        back the locks it took, and raises; the session's other runs go on."""
         ...
 
     async def finish(
@@ -357,6 +358,14 @@ class Ledger(Protocol):
         self, ticks: Sequence[tuple[str, datetime]]
     ) -> set[tuple[str, datetime]]:
         """Which of these (job, tick) pairs have no ledger row yet, of any kind."""
+        ...
+
+    async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
+        """Before a backfill of `ticks` claims them: each of them that a misfire row
+        counts among its run of missed ticks gets a misfire row of its own, and the run
+        is split around them (`domain.gaps`), so every tick keeps exactly one outcome
+        whether the backfill gets to it or not. False if another statement changed one
+        of those runs meanwhile (nothing of it was split): ask again."""
         ...
 
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:

@@ -60,8 +60,9 @@ JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)
 _UTC_INSTANT = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""
 
 
-def job_document(table: str) -> str:
-    """A select-list item: the job in a row of `table` as one JSON text, named `job`.
+def job_document(table: str, name: str | None = "job") -> str:
+    """A select-list item: the job in a row of `table` as one JSON text, named `name`
+    (None: an expression, unnamed).
 
     Jobs are read this way because one JSON text parsed and validated in a single pass
     (job_from_row) costs a third of two dozen columns decoded one by one, three of them
@@ -75,7 +76,8 @@ def job_document(table: str) -> str:
         )
         for column, sql_type, _ in _JOB_TABLE
     )
-    return f"json_build_object({members})::text AS job"
+    document = f"json_build_object({members})::text"
+    return document if name is None else f"{document} AS {name}"
 
 
 def job_values(job: Job) -> tuple[object, ...]:

@@ -161,9 +161,10 @@ class LockSession:
         of its job) is not let through: the statement is told which keys it holds, and
         answers as if another session held that one. Only claimed ticks leave their
         lock held. A session lock outlives a failed statement: one the server ended at
-        its statement or lock timeout gives back the locks it took; on any other error
-        a statement that may have taken locks closes the connection (and with it the
-        locks of every run on it, which are fenced).
+        its statement or lock timeout, or refused with an error of its own, gives back
+        the locks it took, and the error goes to the caller; only a statement whose fate
+        is unknown (the link broke) closes the connection (and with it the locks of
+        every run on it, which are fenced).
         """
         if len({tick.job.name for tick in ticks}) != len(ticks):
             raise ValueError("a claim takes at most one tick per job")
@@ -187,17 +188,21 @@ class LockSession:
     ) -> list[Any]:
         # Only a statement that was sent may have taken locks (of `taking`): waiting
         # for the turn and giving up leaves the session, and the runs on it, as they were.
+        # One the server refused (its timeout, or an error of the statement's own) wrote
+        # nothing and left the session as it was, but for the locks it took: those are
+        # given back, and the runs on the session live on. Only a session whose state
+        # is unknown (the link broke, the wait was cancelled) is dropped.
         try:
             return list(await self._answer(self._connection.fetch(statement, *arguments)))
         except BaseException as error:
-            if taking and not (timed_out(error) and await self._gave_back(taking)):
+            if taking and not (_refused(error) and await self._gave_back(taking)):
                 self.terminate()
             raise
 
     async def _gave_back(self, taking: set[int]) -> bool:
-        """After a claim the server ended at its timeout (it wrote nothing, yet the
-        locks it took live on), release those it took: the ones of `taking` this
-        session holds now (it held none of them before). False if that failed too."""
+        """After a claim the server refused (it wrote nothing, yet the locks it took
+        live on), release those it took: the ones of `taking` this session holds now
+        (it held none of them before). False if that failed too."""
         try:
             await self._answer(self._connection.execute(fire_sql.UNLOCK_HELD, list(taking)))
         except Exception as error:  # noqa: BLE001 - logged; the session is dropped instead
@@ -374,6 +379,14 @@ class LockSession:
         except Exception as error:  # noqa: BLE001 - logged; the connection is cut instead
             log.warning("lock session %d did not close (%r); cutting it", self.pid, error)
             self._connection.terminate()
+
+
+def _refused(error: BaseException) -> bool:
+    """The server answered the statement with an error: it ended at its timeout, or
+    was refused for what it did (a constraint, a bug). It wrote nothing and the
+    session is in a known state; a broken link or a cancelled wait is neither."""
+    server_said = isinstance(error, asyncpg.PostgresError) and not is_unavailable(error)
+    return timed_out(error) or server_said
 
 
 def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:

@@ -89,6 +89,42 @@ async def test_a_claim_blocked_by_a_row_lock_times_out_and_gives_back_its_locks(
     assert await advisory_locks_on(database_url, blocked.lock_key) == 0
 
 
+# A fault of the database's own: a trigger that refuses the ledger rows of one job.
+REFUSE_ROWS_OF = """CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'refused for the test'; END $$;
+    CREATE TRIGGER refuse_row BEFORE INSERT OR UPDATE ON tickgate_runs
+    FOR EACH ROW WHEN (NEW.job = '{job}') EXECUTE FUNCTION refuse_row()"""
+
+
+async def test_a_claim_the_database_refuses_gives_back_its_locks_and_fences_nothing(
+    database_url: str, store: Store
+) -> None:
+    """#41, finding 2: a claim statement refused with an error (a constraint, a bug)
+    wrote nothing: it raises to its caller and gives back the locks it took, and the
+    session's other runs go on (they used to be fenced, `cancelled: lock lost`)."""
+    ongoing, refused = await add_job(store, "ongoing"), await add_job(store, "refused")
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(REFUSE_ROWS_OF.format(job=refused.name))
+    finally:
+        await connection.close()
+    async with lock_pool(database_url, 1, LINK) as sessions, sessions.session(5) as session:
+        [held] = await session.claim([scheduled(ongoing)])
+        assert held.run is not None
+        lost = asyncio.Event()
+        with session.fenced(lost.set):
+            with pytest.raises(asyncpg.RaiseError, match="refused for the test"):
+                await session.claim([scheduled(refused)])
+            assert await advisory_locks_on(database_url, refused.lock_key) == 0
+            assert not session.closed
+            assert not lost.is_set()
+            assert await advisory_lock_holders(database_url, ongoing.lock_key) == [session.pid]
+            [ended, released] = await session.finish(held.run.id, SUCCEEDED, ongoing.lock_key)
+    assert released
+    assert ended is not None
+    assert ended.status is RunStatus.SUCCEEDED
+
+
 async def test_a_blocked_claim_holds_up_neither_the_session_nor_its_tick(
     database_url: str, store: Store
 ) -> None:

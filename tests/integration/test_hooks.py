@@ -18,8 +18,9 @@ from service.domain.jobs import Job
 from service.domain.runs import RunTrigger, SkipReason
 from service.store import Store
 from service.store.ports import Orphan, Skip, TickClaim
+from service.tasks import TaskDefinition, builtin_registry
 from tests.support.backends import PostgresBackend
-from tests.support.fire import lock_pool, tick_now
+from tests.support.fire import GateArgs, Gates, lock_pool, tick_now
 from tests.support.inprocess import ended_run, served
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
@@ -268,3 +269,49 @@ async def _the_orphan(store: Store) -> Orphan:
 
     await eventually_async(one, 30, "the run to be orphaned")
     return found[0]
+
+
+async def test_a_backfill_over_a_skip_that_wrote_a_delivery_runs_it_and_spares_other_runs(
+    settings: Settings, store: Store
+) -> None:
+    """#41, finding 2: the backfill turns the skip row into the tick's run and keeps its
+    id, which the skip's delivery names; the answer is a 2xx, the delivery stays listed
+    under that run, and a manual run in flight on the same side session goes on."""
+    gates = Gates()
+    registry = builtin_registry(http_allow="127.0.0.1")
+    registry.register(TaskDefinition("wait", "blocks on a gate", GateArgs, gates.wait))
+    skip_hook = http_hook("http://127.0.0.1:9/skips", "skip")
+    hooked = log_job("hooked", schedule={"kind": "cron", "expression": "* * * * * *"})
+    async with served(settings, registry) as client:
+        made = await client.post("/v1/jobs", json=hooked | {"hooks": [skip_hook]})
+        assert made.status_code == 201, made.text
+        slow = {"name": "slow", "schedule": NEVER, "task": "wait", "args": {"gate": "slow"}}
+        assert (await client.post("/v1/jobs", json=slow)).status_code == 201
+        [job] = await store.get_jobs(["hooked"])
+        at = await _past(store, job.first_tick)
+        skip = Skip(job, at, RunTrigger.SCHEDULE, SkipReason.OVERLAP, "a run was in progress")
+        [skipped] = await store.record_skips([skip], "r")
+        manual = (await client.post("/v1/jobs/slow/trigger")).json()
+        window = {"from": at.isoformat(), "to": at.isoformat()}
+        backfilled = await client.post("/v1/jobs/hooked/backfill", json=window)
+        assert backfilled.status_code == 200, backfilled.text
+        [run] = backfilled.json()["items"]
+        ended = await ended_run(client, run["id"])
+        listed = (await client.get(f"/v1/runs/{run['id']}/hooks")).json()["items"]
+        gates["slow"].set()
+        slow_run = await ended_run(client, manual["id"])
+    assert run["id"] == str(skipped.id)
+    assert (ended["trigger"], ended["status"]) == ("backfill", "succeeded")
+    assert [one["event"] for one in listed] == ["skip"]
+    assert (slow_run["status"], slow_run["error"]) == ("succeeded", None)
+
+
+async def _past(store: Store, tick: datetime | None) -> datetime:
+    """`tick`, once the store's clock is past it."""
+    assert tick is not None
+
+    async def passed() -> bool:
+        return await store.clock() > tick
+
+    await eventually_async(passed, 30, f"the clock to pass {tick.isoformat()}")
+    return tick

@@ -13,7 +13,7 @@ from pydantic import JsonValue
 from harness.waiting import eventually_async
 from service.domain.jobs import Job, JobState, Overlap, close_window, replace_job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
-from service.domain.schedules import IntervalSchedule, OnceSchedule
+from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.scheduler import runner as runner_module
@@ -427,3 +427,36 @@ async def test_an_end_the_database_refuses_is_recorded_alone_and_spares_the_batc
     assert deep.status is RunStatus.FAILED
     assert "not JSON" in (deep.error or "")
     assert good.status is RunStatus.SUCCEEDED
+
+
+async def test_a_counted_backfill_tick_that_waited_on_an_edit_runs_the_edited_job(
+    runner: Runner, store: Store, gates: Gates, database_url: str
+) -> None:
+    """#41: a backfill tick of a `max_runs` job locks the job's row to count its run, so
+    it waits for an edit holding that row; once the edit commits, the run is of the
+    edited version and runs the edited definition, never the one read before."""
+    yearly = CronSchedule(kind="cron", expression="0 0 1 1 *")  # no scheduled tick to give way to
+    job = await add_job(store, "capped-edit", schedule=yearly, max_runs=5, args={"gate": "old"})
+    new_year = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    gates["old"].set()
+    gates["new"].set()
+    editor = await asyncpg.connect(database_url)
+    try:
+        edit = editor.transaction()
+        await edit.start()
+        await editor.execute(
+            "UPDATE tickgate_jobs SET args = $2, version = version + 1 WHERE name = $1",
+            job.name,
+            '{"gate": "new"}',
+        )
+        backfilling = asyncio.create_task(runner.backfill(job, [new_year]))
+        await eventually_async(
+            lambda: blocks_someone(editor), 30, "the counted claim to wait on the edit"
+        )
+        await edit.commit()
+        [run] = await asyncio.wait_for(backfilling, timeout=30)
+    finally:
+        await editor.close()
+    [ended] = await finished_runs(store, "capped-edit", 1)
+    assert gates.started == ["new"]
+    assert (run.id, ended.status) == (ended.id, RunStatus.SUCCEEDED)
