@@ -369,12 +369,16 @@ def _skip_calls(skip: Skip, plan: HookPlan) -> tuple[HookCall, ...]:
 
 # queue_one: the one tick per job allowed to wait for the run in progress. Whoever
 # inserts the row owns the wait; it holds no connection meanwhile, so the row expires
-# instead of dying with a session. Answers the tick that holds the slot now.
+# instead of dying with a session, and the audit gives the wait of a waiter that left
+# the cluster to a live replica (`cursor_sql.WAITING`: by `reserved_at`, migration
+# 0028, it tells a waiter from a replica restarted under its name). Answers the tick
+# that holds the slot now.
 RESERVE_PENDING = """WITH taken AS (
-        INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at)
-        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
+        INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at, reserved_at)
+        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4), clock_timestamp())
         ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
-            runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at
+            runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at,
+            reserved_at = EXCLUDED.reserved_at
         WHERE tickgate_pending.expires_at < clock_timestamp()
         RETURNING scheduled_for)
     SELECT scheduled_for FROM taken
