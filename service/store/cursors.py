@@ -138,30 +138,22 @@ async def audit(
     decided = await _decided(connection, lagging)
     waiting = await _waiting(connection, [job for job, _ in lagging], runner, takeover.taking)
     audits = [
-        (job, _audit_one(job, cursor, now, takeover, decided[job.name], waiting.get(job.name)))
+        (
+            job,
+            audit_cursor(
+                job,
+                cursor,
+                now=now,
+                takeover=takeover,
+                decided=decided[job.name],
+                most=TICKS_PER_CURSOR,
+                waiting=waiting.get(job.name),
+            ),
+        )
         for job, cursor in lagging
     ]
     await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner, hooks))
     return [Audited(job, done.missed, done.owed) for job, done in audits]
-
-
-def _audit_one(
-    job: Job,
-    cursor: datetime,
-    now: datetime,
-    takeover: Takeover,
-    decided: set[datetime],
-    waiting: WaitingTick | None,
-) -> CursorAudit:
-    return audit_cursor(
-        job,
-        cursor,
-        now=now,
-        takeover=takeover,
-        decided=decided,
-        most=TICKS_PER_CURSOR,
-        waiting=waiting,
-    )
 
 
 async def _waiting(
