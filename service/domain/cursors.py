@@ -11,7 +11,10 @@ ago than the takeover time, and walks the job's ticks from it, tick by tick:
   it, and the walk goes on past it); no other such tick will ever run;
 - a tick within reach that fell due since then, longer ago than the takeover time, is
   owed: its owner left it (died, stalls, or never had the job), and the auditing
-  replica claims it.
+  replica claims it;
+- the tick a queue_one job keeps waiting for its run in progress (`WaitingTick`) runs
+  after that run, however long it takes: the walk stops there, recording nothing and
+  handing nothing over; if its waiter is gone, the auditing replica waits in its place.
 Each run of ticks without a row that will never run becomes one misfire row, at its
 last tick, counting them all (`missed_ticks`). The cursor then stands at the first tick
 not passed: the catch-up tick waited for, the first owed tick (their claims move it
@@ -40,10 +43,26 @@ class MissedTicks:
 @dataclass(frozen=True)
 class OwedTick:
     """A tick its owner left, to claim now; `following` is the job's next tick (None:
-    none), where the claim moves the cursor."""
+    none), where the claim moves the cursor. `waits_seconds`: the tick waits in its
+    queue_one job's slot, whose waiter is gone: the taker waits for the run in progress
+    in its place, this long at most (the slot's time left), however far past its
+    grace (None: an ordinary tick, claimed within its grace)."""
 
     tick: datetime
     following: datetime | None
+    waits_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class WaitingTick:
+    """The tick a queue_one job keeps waiting for its run in progress: its slot
+    (`tickgate_pending`) is unexpired and the tick has no row. Its waiter runs it once
+    that run ends, so it is no misfire, nor a tick to hand over. `adopted_seconds`: the
+    waiter was gone and the auditing replica took the slot, for this long (its time
+    left): the tick is handed over to it, to wait (None: a live waiter holds it)."""
+
+    tick: datetime
+    adopted_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,11 +111,18 @@ class _Walk:
     tick: datetime | None
     decided: Collection[datetime]
     most: int
+    waiting: datetime | None = None  # a queue_one tick waiting: the walk stops there
     walked: int = 0
 
     def at(self, before: Callable[[datetime], bool]) -> bool:
         """Whether the walk goes on at a tick for which `before` holds."""
-        return self.tick is not None and self.walked < self.most and before(self.tick)
+        if self.tick is None or self.walked >= self.most or self.tick == self.waiting:
+            return False
+        return before(self.tick)
+
+    @property
+    def stopped_at_waiting(self) -> bool:
+        return self.tick is not None and self.tick == self.waiting
 
     def step(self) -> datetime:
         tick = self.tick
@@ -113,12 +139,15 @@ def audit_cursor(
     takeover: Takeover,
     decided: Collection[datetime],
     most: int,
+    waiting: WaitingTick | None = None,
 ) -> CursorAudit:
     """Walk the job's ticks from `cursor` at `now` (the database's clock), at most
     `most` of them: every tick nobody will start, then every tick decided or owed, so
     that the cursor ends at the first tick still open and the claims that follow meet
-    it there. `decided`: the walked ticks that have a row."""
-    walk = _Walk(job, job.tick_after(cursor - _INSTANT), decided, most)
+    it there. `decided`: the walked ticks that have a row; `waiting`: the tick its
+    queue_one slot holds, where the walk stops (the ticks after it wait for it)."""
+    first = job.tick_after(cursor - _INSTANT)
+    walk = _Walk(job, first, decided, most, waiting.tick if waiting else None)
     horizon = now - job.reach
     runs: list[list[datetime]] = [[]]  # the ticks that will never run, in runs
     while walk.at(lambda tick: tick < horizon or takeover.missed_by_all(job, tick)):
@@ -137,9 +166,20 @@ def audit_cursor(
         tick = walk.step()
         if tick not in decided:
             owed.append(OwedTick(tick, walk.tick))
+    first_open, stopped = walk.tick, walk.stopped_at_waiting
+    if stopped and waiting is not None:
+        owed += _adopted(job, waiting)
+        first_open = None  # looked at again a takeover period from now: its waiter may die
     missed = [MissedTicks(run[0], run[-1], len(run)) for run in runs if run]
-    handed = now if owed else None
-    return CursorAudit(at, missed, owed, _look_again(job, caught_up, walk.tick, handed, takeover))
+    handed = now if owed or stopped else None
+    return CursorAudit(at, missed, owed, _look_again(job, caught_up, first_open, handed, takeover))
+
+
+def _adopted(job: Job, waiting: WaitingTick) -> list[OwedTick]:
+    """The waiting tick, handed over to wait in its gone waiter's place, if adopted."""
+    if waiting.adopted_seconds is None:
+        return []
+    return [OwedTick(waiting.tick, job.tick_after(waiting.tick), waiting.adopted_seconds)]
 
 
 def _catch_up_tick(
@@ -169,7 +209,8 @@ def _look_again(
     """The cursor's `due_at`: the audit reads it again once `takeover.after` has passed
     this. The first tick not handed over is owed then; a catch-up tick still waited for
     is past its reach, to record; ticks handed over (`handed`: when) and still without
-    a row then were let go (the taker was full, or died): they go again."""
+    a row then were let go (the taker was full, or died): they go again; and a queue_one
+    tick still waiting then may have lost its waiter."""
     bounds = [job.due(first_open)] if first_open is not None else []
     if handed is not None:
         bounds.append(handed)

@@ -272,14 +272,23 @@ class Runner:
         the job in progress then most likely means the owner is alive, only late (a
         stall, a clock behind this replica's), and will claim this tick itself once
         that run ends: the overlap policy judges a BUSY tick only after the takeover
-        time again."""
+        time again. A queue_one tick whose waiter is gone (`owed.waits_seconds`) waits
+        here in its place, in its slot, for as long as the slot has left."""
         tick = self._due_tick(job, owed.tick, RunTrigger.SCHEDULE, owed.following)
-        patience = self._clock.now() + max(OVERLAP_PATIENCE, self._takeover)
+        now = self._clock.now()
+        if owed.waits_seconds is not None:
+            deadline = now + timedelta(seconds=owed.waits_seconds)
+            self._arrive(replace(tick, queued=True, deadline=deadline))
+            return
+        patience = now + max(OVERLAP_PATIENCE, self._takeover)
         self._arrive(replace(tick, patience_until=min(patience, tick.deadline)))
 
     def _arrive(self, tick: DueTick) -> None:
         if not self.accepting:
-            self._settled(tick)  # another replica takes it; this one is stopping
+            # Another replica takes it; this one is stopping. A tick waiting under
+            # queue_one keeps its slot: the audit of a live replica waits in its place.
+            if not tick.queued:
+                self._settled(tick)
             return
         self._arrived.append(tick)
         self._plan_dispatch()

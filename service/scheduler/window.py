@@ -205,7 +205,8 @@ class Window:
         self._view = self._members()
         self._buckets.assign(owned_buckets(self._view), _monotonic())
         in_sync = await self._guarded(self._listen_and_refill(), "listening for job changes")
-        await self._guarded(self._sweep(), "sweeping runs")
+        # The chores (the sweep first) go in the background: the first tick never
+        # waits for them, however slow a chore is.
         self._loops = [
             asyncio.create_task(self._fire_forever()),
             asyncio.create_task(self._refill_forever()),
@@ -447,6 +448,7 @@ class Window:
                 self._peer_left.set()
 
     async def _maintain_forever(self) -> None:
+        await self._guarded(self._sweep(), "sweeping runs")  # at startup too
         while True:
             await asyncio.sleep(self._reconcile_seconds)
             await self._guarded(self._sweep(), "sweeping runs")
@@ -506,13 +508,12 @@ class Window:
 
     async def _sweep(self) -> None:
         """Jobs with nothing left to fire become completed (a one-time tick nobody ran
-        is recorded as a misfire first), judged on the database's clock."""
+        is recorded as a misfire first), judged on the database's clock, all in one
+        transaction; each statement within its deadline."""
         ended = await self._store.ended_jobs()
         if ended:
             await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
-            now = await self._store.clock()
-            for job in ended:
-                await self._store.mutate_job(job.name, _closing_window(now))
+            await self._store.update_jobs({job.name: close_window for job in ended})
 
     async def _prune(self) -> None:
         pruned = await self._store.prune_runs(self._run_history, self._round_seconds)
@@ -547,10 +548,3 @@ def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:
         for job in jobs
         if isinstance(job.schedule, OnceSchedule)
     ]
-
-
-def _closing_window(now: datetime) -> Callable[[Job | None], Job | None]:
-    def change(current: Job | None) -> Job | None:
-        return close_window(current, now) if current else None
-
-    return change

@@ -9,6 +9,7 @@ claimed while the audit counts it as missed.
 
 from service.store.fire_sql import OWN_BACKEND_START
 from service.store.hooks_sql import deliveries
+from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.rows import job_document
 
 # The cursors whose `due_at` is more than $2 seconds (the takeover time) behind the
@@ -47,6 +48,35 @@ DECIDED = """SELECT c.job, r.scheduled_for
         SELECT scheduled_for FROM tickgate_runs
         WHERE job = c.job AND scheduled_for >= c.cursor AND trigger NOT IN ('manual', 'chain')
         ORDER BY scheduled_for LIMIT $3) AS r"""
+
+# The queue_one slots (migration 0003) of the lagging jobs $1 that still hold a tick: the
+# waiter's time has not run out and the tick has no row. Such a tick runs after the run
+# in progress, whatever its grace: the audit neither records it nor hands it over while
+# its waiter is live, a live member of its name that joined before it took the slot
+# (migration 0028: one restarted under the same name forgot the tick). When the audit
+# takes over ($3), the slot of a waiter not live passes to the auditing replica ($2),
+# which waits in its place for the time the slot has left (`seconds_left`, `adopted`).
+# The members are read (pg_locks, whole) only if some slot is found.
+WAITING = f"""WITH live AS MATERIALIZED (
+        SELECT m.runner_id, m.started_at FROM tickgate_members m WHERE {MEMBER_IS_LIVE}
+    ), slots AS (
+        SELECT p.job, p.scheduled_for, p.runner, p.expires_at,
+            EXISTS (SELECT 1 FROM live WHERE live.runner_id = p.runner
+                    AND live.started_at <= coalesce(p.reserved_at, 'infinity')) AS live
+        FROM tickgate_pending p
+        WHERE p.job = ANY($1::text[]) AND p.expires_at > clock_timestamp()
+          AND NOT EXISTS (SELECT 1 FROM tickgate_runs r
+                          WHERE r.job = p.job AND r.scheduled_for = p.scheduled_for)
+    ), adopted AS (
+        UPDATE tickgate_pending p SET runner = $2, reserved_at = clock_timestamp()
+        FROM slots s
+        WHERE $3 AND NOT s.live AND p.job = s.job AND p.scheduled_for = s.scheduled_for
+          AND p.runner = s.runner
+        RETURNING p.job
+    )
+    SELECT s.job, s.scheduled_for, a.job IS NOT NULL AS adopted,
+        extract(epoch FROM s.expires_at - clock_timestamp())::float8 AS seconds_left
+    FROM slots s LEFT JOIN adopted a ON a.job = s.job"""
 
 # The misfire rows of the runs of ticks nobody started ($1 jobs, $2 ids, $3 each run's
 # last tick, $4 how many, $5 notes, $10 their hooks' calls; $6 the runner), and each

@@ -13,11 +13,12 @@ from service.domain.cursors import (
     MissedTicks,
     OwedTick,
     Takeover,
+    WaitingTick,
     audit_cursor,
     superseded_ticks,
 )
 from service.domain.hooks import HookPlan, events_of_skip
-from service.domain.jobs import Job, JobState
+from service.domain.jobs import Job, JobState, Overlap
 from service.domain.runs import SkipReason
 from service.store import cursor_sql
 from service.store.base import StoreBase
@@ -140,19 +141,41 @@ async def audit(
     now: datetime = rows[0]["now"]
     lagging = [(job_from_row(row), row["cursor"]) for row in rows]
     decided = await _decided(connection, lagging)
+    waiting = await _waiting(connection, [job for job, _ in lagging], runner, takeover.taking)
     audits = [
-        (job, _audit_one(job, cursor, now, takeover, decided[job.name])) for job, cursor in lagging
+        (
+            job,
+            audit_cursor(
+                job,
+                cursor,
+                now=now,
+                takeover=takeover,
+                decided=decided[job.name],
+                most=TICKS_PER_CURSOR,
+                waiting=waiting.get(job.name),
+            ),
+        )
+        for job, cursor in lagging
     ]
     await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner, hooks))
     return [Audited(job, done.missed, done.owed) for job, done in audits]
 
 
-def _audit_one(
-    job: Job, cursor: datetime, now: datetime, takeover: Takeover, decided: set[datetime]
-) -> CursorAudit:
-    return audit_cursor(
-        job, cursor, now=now, takeover=takeover, decided=decided, most=TICKS_PER_CURSOR
-    )
+async def _waiting(
+    connection: Connection, jobs: list[Job], runner: str, taking: bool
+) -> dict[str, WaitingTick]:
+    """The tick each queue_one job of `jobs` keeps waiting for its run in progress, if
+    any; the slots of waiters gone are this `runner`'s now, if `taking` (`WAITING`)."""
+    queued = [job.name for job in jobs if job.overlap is Overlap.QUEUE_ONE]
+    if not queued:
+        return {}
+    rows = await connection.fetch(cursor_sql.WAITING, queued, runner, taking)
+    return {
+        row["job"]: WaitingTick(
+            row["scheduled_for"], max(row["seconds_left"], 0.0) if row["adopted"] else None
+        )
+        for row in rows
+    }
 
 
 async def _decided(

@@ -54,6 +54,19 @@ def _passed(tick: str, job: str) -> str:
     return f"({tick}.trigger IN ('schedule', 'catchup') AND {tick}.scheduled_for < {job}.cursor)"
 
 
+def _waits(slot: str) -> str:
+    """Whether the queue_one slot `slot` still holds its tick: the waiter's time has not
+    run out, and the tick is undecided (at or after the job's cursor, and without a
+    row). A slot whose tick was decided otherwise (skipped, dropped by a new threshold)
+    holds nothing, though its waiter died before freeing it: it never keeps the job's
+    later ticks out until it expires."""
+    return f"""({slot}.expires_at > clock_timestamp()
+        AND EXISTS (SELECT 1 FROM tickgate_cursors c
+                    WHERE c.job = {slot}.job AND c.tick <= {slot}.scheduled_for)
+        AND NOT EXISTS (SELECT 1 FROM tickgate_runs r
+                        WHERE r.job = {slot}.job AND r.scheduled_for = {slot}.scheduled_for))"""
+
+
 def _advance(decided: str) -> str:
     """Move each cursor standing at a scheduled tick of `decided` on to the tick after it
     (`decided`: job, scheduled_for, trigger, following, opens, fire_after). Every tick
@@ -129,7 +142,7 @@ def claim_statement(*, counted: bool) -> str:
                              ELSE pg_try_advisory_lock(lock_key) END AS got,
                EXISTS (SELECT 1 FROM tickgate_pending p
                        WHERE p.job = ticks.job AND p.scheduled_for < ticks.scheduled_for
-                         AND p.expires_at > clock_timestamp()) AS queued_before
+                         AND {_waits("p")}) AS queued_before
         FROM ticks
     ), current AS MATERIALIZED (
         -- Locked only where a tick got its lock. The cursor is never waited for: one
@@ -407,13 +420,17 @@ def _skip_calls(skip: Skip, plan: HookPlan) -> tuple[HookCall, ...]:
 
 # queue_one: the one tick per job allowed to wait for the run in progress. Whoever
 # inserts the row owns the wait; it holds no connection meanwhile, so the row expires
-# instead of dying with a session. Answers the tick that holds the slot now.
-RESERVE_PENDING = """WITH taken AS (
-        INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at)
-        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
+# instead of dying with a session, and the audit gives the wait of a waiter that left
+# the cluster to a live replica (`cursor_sql.WAITING`: by `reserved_at`, migration
+# 0028, it tells a waiter from a replica restarted under its name). Answers the tick
+# that holds the slot now.
+RESERVE_PENDING = f"""WITH taken AS (
+        INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at, reserved_at)
+        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4), clock_timestamp())
         ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
-            runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at
-        WHERE tickgate_pending.expires_at < clock_timestamp()
+            runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at,
+            reserved_at = EXCLUDED.reserved_at
+        WHERE NOT {_waits("tickgate_pending")}
         RETURNING scheduled_for)
     SELECT scheduled_for FROM taken
     UNION ALL
@@ -422,9 +439,9 @@ RESERVE_PENDING = """WITH taken AS (
 
 RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
 
-# The tick waiting in the job's slot, unless its waiter's time ran out.
-PENDING_TICK = """SELECT scheduled_for FROM tickgate_pending
-    WHERE job = $1 AND expires_at >= clock_timestamp()"""
+# The tick waiting in the job's slot, unless its waiter's time ran out or it was decided.
+PENDING_TICK = f"""SELECT p.scheduled_for FROM tickgate_pending p
+    WHERE p.job = $1 AND {_waits("p")}"""
 
 # Orphans: `running` rows whose session is gone. A run's session holds the job's
 # advisory lock (every overlap mode but "allow") for the whole run, so a row whose backend

@@ -180,7 +180,8 @@ class JobStore(StoreBase):
     async def ended_jobs(self) -> list[Job]:
         """Active jobs with nothing left to fire, by the database clock: the window
         closed, the run cap is used up, or the one-time tick is past its deadline."""
-        rows = await self._pool.fetch(jobs_sql.ENDED_JOBS)
+        async with self._bounded() as connection:
+            rows = await connection.fetch(jobs_sql.ENDED_JOBS)
         return [job_from_row(row) for row in rows]
 
     async def insert_job(self, job: Job, next_tick: datetime | None = None) -> bool:

@@ -48,15 +48,21 @@ LIST_JOBS = f"""{JOBS_WITH_LAST_RUN}
 SHOW_JOB = f"{JOBS_WITH_LAST_RUN} WHERE j.name = $1"
 
 # Active jobs with nothing left to fire, by the database clock: the window closed, the
-# run cap is used up, or the one-time tick is past its reach.
-ENDED_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j
-    WHERE state = 'active' AND (
-        end_at <= clock_timestamp()
-        OR runs_started >= max_runs
-        OR (schedule->>'kind' = 'once'
-            AND (schedule->>'at')::timestamptz + make_interval(
-                secs => misfire_grace_seconds + jitter_seconds)
-                < clock_timestamp()))"""
+# run cap is used up, or the one-time tick is past its reach. Every replica asks every
+# round, so each arm reads an index that holds only active jobs that may end: a range
+# of the window ends passed (0003), and the jobs with a run cap or a one-time tick
+# (0028), never every job. The statement's start is the clock (clock_timestamp() bounds
+# no index range).
+ENDED_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE j.name IN (
+        SELECT name FROM tickgate_jobs WHERE state = 'active' AND end_at <= statement_timestamp()
+        UNION
+        SELECT name FROM tickgate_jobs
+        WHERE state = 'active' AND (max_runs IS NOT NULL OR schedule->>'kind' = 'once')
+          AND (runs_started >= max_runs
+               OR (schedule->>'kind' = 'once'
+                   AND (schedule->>'at')::timestamptz + make_interval(
+                       secs => misfire_grace_seconds + jitter_seconds)
+                       < statement_timestamp())))"""
 
 LOCK_JOB = f"{GET_JOB} FOR NO KEY UPDATE"
 INSERT = f"INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({JOB_PLACEHOLDERS})"

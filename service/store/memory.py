@@ -371,12 +371,19 @@ class MemoryDatabase:
 
     def _queued_before(self, tick: TickClaim) -> bool:
         """An earlier tick of the job holds its queue_one slot: this one may not pass it."""
-        slot = self._slots.get(tick.job.name)
-        return (
-            slot is not None
-            and slot.scheduled_for < _utc(tick.scheduled_for)
-            and slot.expires_at > self.clock()
-        )
+        slot = self._waiting(tick.job.name)
+        return slot is not None and slot.scheduled_for < _utc(tick.scheduled_for)
+
+    def _waiting(self, job: str) -> "_Slot | None":
+        """The job's queue_one slot, if it still holds its tick (`fire_sql._waits`): the
+        waiter's time has not run out and the tick is undecided (at or after the
+        cursor, without a row)."""
+        slot = self._slots.get(job)
+        if slot is None or slot.expires_at <= self.clock():
+            return None
+        cursor = self._cursors.get(job)
+        undecided = cursor is not None and cursor <= slot.scheduled_for
+        return slot if undecided and (job, slot.scheduled_for) not in self._runs else None
 
     def _insert_claimed(self, tick: TickClaim, job: Job | None, runner: str) -> Run | None:
         """The claim's row, where the tick has none; a backfill also takes a skipped
@@ -571,8 +578,8 @@ class MemoryDatabase:
             raise NoSuchJobError(f"no job named {job!r} to hold a slot for")
         # The statement reads the clock twice: for the new expiry, then to judge the old.
         expires_at = self.clock() + timedelta(seconds=expires_in)
-        slot = self._slots.get(job)
-        if slot is None or slot.expires_at < self.clock():
+        slot = self._waiting(job)
+        if slot is None:
             slot = _Slot(_utc(tick), runner, expires_at)
             self._slots[job] = slot
         return slot.scheduled_for
@@ -583,8 +590,8 @@ class MemoryDatabase:
             del self._slots[job]
 
     def pending_tick(self, job: str) -> datetime | None:
-        slot = self._slots.get(job)
-        return slot.scheduled_for if slot and slot.expires_at >= self.clock() else None
+        slot = self._waiting(job)
+        return slot.scheduled_for if slot else None
 
     def cancels_asked(self, runner: str) -> list[CancelRequest]:
         running = (self._runs.get(tick) for tick in map(self._run_ticks.get, self._cancels) if tick)

@@ -418,6 +418,28 @@ async def test_a_claim_of_the_waiting_tick_frees_its_slot_whoever_reserved_it(
     assert ran == [waiting, later]
 
 
+async def test_a_slot_whose_tick_has_its_outcome_keeps_no_later_tick_out(
+    backend: Backend,
+) -> None:
+    """The waiting tick got its row (dropped by a cancel of the queued tick) and its
+    waiter died before freeing the slot: the slot holds nothing. The next tick runs, and
+    the next to wait takes the slot, where before every later tick was BUSY (an
+    `overlap` skip) until the slot expired."""
+    job = await backend.add_job("decided", overlap=Overlap.QUEUE_ONE)
+    waiting = tick_now() - timedelta(seconds=2)
+    later, last = waiting + timedelta(seconds=1), waiting + timedelta(seconds=2)
+    assert await backend.ledger.reserve_pending("decided", waiting, "dead", 600) == waiting
+    dropped = Skip(job, waiting, RunTrigger.SCHEDULE, SkipReason.CANCELLED, "dropped")
+    assert await backend.ledger.record_skips([dropped], "api")
+    assert await backend.ledger.pending_tick("decided") is None
+    async with backend.sessions.session(5) as session:
+        [claimed] = await session.claim([tick(job, later)])
+        assert claimed.outcome is ClaimOutcome.CLAIMED
+        assert claimed.run is not None
+        await session.finish(claimed.run.id, SUCCEEDED, job.lock_key)
+    assert await backend.ledger.reserve_pending("decided", last, "b", 600) == last
+
+
 async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
     backend: Backend,
 ) -> None:

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from service.domain.cursors import CursorAudit, Takeover, audit_cursor, superseded_ticks
+from service.domain.cursors import (
+    CursorAudit,
+    Takeover,
+    WaitingTick,
+    audit_cursor,
+    superseded_ticks,
+)
 from service.domain.jobs import (
     Job,
     JobSpec,
@@ -241,6 +247,31 @@ def test_the_audit_hands_over_the_ticks_within_reach_due_longer_ago_than_the_tak
     # handed over, T0 + 4 min): any still without a row then was let go, or its taker
     # died, and goes again.
     assert late.due_at == T0 + 3 * minute + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize("adopted", [None, 420.0])
+def test_the_audit_stops_at_a_queue_one_tick_waiting_however_late(adopted: float | None) -> None:
+    """T0 + 2 min waits in its queue_one slot for the run of T0 + 1 min, 5 minutes past
+    its 1 s grace. The ticks before it are walked as ever (T0 missed); it is no misfire
+    and, while its waiter lives, no tick to hand over; nor is any tick after it. If the
+    auditor took the slot of a waiter gone, the tick is handed to it to wait, for the
+    slot's time left. Either way the audit looks again a takeover period later."""
+    minute = timedelta(minutes=1)
+    now = T0 + 7 * minute
+    done = audit_cursor(
+        job(misfire_grace_seconds=1),
+        T0,
+        now=now,
+        takeover=Takeover(timedelta(seconds=10), T0 - timedelta(days=1)),
+        decided={T0 + minute},
+        most=100,
+        waiting=WaitingTick(T0 + 2 * minute, adopted),
+    )
+    assert [(m.first, m.count) for m in done.missed] == [(T0, 1)]
+    assert done.cursor == T0 + 2 * minute
+    handed = [(o.tick, o.following, o.waits_seconds) for o in done.owed]
+    assert handed == ([] if adopted is None else [(T0 + 2 * minute, T0 + 3 * minute, adopted)])
+    assert done.due_at == now
 
 
 @pytest.mark.parametrize("catchup", ["none", "latest"])
