@@ -51,6 +51,7 @@ from service.store.ports import (
     JobUpdateFn,
     Ledger,
     LockPool,
+    NextAttempt,
     Orphan,
     PinnedSession,
     RunEnd,
@@ -477,12 +478,24 @@ class MemoryDatabase:
         )
         return Claim(ClaimOutcome.CLAIMED, resumed, orphan.locked)
 
-    def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
-        """Counts it; the attempts' times are not modelled (PostgreSQL's tests cover them)."""
+    def note_attempt(self, run_id: UUID, job: Job, ended: AttemptEnd) -> NextAttempt:
+        """Counts it, as `fire_sql.NOTE_ATTEMPT` does, with the job as stored; the
+        attempts' times are not modelled (PostgreSQL's tests cover them)."""
         tick = self._run_ticks.get(run_id)
         run = self._runs.get(tick) if tick else None
-        if run is not None and run.status is RunStatus.RUNNING:
-            self._write(run.model_copy(update={"attempts": ended.attempt + 1}))
+        stored = self._jobs.get(job.name)
+        attempt = ended.attempt + 1
+        if run is None or run.status is not RunStatus.RUNNING:
+            ended_elsewhere = f"cancelled: the run was ended elsewhere before attempt {attempt}"
+            return NextAttempt(None, ended_elsewhere)
+        if run_id in self._cancels:
+            return NextAttempt(None, self._cancels[run_id].error())
+        if stored is None or stored.incarnation != job.incarnation:
+            return NextAttempt(None, f"cancelled: the job was deleted before attempt {attempt}")
+        if stored.state is JobState.PAUSED:
+            return NextAttempt(None, f"cancelled: the job was paused before attempt {attempt}")
+        self._write(run.model_copy(update={"attempts": attempt, "job_version": stored.version}))
+        return NextAttempt(stored)
 
     # --- ends, skips, slots, jobs --------------------------------------------------
 
@@ -760,9 +773,9 @@ class MemoryLedger(Ledger):
         await _round_trip()
         self._database.update_jobs(updates)
 
-    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
+    async def note_attempt(self, run: Run, job: Job, ended: AttemptEnd) -> NextAttempt:
         await _round_trip()
-        self._database.note_attempt(run_id, ended)
+        return self._database.note_attempt(run.id, job, ended)
 
     async def orphans(self, most: int) -> list[Orphan]:
         await _round_trip()

@@ -457,7 +457,9 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         # The replica that lost it records its end no more: the run is the taker's now.
         assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend_pid) is None
         retried = AttemptEnd(2, RunStatus.FAILED, "boom", waited_seconds=0.5)
-        await backend.ledger.note_attempt(orphan.run.id, retried)  # the last retry starts
+        noted = await backend.ledger.note_attempt(orphan.run, job, retried)  # the last retry
+        assert noted.job is not None
+        assert (noted.job.name, noted.job.version) == ("orphan", job.version)
         taker.terminate()
         await backend.pass_time(2.5)
         spent = await _the_orphan(backend)
