@@ -10,7 +10,9 @@ import pytest
 from pydantic import JsonValue
 
 import service.scheduler.running as executing
+from harness.receiver import Receiver
 from harness.waiting import eventually_async
+from service.config import Settings
 from service.domain.jobs import Job, pause_job, replace_job
 from service.domain.runs import Run, RunStatus, RunTrigger
 from service.metrics import Metrics
@@ -20,6 +22,7 @@ from service.store.link import Link
 from service.store.ports import ClaimOutcome, TickClaim
 from service.store.sessions import LockSessions
 from service.tasks import TaskContext, TaskDefinition
+from tests.integration.test_cancel import NEVER, running_run
 from tests.support.db import advisory_locks_on
 from tests.support.fire import (
     GateArgs,
@@ -30,6 +33,7 @@ from tests.support.fire import (
     runs_of,
     tick_now,
 )
+from tests.support.inprocess import ended_run, served
 
 # Each attempt says which it is and what args it ran, then fails when its gate opens.
 Attempted = list[tuple[int, str]]
@@ -97,6 +101,34 @@ async def test_a_delete_cancels_the_run_in_flight_and_the_name_fires_again_at_on
     assert (fired.scheduled_for, fired.status) == (tick, RunStatus.SUCCEEDED)
     manual = await runner.trigger_now(reborn)  # no 409: the lock is free
     assert manual.job == "doomed"
+
+
+async def test_delete_answers_with_its_run_cancelled_and_the_name_free_for_a_new_job(
+    settings: Settings, receiver: Receiver
+) -> None:
+    """Through the API, with the scheduler running the job's ticks in its own process:
+    the run in flight ends `cancelled`, naming who deleted the job, and a job made again
+    under the name runs when triggered (no 409 from a lock the old run kept)."""
+    job = {
+        "name": "gone",
+        "schedule": {"kind": "interval", "every_seconds": 1},
+        "task": "http",
+        "args": {"url": receiver.url_for("/gone", seconds=30)},
+    }
+    again = job | {"schedule": NEVER, "args": {"url": receiver.url_for("/again")}}
+    async with served(settings.model_copy(update={"scheduler": True})) as client:
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        run = await running_run(client, "gone")
+        deleted = await client.delete("/v1/jobs/gone")
+        created = await client.post("/v1/jobs", json=again)
+        cancelled = await ended_run(client, run["id"])
+        triggered = await client.post("/v1/jobs/gone/trigger")
+        listed = (await client.get("/v1/jobs/gone/runs")).json()["items"]
+    assert (deleted.status_code, created.status_code) == (204, 201)
+    assert cancelled["status"] == "cancelled", cancelled
+    assert cancelled["error"] == "cancelled by 127.0.0.1: the job was deleted"
+    assert triggered.status_code == 202, triggered.text
+    assert [r["id"] for r in listed] == [triggered.json()["id"]]  # the new job's only
 
 
 async def test_a_tick_of_a_job_made_again_finds_the_deleted_one_s_run_busy_not_locked(
