@@ -19,7 +19,7 @@ from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
 from service.store.link import Link
-from service.store.ports import ClaimOutcome, TickClaim
+from service.store.ports import ClaimOutcome, RunEnd, TickClaim
 from service.store.sessions import LockSessions
 from service.tasks import TaskContext, TaskDefinition
 from tests.integration.test_cancel import NEVER, running_run
@@ -159,6 +159,28 @@ async def test_a_tick_of_a_job_made_again_finds_the_deleted_one_s_run_busy_not_l
     )
 
 
+async def test_retention_deletes_a_deleted_job_s_runs_once_they_ended(
+    store: Store, sessions: LockSessions, database_url: str
+) -> None:
+    """The rows a delete left to runs in flight are history of a deleted job: kept while
+    they run and a while after (GET /v1/runs/{id} shows how they ended), then pruned."""
+    job = await add_job(store, "pruned")
+    first, second = tick_now(), tick_now() + timedelta(seconds=1)
+    claims = [
+        TickClaim(job, at, RunTrigger.SCHEDULE, "r", uuid4(), False) for at in (first, second)
+    ]
+    async with sessions.session(5) as session:
+        claimed = [claim for tick in claims for claim in await session.claim([tick])]
+        await store.mutate_job("pruned", lambda _: None, by="ops")
+        assert await store.prune_runs(keep=100) == 0  # both still running
+        runs = [run for claim in claimed if (run := claim.run) is not None]
+        for run, ended_ago in zip(runs, (600, 0), strict=True):
+            await session.finish(run.id, RunEnd(RunStatus.CANCELLED, "x", None, 1), None)
+            await _set(database_url, _ENDED_AGO, run.id, ended_ago)
+    assert await store.prune_runs(keep=100) == 1
+    assert [await store.get_run(run.id) is None for run in runs] == [True, False]
+
+
 async def test_a_retry_runs_the_job_as_edited_before_it_started(
     retrying: Runner, store: Store, gates: Gates, attempted: Attempted, database_url: str
 ) -> None:
@@ -252,6 +274,16 @@ async def _job_version_of(database_url: str, run: Run) -> int:
     return version
 
 
+async def _set(database_url: str, statement: str, *args: object) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(statement, *args)
+    finally:
+        await connection.close()
+
+
+_ENDED_AGO = """UPDATE tickgate_runs
+    SET finished_at = clock_timestamp() - make_interval(secs => $2) WHERE id = $1"""
 _JOB_VERSION = "SELECT job_version FROM tickgate_runs WHERE id = $1"
 _HOLD_THE_ROW = "SELECT 1 FROM tickgate_runs WHERE id = $1 FOR UPDATE"
 
