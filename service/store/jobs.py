@@ -417,3 +417,4 @@ async def _detach_runs(connection: Connection, deleted: Sequence[Job], by: str) 
     names = [job.name for job in deleted]
     incarnations = [job.incarnation for job in deleted]
     await connection.execute(jobs_sql.DETACH_RUNS, names, incarnations, by, JOB_DELETED)
+    await connection.execute(jobs_sql.DELETE_ENDED_RUNS, names)
