@@ -24,7 +24,7 @@ from service.metrics import Metrics
 from service.scheduler.audit import audit_cursors
 from service.store import Store
 from service.store.base import init_connection
-from service.store.migrate import head_version
+from service.store.migrate import available_migrations
 from service.store.ports import ClaimOutcome, RunEnd, Skip, TickClaim
 from service.store.rows import JOB_COLUMNS, job_values
 from service.store.sessions import LockSessions
@@ -405,7 +405,7 @@ async def test_a_database_of_the_previous_release_keeps_its_jobs_runs_and_accoun
         finally:
             await connection.close()
 
-        assert await store.migrate() == head_version() - 13
+        assert await store.migrate() == len([m for m in available_migrations() if m.version > 13])
         connection = await asyncpg.connect(url)
         try:
             buckets = dict(await connection.fetch("SELECT job, bucket FROM tickgate_cursors"))
