@@ -12,7 +12,7 @@ from datetime import datetime
 from uuid import UUID
 
 from service.domain.hooks import HookCall, HookPlan, events_of_end, events_of_skip
-from service.domain.jobs import Job
+from service.domain.jobs import Job, JobState
 from service.domain.runs import AttemptEnd, Run, RunStatus, RunTrigger
 from service.store.hooks_sql import deliveries, encoded_calls
 from service.store.members_sql import MEMBER_IS_LIVE
@@ -554,7 +554,8 @@ CANCELS_ASKED = """SELECT id, cancelled_by, cancel_reason FROM tickgate_runs
 # key): the attempt runs that definition, and the row names its version. It counts
 # nothing (the attempt does not start) if the run is no longer running, a cancel was
 # asked of it, or the job is gone, another incarnation (deleted and made again), or
-# paused; the answer says which.
+# paused since ($8: it was paused already, a manual run of a paused job); the answer
+# says which.
 _NOTED = """SELECT c.id, jsonb_build_array(jsonb_build_object(
         'attempt', $2::int, 'status', $3::text, 'error', $4::text,
         'ended_at', clock_timestamp() - make_interval(secs => $5),
@@ -567,13 +568,14 @@ NOTE_ATTEMPT = f"""WITH stored AS MATERIALIZED (
         UPDATE tickgate_runs r SET attempts = $2 + 1, job_version = s.version
         FROM stored s
         WHERE r.id = $1 AND r.status = 'running' AND r.cancel_requested_at IS NULL
-          AND s.incarnation = $7 AND s.state <> 'paused'
+          AND s.incarnation = $7 AND (s.state <> 'paused' OR $8)
         RETURNING r.id
     ), kept AS (
         {_KEEP_EARLIER.format(rows=_NOTED)}
     )
     SELECT EXISTS (SELECT 1 FROM counted) AS counted, s.job,
-        COALESCE(s.incarnation = $7, false) AS same_job, s.state = 'paused' AS paused,
+        COALESCE(s.incarnation = $7, false) AS same_job,
+        s.state = 'paused' AND NOT $8 AS paused,
         r.status = 'running' AS running, r.cancel_requested_at IS NOT NULL AS cancel_asked,
         r.cancelled_by, r.cancel_reason
     FROM (SELECT 1) AS one LEFT JOIN stored s ON true LEFT JOIN tickgate_runs r ON r.id = $1"""
@@ -588,6 +590,7 @@ def note_attempt_arguments(run: Run, job: Job, ended: AttemptEnd) -> tuple[objec
         ended.waited_seconds,
         run.job,
         job.incarnation,
+        job.state is JobState.PAUSED,
     )
 
 

@@ -519,7 +519,7 @@ class MemoryDatabase:
             return NextAttempt(None, self._cancels[run_id].error())
         if stored is None or stored.incarnation != job.incarnation:
             return NextAttempt(None, f"cancelled: the job was deleted before attempt {attempt}")
-        if stored.state is JobState.PAUSED:
+        if stored.state is JobState.PAUSED and job.state is not JobState.PAUSED:
             return NextAttempt(None, f"cancelled: the job was paused before attempt {attempt}")
         self._write(run.model_copy(update={"attempts": attempt, "job_version": stored.version}))
         return NextAttempt(stored)

@@ -358,7 +358,8 @@ class Ledger(Protocol):
         keeps `ended` with its times (GET /v1/runs/{id} shows them) and names the job's
         version now stored, which the attempt runs (an edit reaches the next attempt).
         It is not counted, and does not start, if the run is no longer `running`, a
-        cancel was asked of it, or its job (`job`'s incarnation) is gone or paused.
+        cancel was asked of it, or its job (`job`'s incarnation) is gone, or paused
+        since `job` was read (a manual run of a paused job makes its retries).
         Raises if the database could not answer: the attempt is then not counted."""
         ...
 

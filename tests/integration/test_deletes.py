@@ -224,6 +224,22 @@ async def test_a_retry_of_a_job_paused_meanwhile_does_not_start_and_is_recorded(
     assert attempted == [(1, "default")]
 
 
+async def test_a_manual_run_of_a_job_paused_before_it_makes_its_retries(
+    retrying: Runner, store: Store, gates: Gates, attempted: Attempted
+) -> None:
+    """Only a pause since the run began stops its retries: a paused job may be triggered."""
+    retry = {"max_attempts": 2, "min_backoff_seconds": 0.1}
+    await add_job(store, "asleep", task="fail", retry=retry)
+    change = await store.mutate_job("asleep", lambda cur: pause_job(cur, _now()) if cur else None)
+    assert change.after is not None
+    gates["attempt 1"].set()
+    gates["attempt 2"].set()
+    await retrying.trigger_now(change.after)
+    [run] = await finished_runs(store, "asleep", 1)
+    assert (run.status, run.attempts) == (RunStatus.FAILED, 2)
+    assert attempted == [(1, "default"), (2, "default")]
+
+
 async def test_an_attempt_that_cannot_be_counted_is_not_made(
     database_url: str,
     sessions: LockSessions,
