@@ -14,10 +14,10 @@ from harness.receiver import Receiver
 from harness.waiting import eventually_async
 from service.config import Settings
 from service.domain.jobs import Job, pause_job, replace_job
-from service.domain.runs import Run, RunStatus, RunTrigger
+from service.domain.runs import CancelRequest, Run, RunStatus, RunTrigger
 from service.metrics import Metrics
 from service.scheduler import Runner
-from service.store import Store
+from service.store import Prune, Store
 from service.store.link import Link
 from service.store.ports import ClaimOutcome, RunEnd, TickClaim
 from service.store.sessions import LockSessions
@@ -157,6 +157,22 @@ async def test_a_tick_of_a_job_made_again_finds_the_deleted_one_s_run_busy_not_l
         RunStatus.RUNNING,
         f"again@deleted:{job.incarnation}",
     )
+
+
+async def test_a_bulk_apply_that_prunes_a_job_cancels_its_run_in_flight(
+    store: Store, sessions: LockSessions
+) -> None:
+    job = await add_job(store, "pruned-away", managed_by="argocd")
+    async with sessions.session(5) as session:
+        [claim] = await session.claim(
+            [TickClaim(job, tick_now(), RunTrigger.SCHEDULE, "r", uuid4(), True)]
+        )
+        assert claim.run is not None
+        applied = await store.apply_jobs([], lambda _: [], Prune("argocd"), by="gitops")
+        asked = await store.cancels_asked("r")
+        assert await session.unlock(job.lock_key)
+    assert applied.deleted == ("pruned-away",)
+    assert asked == [CancelRequest(claim.run.id, "gitops", "the job was deleted")]
 
 
 async def test_retention_deletes_a_deleted_job_s_runs_once_they_ended(
