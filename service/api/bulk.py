@@ -5,11 +5,12 @@ from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 
 from service.api.deps import Services, ServicesDep
 from service.api.errors import CONFLICT, WRITE
+from service.api.guards import caller
 from service.api.hook_rules import check_chains
 from service.api.jobs import declared_job
 from service.api.models import (
@@ -22,6 +23,7 @@ from service.api.models import (
 )
 from service.domain.errors import InvalidInput
 from service.domain.jobs import Job
+from service.domain.runs import DELETED_BY_TICKGATE
 from service.store import JobsApplied, Prune
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -34,17 +36,27 @@ R = TypeVar("R")
 
 @router.put("", operation_id="apply_jobs", responses=WRITE | CONFLICT)
 async def apply_set(
-    body: JobsApply, query: Annotated[ApplyQuery, Query()], services: ServicesDep
+    body: JobsApply,
+    query: Annotated[ApplyQuery, Query()],
+    request: Request,
+    services: ServicesDep,
 ) -> ApplyResult:
     """Create or replace every job of the set, and with `prune` delete the manager's jobs
     it does not name, in one transaction. Every job is checked first: a bad one is a 422
     naming each bad job by index and name, and nothing changes. An unchanged job keeps
     its version. With `dry_run`, the same answer, and nothing changes."""
-    return await apply_jobs(services, body.jobs, query)
+    return await apply_jobs(services, body.jobs, query, by=caller(request, None))
 
 
-async def apply_jobs(services: Services, items: Sequence[Item], scope: ApplyQuery) -> ApplyResult:
-    """Shared by PUT /v1/jobs and the jobs file applied at startup."""
+async def apply_jobs(
+    services: Services,
+    items: Sequence[Item],
+    scope: ApplyQuery,
+    *,
+    by: str = DELETED_BY_TICKGATE,
+) -> ApplyResult:
+    """Shared by PUT /v1/jobs and the jobs file applied at startup; `by`: who asks (the
+    runs in flight of the jobs it prunes are cancelled in their name)."""
     prune = _prune(scope)
     twice = _repeated_names(items)
     parsed = [
@@ -68,7 +80,7 @@ async def apply_jobs(services: Services, items: Sequence[Item], scope: ApplyQuer
         )
 
     names = [job.name for job in declared]
-    applied = await services.store.apply_jobs(names, plan, prune, dry_run=scope.dry_run)
+    applied = await services.store.apply_jobs(names, plan, prune, dry_run=scope.dry_run, by=by)
     return _result(applied, names)
 
 

@@ -4,7 +4,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from pydantic import JsonValue, ValidationError
 
 from service.api.deps import Services, ServicesDep
@@ -16,6 +16,7 @@ from service.api.errors import (
     WRITE,
     ResponseDoc,
 )
+from service.api.guards import caller
 from service.api.hook_rules import check_chains, check_hooks, kept_secrets
 from service.api.models import (
     PATCH_EXAMPLE,
@@ -222,10 +223,15 @@ async def patch(
     operation_id="delete_job",
     responses=WRITE | NOT_FOUND | PRECONDITION_FAILED,
 )
-async def delete(name: NamePath, services: ServicesDep, if_match: IfMatch = None) -> None:
-    """Delete the job and its run history; replicas stop firing it within moments. With
-    `If-Match`, only if the job is as it was when read (412 otherwise)."""
-    await services.store.mutate_job(name, _existing(name, guarded(if_match, _deleted)))
+async def delete(
+    name: NamePath, request: Request, services: ServicesDep, if_match: IfMatch = None
+) -> None:
+    """Delete the job and its run history; replicas stop firing it within moments. A
+    run of it in flight is cancelled, as POST /v1/runs/{id}/cancel does, and its row
+    kept until it has ended. The name is free for a new job at once. With `If-Match`,
+    only if the job is as it was when read (412 otherwise)."""
+    deleting = _existing(name, guarded(if_match, _deleted))
+    await services.store.mutate_job(name, deleting, by=caller(request, None))
     services.runner.job_deleted(name)  # the scheduler's replicas hear of it by NOTIFY
 
 

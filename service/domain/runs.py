@@ -154,6 +154,12 @@ def attempts_of(run: Run, earlier: Sequence[EarlierAttempt]) -> list[AttemptTime
     return shown
 
 
+# Why a delete cancels its job's runs in flight (a delete is a cancel).
+JOB_DELETED = "the job was deleted"
+# Who deleted it, when nobody said (a write that is not an API request's).
+DELETED_BY_TICKGATE = "tickgate"
+
+
 @dataclass(frozen=True)
 class CancelRequest:
     """Someone asked to cancel a running run (POST /v1/runs/{id}/cancel): `by` says who

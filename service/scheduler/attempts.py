@@ -14,6 +14,7 @@ from pydantic import JsonValue
 
 from service.domain.jobs import Job
 from service.domain.runs import AttemptEnd, Run, RunStatus
+from service.store.ports import NextAttempt
 from service.tasks import SqlTargets, TaskContext, TaskDefinition, TaskRegistry
 from service.tracing import NoTracing, Traced, Tracing
 
@@ -36,8 +37,8 @@ class Outcome:
     output: JsonValue = None  # what the attempt's target answered, if its task kept it
 
 
-async def _unnoted(ended: AttemptEnd) -> None:
-    return None
+async def _unnoted(ended: AttemptEnd, job: Job) -> NextAttempt:
+    return NextAttempt(job)
 
 
 class RunLog:
@@ -73,13 +74,16 @@ class Progress:
     """Attempts made so far (for a resumed run, those its lost replica made too); read
     when a cancelled run is recorded. `spent_seconds`: how long the run had been going
     when these attempts began, against `max_retry_seconds`. `note` hears of each retry
-    before it starts (the attempt that ended), so the row counts it and keeps its times.
-    `log`: what the run logged, kept with it."""
+    before it starts (the attempt that ended, and the job it ran), so the row counts it
+    and keeps its times, and answers the job as stored now, whose definition the retry
+    runs, or why it does not start. `job`: the definition of the last attempt started
+    (None: the claim's). `log`: what the run logged, kept with it."""
 
     attempts: int = 0
     spent_seconds: float = 0.0
-    note: Callable[[AttemptEnd], Awaitable[None]] = _unnoted
+    note: Callable[[AttemptEnd, Job], Awaitable[NextAttempt]] = _unnoted
     log: RunLog = field(default_factory=RunLog)
+    job: Job | None = None
 
 
 def run_context(run: Run) -> dict[str, str]:
@@ -131,26 +135,15 @@ class Attempts:
     left_running: set["asyncio.Future[JsonValue]"] = field(default_factory=set)
 
     async def run(self, job: Job, run: Run, progress: Progress) -> Outcome:
-        policy = job.retry
-        budget = policy.max_retry_seconds or float("inf")
-        budget_end = time.monotonic() + budget - progress.spent_seconds
+        """Attempts until one succeeds or the retry policy gives up. Each retry is counted
+        on the run's row before it starts, and runs the job as stored then (an edit
+        reaches it); one that could not be counted, or whose job was deleted or paused
+        meanwhile, or whose run someone cancelled, does not start."""
+        begun = time.monotonic() - progress.spent_seconds
         logger = RunLogger(logging.getLogger("tickgate.run"), run_context(run), progress.log)
-        ended: AttemptEnd | None = None  # the first is counted by its claim (or resume)
-        while True:
-            progress.attempts += 1
-            if ended is not None:
-                await progress.note(ended)
-            seconds = min(job.timeout_seconds, budget_end - time.monotonic())
-            with self.tracing.attempt(run, progress.attempts) as traced:
-                outcome = await self._attempt(
-                    job, run, progress.attempts, seconds, logger, traced=traced
-                )
-                traced.ended(outcome.status.value, outcome.error)
-            if outcome.status is RunStatus.SUCCEEDED or progress.attempts >= policy.max_attempts:
-                return outcome
-            wait = policy.backoff_seconds(progress.attempts - 1)
-            if time.monotonic() + wait >= budget_end:
-                return outcome
+        # The first attempt is counted by its claim (or resume).
+        outcome = await self._counted(job, run, progress, begun, logger)
+        while (wait := _retry_wait(job, progress.attempts, outcome, begun)) is not None:
             logger.warning(
                 "attempt %d %s; retrying in %.1fs", progress.attempts, outcome.status.value, wait
             )
@@ -158,6 +151,28 @@ class Attempts:
             await asyncio.sleep(wait)
             waited = time.monotonic() - stopped
             ended = AttemptEnd(progress.attempts, outcome.status, outcome.error, waited)
+            following = await progress.note(ended, job)
+            if following.job is None:
+                return _not_started(outcome, following, progress.attempts + 1)
+            job = progress.job = following.job
+            if progress.attempts >= job.retry.max_attempts:  # an edit left it no attempt
+                return outcome
+            outcome = await self._counted(job, run, progress, begun, logger)
+        return outcome
+
+    async def _counted(
+        self, job: Job, run: Run, progress: Progress, begun: float, logger: RunLogger
+    ) -> Outcome:
+        """One attempt, counted already, within its timeout and the run's retry budget."""
+        progress.attempts += 1
+        budget_end = begun + (job.retry.max_retry_seconds or float("inf"))
+        seconds = min(job.timeout_seconds, budget_end - time.monotonic())
+        with self.tracing.attempt(run, progress.attempts) as traced:
+            outcome = await self._attempt(
+                job, run, progress.attempts, seconds, logger, traced=traced
+            )
+            traced.ended(outcome.status.value, outcome.error)
+        return outcome
 
     async def _attempt(
         self, job: Job, run: Run, attempt: int, seconds: float, logger: RunLogger, *, traced: Traced
@@ -224,6 +239,26 @@ class Attempts:
         self.left_running.add(work)
         work.add_done_callback(self.left_running.discard)
         return False
+
+
+def _retry_wait(job: Job, attempts: int, outcome: Outcome, begun: float) -> float | None:
+    """How long to wait before the next attempt; None if there is none: the last
+    succeeded, or the job's retry policy (as it stands) has no attempt or time left."""
+    policy = job.retry
+    if outcome.status is RunStatus.SUCCEEDED or attempts >= policy.max_attempts:
+        return None
+    wait = policy.backoff_seconds(attempts - 1)
+    budget_end = begun + (policy.max_retry_seconds or float("inf"))
+    return None if time.monotonic() + wait >= budget_end else wait
+
+
+def _not_started(last: Outcome, following: NextAttempt, attempt: int) -> Outcome:
+    """The run's outcome when its next attempt does not start: cancelled (asked, or its
+    job deleted or paused), or else the last attempt's, saying why no other followed."""
+    if following.cancelled:
+        return Outcome(RunStatus.CANCELLED, following.why_not, output=last.output)
+    error = f"{last.error}; attempt {attempt} was not started: {following.why_not}"
+    return replace(last, error=error)
 
 
 def _failed(error: Exception) -> Outcome:

@@ -31,7 +31,7 @@ from service.scheduler.cancels import Cancels
 from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
-from service.store.ports import BackendId, Claim, Ledger, PinnedSession, RunEnd
+from service.store.ports import BackendId, Claim, Ledger, NextAttempt, PinnedSession, RunEnd
 from service.tracing import Claimed, NoTracing, Tracing
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,9 @@ UNLOCK_TIMEOUT_SECONDS = 5.0
 RECORD_ELSEWHERE_SECONDS = 20.0
 _RECORD_BACKOFF_SECONDS = (0.25, 2.0)
 LOCK_LOST = "lock lost: the connection holding the job's lock closed"
+# How long a retry's count is asked for while the database is away; then the retry is
+# not made (an attempt not counted is never made).
+NOTE_ATTEMPT_SECONDS = 10.0
 JOB_END_LINGER_SECONDS = 0.02
 
 
@@ -156,16 +159,24 @@ class RunExecutor:
             log.exception("unlock of advisory lock %d failed; closing the session", hold.key)
         session.terminate()
 
-    def _noting(self, run: Run) -> Callable[[AttemptEnd], Awaitable[None]]:
-        async def note(ended: AttemptEnd) -> None:
-            # Counted so that a replica resuming the run after a crash makes no more
-            # attempts than the policy allows; if the database is away, the retry goes
-            # ahead all the same.
-            try:
-                await self._store.note_attempt(run.id, ended)
-            except Exception as error:  # noqa: BLE001 - logged; the attempt is worth more
-                extra = run_context(run)
-                log.warning("attempt %d not counted (%r)", ended.attempt + 1, error, extra=extra)
+    def _noting(self, run: Run) -> Callable[[AttemptEnd, Job], Awaitable[NextAttempt]]:
+        async def note(ended: AttemptEnd, job: Job) -> NextAttempt:
+            # An attempt is counted on the row before it starts, or it does not start:
+            # a replica resuming the run after a crash then makes no more attempts
+            # than the policy allows. The database may be away a moment: asked again
+            # for NOTE_ATTEMPT_SECONDS, each ask bounded (the store's deadline).
+            deadline = time.monotonic() + NOTE_ATTEMPT_SECONDS
+            backoff, most = _RECORD_BACKOFF_SECONDS
+            while True:
+                try:
+                    return await self._store.note_attempt(run, job, ended)
+                except Exception as error:  # noqa: BLE001 - asked again, then logged
+                    if time.monotonic() + backoff > deadline:
+                        attempt, extra = ended.attempt + 1, run_context(run)
+                        log.warning("attempt %d not counted (%r)", attempt, error, extra=extra)
+                        return NextAttempt(None, f"it could not be counted ({error!r})", False)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, most)
 
         return note
 
@@ -197,6 +208,8 @@ class RunExecutor:
             self._stops.pop(run.id, None)
             self._runs.ended(job.name)
             self._metrics.runs_in_flight.dec()
+        # An edit that reached a retry: the run ends as the job it last ran says.
+        job = progress.job or job
         return await run_to_completion(
             self._record(pinned, job, run, outcome, progress, returned=returned)
         )

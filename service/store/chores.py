@@ -76,7 +76,8 @@ class ChoreStore(StoreBase):
     async def prune_runs(self, keep: int, every_seconds: float = 0) -> int:
         """Delete runs beyond the newest `keep` per job, sparing every run younger than
         its job's misfire grace plus 5 minutes (those rows still fence late replicas)
-        and every run still `running` (its end is yet to be recorded on it). Return
+        and every run still `running` (its end is yet to be recorded on it); and the
+        runs a delete left behind once they ended (chores_sql.PRUNE_DETACHED). Return
         how many were deleted: 0 if a replica began a round in the last `every_seconds`.
 
         One replica per round walks every job, PRUNE_JOBS_PER_STATEMENT at a time, each
@@ -84,7 +85,10 @@ class ChoreStore(StoreBase):
         many rows that is, with no statement holding row locks for long."""
         if not await self._pool.fetchval(chores_sql.CLAIM_CHORE, "retention", every_seconds):
             return 0
-        pruned, after = 0, None
+        detached = await self._pool.execute(
+            chores_sql.PRUNE_DETACHED, chores_sql.DETACHED_KEPT_SECONDS
+        )
+        pruned, after = int(detached.split()[-1]), None
         while True:
             row = await self._pool.fetchrow(
                 chores_sql.PRUNE_RUNS, keep, after, PRUNE_JOBS_PER_STATEMENT

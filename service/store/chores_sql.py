@@ -1,6 +1,7 @@
 """Every statement of the cluster-wide chores (migrations 0008 and 0012): taking a round,
 the overdue book, the next-tick book and retention. One constant per statement."""
 
+from service.store.fire_sql import ORPHANED
 from service.store.rows import job_document
 
 _JOB = job_document("j")
@@ -86,3 +87,16 @@ PRUNE_RUNS = """WITH batch AS (
 
 # The newest tick of a job whose run retention deleted.
 PRUNED_THROUGH = "SELECT through FROM tickgate_pruned WHERE job = $1"
+
+# How long the row of a run a delete left behind (migration 0031) is kept once it ended:
+# meanwhile GET /v1/runs/{id} shows how it ended (`cancelled`, naming the delete).
+DETACHED_KEPT_SECONDS = 300
+# Retention of the runs a delete left behind: each goes once it has ended that long
+# ago, or at once if its replica is gone (an orphan: nobody is left to end it, and its
+# job, history and all, was deleted). Their rows, few, are found through their table.
+PRUNE_DETACHED = f"""WITH doomed AS (
+        SELECT r.id FROM tickgate_detached_runs d JOIN tickgate_runs r ON r.id = d.run_id
+        WHERE (r.status <> 'running'
+               AND r.finished_at < clock_timestamp() - make_interval(secs => $1))
+           OR ({ORPHANED}))
+    DELETE FROM tickgate_runs r USING doomed WHERE r.id = doomed.id"""

@@ -12,8 +12,8 @@ from datetime import datetime
 from uuid import UUID
 
 from service.domain.hooks import HookCall, HookPlan, events_of_end, events_of_skip
-from service.domain.jobs import Job
-from service.domain.runs import AttemptEnd, RunStatus, RunTrigger
+from service.domain.jobs import Job, JobState
+from service.domain.runs import AttemptEnd, Run, RunStatus, RunTrigger
 from service.store.hooks_sql import deliveries, encoded_calls
 from service.store.members_sql import MEMBER_IS_LIVE
 from service.store.ports import BackendId, Following, NextTick, Orphan, RunEnd, Skip, TickClaim
@@ -221,7 +221,13 @@ def claim_statement(*, counted: bool) -> str:
     LEFT JOIN LATERAL (
         SELECT true AS found FROM tickgate_runs r
         WHERE r.job = g.job AND r.status = 'running' AND r.scheduled_for <> g.scheduled_for
-          AND r.trigger <> 'backfill' LIMIT 1) AS running ON NOT g.got
+          AND r.trigger <> 'backfill'
+        UNION ALL
+        -- A run of the name's deleted incarnation holds the key until its cancel has
+        -- stopped it (migration 0031): a run of the job in progress, as the policy sees it.
+        SELECT true FROM tickgate_detached_runs d JOIN tickgate_runs r ON r.id = d.run_id
+        WHERE d.lock_key = g.lock_key AND g.locking AND r.status = 'running'
+        LIMIT 1) AS running ON NOT g.got
     ORDER BY g.n"""
 
 
@@ -463,6 +469,9 @@ _ORPHANED = f"""r.status = 'running'
           AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
           AND l.objid = (r.lock_key & 4294967295)::oid))"""
 
+# The condition, on a run named r, for other statements (retention of detached runs).
+ORPHANED = _ORPHANED
+
 ORPHANS = f"""WITH found AS (
         SELECT r.id FROM tickgate_runs r WHERE {_ORPHANED} ORDER BY r.started_at LIMIT $1
     ), live AS MATERIALIZED (
@@ -603,26 +612,48 @@ CANCELS_ASKED = """SELECT id, cancelled_by, cancel_reason FROM tickgate_runs
 # A retry is about to start ($1 the run; $2 the attempt that ended, $3 its status, $4
 # its error, $5 the backoff since): the row counts it, so a replica that resumes the run
 # after a crash knows how many attempts were made, and the ended attempt is kept with
-# when it ended and when this one starts, on the database's clock.
+# when it ended and when this one starts, on the database's clock. The same statement
+# reads the job as stored ($6 its name, $7 the run's incarnation of it, by the primary
+# key): the attempt runs that definition, and the row names its version. It counts
+# nothing (the attempt does not start) if the run is no longer running, a cancel was
+# asked of it, or the job is gone, another incarnation (deleted and made again), or
+# paused since ($8: it was paused already, a manual run of a paused job); the answer
+# says which.
 _NOTED = """SELECT c.id, jsonb_build_array(jsonb_build_object(
         'attempt', $2::int, 'status', $3::text, 'error', $4::text,
         'ended_at', clock_timestamp() - make_interval(secs => $5),
         'next_at', clock_timestamp()))
     FROM counted c"""
-NOTE_ATTEMPT = f"""WITH counted AS (
-        UPDATE tickgate_runs SET attempts = $2 + 1
-        WHERE id = $1 AND status = 'running' RETURNING id
+NOTE_ATTEMPT = f"""WITH stored AS MATERIALIZED (
+        SELECT {job_document("j")}, j.version, j.state, j.incarnation
+        FROM tickgate_jobs j WHERE j.name = $6
+    ), counted AS (
+        UPDATE tickgate_runs r SET attempts = $2 + 1, job_version = s.version
+        FROM stored s
+        WHERE r.id = $1 AND r.status = 'running' AND r.cancel_requested_at IS NULL
+          AND s.incarnation = $7 AND (s.state <> 'paused' OR $8)
+        RETURNING r.id
+    ), kept AS (
+        {_KEEP_EARLIER.format(rows=_NOTED)}
     )
-    {_KEEP_EARLIER.format(rows=_NOTED)}"""
+    SELECT EXISTS (SELECT 1 FROM counted) AS counted, s.job,
+        COALESCE(s.incarnation = $7, false) AS same_job,
+        s.state = 'paused' AND NOT $8 AS paused,
+        r.status = 'running' AS running, r.cancel_requested_at IS NOT NULL AS cancel_asked,
+        r.cancelled_by, r.cancel_reason
+    FROM (SELECT 1) AS one LEFT JOIN stored s ON true LEFT JOIN tickgate_runs r ON r.id = $1"""
 
 
-def note_attempt_arguments(run_id: UUID, ended: AttemptEnd) -> tuple[object, ...]:
+def note_attempt_arguments(run: Run, job: Job, ended: AttemptEnd) -> tuple[object, ...]:
     return (
-        run_id,
+        run.id,
         ended.attempt,
         ended.status.value,
         ended.error,
         ended.waited_seconds,
+        run.job,
+        job.incarnation,
+        job.state is JobState.PAUSED,
     )
 
 

@@ -12,7 +12,7 @@ import asyncpg
 
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState, done_with_its_tick
-from service.domain.runs import Run
+from service.domain.runs import DELETED_BY_TICKGATE, JOB_DELETED, Run
 from service.store import jobs_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection
@@ -219,15 +219,18 @@ class JobStore(StoreBase):
                 notified = [job.name for job in changed if not done_with_its_tick(job)]
                 await connection.execute(jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, notified)
 
-    async def mutate_job(self, name: str, change: JobChangeFn) -> JobChange:
+    async def mutate_job(
+        self, name: str, change: JobChangeFn, *, by: str = DELETED_BY_TICKGATE
+    ) -> JobChange:
         """Run `change` on the row-locked current job and write what it returns.
 
         `change` gets None for a missing job and returns None to delete. It may raise
-        to abort; nothing is written then. Every write notifies the schedulers.
+        to abort; nothing is written then. Every write notifies the schedulers. A
+        delete cancels the job's runs in flight, asked by `by` (jobs_sql.DETACH_RUNS).
         """
         for _ in range(_INSERT_ATTEMPTS):
             try:
-                return await self._mutate_once(name, change)
+                return await self._mutate_once(name, change, by)
             except asyncpg.UniqueViolationError as error:
                 if error.constraint_name == jobs_sql.LOCK_KEY_UNIQUE:
                     raise _lock_key_conflict(name) from error
@@ -235,7 +238,13 @@ class JobStore(StoreBase):
         raise Conflict(f"job {name!r} is being changed concurrently; retry")
 
     async def apply_jobs(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, *, dry_run: bool = False
+        self,
+        names: Sequence[str],
+        plan: JobsPlan,
+        prune: Prune | None,
+        *,
+        dry_run: bool = False,
+        by: str = DELETED_BY_TICKGATE,
     ) -> JobsApplied:
         """Bring the named jobs to what `plan` makes of them, and with `prune` delete the
         manager's other jobs, all in one transaction of a few set-based statements.
@@ -245,11 +254,12 @@ class JobStore(StoreBase):
         job created, updated or deleted notifies the schedulers, as a single change does.
         A `dry_run` does all of it, constraint checks included, then rolls back: what it
         answers is what the apply would have done, and nothing changed (its notifications
-        are never sent, as PostgreSQL sends them at commit).
+        are never sent, as PostgreSQL sends them at commit). The jobs it prunes have
+        their runs in flight cancelled, as a delete does, asked by `by`.
         """
         for _ in range(_INSERT_ATTEMPTS):
             try:
-                return await self._apply_jobs_once(names, plan, prune, dry_run)
+                return await self._apply_jobs_once(names, plan, prune, dry_run, by)
             except _NameTaken:
                 pass  # a concurrent create of one of the names won; plan again on its row
             except _RolledBack as rolled_back:
@@ -257,7 +267,7 @@ class JobStore(StoreBase):
         raise Conflict("jobs of this set are being created concurrently; retry")
 
     async def _apply_jobs_once(
-        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, dry_run: bool
+        self, names: Sequence[str], plan: JobsPlan, prune: Prune | None, dry_run: bool, by: str
     ) -> JobsApplied:
         async with self._pool.acquire() as connection, connection.transaction():
             rows = await connection.fetch(
@@ -266,12 +276,12 @@ class JobStore(StoreBase):
             stored = {job.name: job for job in map(job_from_row, rows)}
             wanted = plan({name: stored[name] for name in names if name in stored})
             changes = _BulkChanges.between(stored, wanted, pruning=prune is not None)
-            await changes.write(connection, stored)
+            await changes.write(connection, stored, by)
             if dry_run:
                 raise _RolledBack(changes.applied)  # leaving the block rolls it all back
         return changes.applied
 
-    async def _mutate_once(self, name: str, change: JobChangeFn) -> JobChange:
+    async def _mutate_once(self, name: str, change: JobChangeFn, by: str) -> JobChange:
         async with self._pool.acquire() as connection, connection.transaction():
             row = await connection.fetchrow(
                 jobs_sql.LOCK_JOB,
@@ -282,7 +292,7 @@ class JobStore(StoreBase):
             if after != before:
                 if before is not None and after is not None:
                     await supersede(connection, [(before, after)])
-                await _write_job(connection, name, after, exists=before is not None)
+                await _write_job(connection, name, after, before, by)
                 await open_cursors(connection, [after] if after else [])
                 await connection.execute(jobs_sql.NOTIFY, jobs_sql.JOBS_CHANNEL, name)
             return JobChange(before, after)
@@ -308,7 +318,7 @@ class _BulkChanges:
 
     created: list[Job]
     updated: list[Job]
-    doomed: list[str]
+    doomed: list[Job]
     applied: JobsApplied
 
     @classmethod
@@ -319,18 +329,19 @@ class _BulkChanges:
         updated = [job for job in wanted if job.name in stored and job != stored[job.name]]
         unchanged = [job.name for job in wanted if stored.get(job.name) == job]
         doomed = _pruned(stored, {job.name for job in wanted}) if pruning else []
-        applied = JobsApplied(_names(created), _names(updated), tuple(unchanged), tuple(doomed))
+        applied = JobsApplied(_names(created), _names(updated), tuple(unchanged), _names(doomed))
         return cls(created, updated, doomed, applied)
 
-    async def write(self, connection: Connection, stored: Mapping[str, Job]) -> None:
+    async def write(self, connection: Connection, stored: Mapping[str, Job], by: str) -> None:
         if self.doomed:  # first: their lock keys are free for the new jobs then
-            await connection.execute(jobs_sql.DELETE_JOBS, self.doomed)
+            await connection.execute(jobs_sql.DELETE_JOBS, list(self.applied.deleted))
+            await _detach_runs(connection, self.doomed, by)
         await _insert_jobs(connection, self.created)
         if self.updated:
             await supersede(connection, [(stored[job.name], job) for job in self.updated])
             await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(self.updated))
         await open_cursors(connection, [*self.created, *self.updated])
-        changed = [*self.applied.created, *self.applied.updated, *self.doomed]
+        changed = [*self.applied.created, *self.applied.updated, *self.applied.deleted]
         if changed:
             await connection.execute(jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, changed)
 
@@ -351,11 +362,11 @@ class _RolledBack(Exception):
         self.applied = applied
 
 
-def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[str]:
+def _pruned(stored: Mapping[str, Job], named: set[str]) -> list[Job]:
     """The stored jobs a pruning apply deletes: those in its scope (the only others it
     locked) that it does not name, unless completed: those are history."""
     return [
-        name
+        job
         for name, job in stored.items()
         if name not in named and job.state is not JobState.COMPLETED
     ]
@@ -394,10 +405,22 @@ def _lock_key_conflict(name: str) -> Conflict:
     return Conflict(f"job {name!r} has the lock_key of an existing job; choose another name")
 
 
-async def _write_job(connection: Connection, name: str, job: Job | None, *, exists: bool) -> None:
+async def _write_job(
+    connection: Connection, name: str, job: Job | None, before: Job | None, by: str
+) -> None:
     if job is None:
         await connection.execute(jobs_sql.DELETE, name)
-    elif exists:
+        await _detach_runs(connection, [before] if before else [], by)
+    elif before is not None:
         await connection.execute(jobs_sql.UPDATE_JOB, *job_values(job))
     else:
         await connection.execute(jobs_sql.INSERT, *job_values(job))
+
+
+async def _detach_runs(connection: Connection, deleted: Sequence[Job], by: str) -> None:
+    """The deleted jobs' ended runs go; their runs in flight are cancelled, asked by `by`
+    (a statement after the delete's own: see jobs_sql.DETACH_RUNS)."""
+    names = [job.name for job in deleted]
+    incarnations = [job.incarnation for job in deleted]
+    await connection.execute(jobs_sql.DETACH_RUNS, names, incarnations, by, JOB_DELETED)
+    await connection.execute(jobs_sql.DELETE_ENDED_RUNS, names)

@@ -2,6 +2,7 @@
 constant each."""
 
 from service.store import runs_sql
+from service.store.fire_sql import CANCELS_CHANNEL
 from service.store.rows import (
     JOB_COLUMN_TYPES,
     JOB_COLUMNS,
@@ -136,5 +137,36 @@ UPDATE_JOBS = f"""UPDATE tickgate_jobs AS j
     FROM {UNNESTED_JOBS} WHERE j.name = u.name"""
 
 DELETE_JOBS = "DELETE FROM tickgate_jobs WHERE name = ANY($1::text[])"
+
+# A delete is a cancel (migration 0031): run in the delete's transaction right after
+# DELETE or DELETE_JOBS, as a statement of its own, so that its snapshot sees every run
+# whose claim the delete waited for (a claim holds the job row for its statement). The
+# `running` runs of the jobs $1 (their incarnations $2) stay until they end (or their
+# replica is gone), detached (`name@deleted:incarnation`, no job's name, so a job made
+# again under the name shares no tick with them), and have their cancel asked ($3 who,
+# $4 why) with every replica told, as REQUEST_CANCEL asks it: the replica running each
+# stops it and records it `cancelled`, releasing the lock. A cancel someone asked
+# before stays as asked.
+DETACH_RUNS = f"""WITH gone AS (
+        SELECT * FROM unnest($1::text[], $2::uuid[]) AS g(name, incarnation)
+    ), asked AS (
+        UPDATE tickgate_runs r SET job = gone.name || '@deleted:' || gone.incarnation,
+            cancel_requested_at = COALESCE(r.cancel_requested_at, clock_timestamp()),
+            cancelled_by = CASE WHEN r.cancel_requested_at IS NULL THEN $3
+                                ELSE r.cancelled_by END,
+            cancel_reason = CASE WHEN r.cancel_requested_at IS NULL THEN $4
+                                 ELSE r.cancel_reason END
+        FROM gone
+        WHERE r.job = gone.name AND r.status = 'running'
+        RETURNING r.id, gone.name, gone.incarnation, r.lock_key,
+            pg_notify('{CANCELS_CHANNEL}', r.id::text)
+    )
+    INSERT INTO tickgate_detached_runs (run_id, job, incarnation, lock_key, detached_at)
+    SELECT id, name, incarnation, lock_key, clock_timestamp() FROM asked"""
+
+# Then, a statement later (a run that ended while DETACH_RUNS ran is seen ended here),
+# the rest of the deleted jobs' runs go, with what cascades from them (outputs, hook
+# deliveries), as the cascade from the job did before migration 0031.
+DELETE_ENDED_RUNS = "DELETE FROM tickgate_runs WHERE job = ANY($1::text[])"
 
 HOLDERS_OF_KEYS = "SELECT lock_key, name FROM tickgate_jobs WHERE lock_key = ANY($1::bigint[])"

@@ -2,16 +2,24 @@
 API pool (skips, the queue_one slot, orphans, an end recorded elsewhere). Statements in
 `runs_sql` and `fire_sql`."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID, uuid4
 
 from service.domain.gaps import Outcome, split_gaps
 from service.domain.jobs import Job
-from service.domain.runs import EARLIER_ATTEMPTS, AttemptEnd, CancelRequest, Run, SkipReason
+from service.domain.runs import (
+    EARLIER_ATTEMPTS,
+    JOB_DELETED,
+    AttemptEnd,
+    CancelRequest,
+    Run,
+    SkipReason,
+)
 from service.store import backfill_sql, fire_sql, runs_sql
 from service.store.base import StoreBase
-from service.store.ports import BackendId, Orphan, RunEnd, Skip
+from service.store.ports import BackendId, NextAttempt, Orphan, RunEnd, Skip
 from service.store.rows import (
     job_from_row,
     last_run_from_row,
@@ -130,12 +138,17 @@ class LedgerStore(StoreBase):
             )
         return [run_from_row(row) for row in rows]
 
-    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
-        """A retry of a `running` run starts: its row counts it and keeps `ended`."""
+    async def note_attempt(self, run: Run, job: Job, ended: AttemptEnd) -> NextAttempt:
+        """A retry of a `running` run is to start: its row counts it and keeps `ended`,
+        and the job as stored says what it runs (see `ports.Ledger.note_attempt`)."""
         async with self._bounded() as connection:
-            await connection.execute(
-                fire_sql.NOTE_ATTEMPT, *fire_sql.note_attempt_arguments(run_id, ended)
+            row = await connection.fetchrow(
+                fire_sql.NOTE_ATTEMPT, *fire_sql.note_attempt_arguments(run, job, ended)
             )
+        assert row is not None, "one row: a select from one row"
+        if row["counted"]:
+            return NextAttempt(job_from_row(row))
+        return NextAttempt(None, _why_not(row, run, ended.attempt + 1))
 
     async def reserve_pending(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
@@ -175,3 +188,14 @@ class LedgerStore(StoreBase):
         async with self._bounded() as connection:
             rows = await connection.fetch(fire_sql.CANCELS_ASKED, runner)
         return [CancelRequest(row["id"], row["cancelled_by"], row["cancel_reason"]) for row in rows]
+
+
+def _why_not(row: Mapping[str, Any], run: Run, attempt: int) -> str:
+    """Why NOTE_ATTEMPT did not count the attempt: what the run records as it ends."""
+    if row["cancel_asked"]:
+        return CancelRequest(run.id, row["cancelled_by"], row["cancel_reason"]).error()
+    if not row["same_job"]:
+        return f"cancelled: {JOB_DELETED} before attempt {attempt}"
+    if row["paused"]:
+        return f"cancelled: the job was paused before attempt {attempt}"
+    return f"cancelled: the run was ended elsewhere before attempt {attempt}"

@@ -43,7 +43,15 @@ from uuid import UUID, uuid4
 
 from service.domain.gaps import GapSplit, Outcome, split_gaps
 from service.domain.jobs import Job, JobState
-from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger
+from service.domain.runs import (
+    DELETED_BY_TICKGATE,
+    JOB_DELETED,
+    AttemptEnd,
+    CancelRequest,
+    Run,
+    RunStatus,
+    RunTrigger,
+)
 from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
 from service.store.ports import (
     BackendId,
@@ -53,6 +61,7 @@ from service.store.ports import (
     JobUpdateFn,
     Ledger,
     LockPool,
+    NextAttempt,
     Orphan,
     PinnedSession,
     RunEnd,
@@ -151,8 +160,9 @@ class _Slot:
 
 class MemoryDatabase:
     """What every replica shares. Jobs are written with `put_job` / `delete_job` (the
-    API's writes; a delete takes the job's runs and slot with it, as its foreign keys
-    cascade); the fire path reaches the rest through the pools and ledgers over it."""
+    API's writes; a delete takes the job's slot and ended runs with it, and detaches its
+    running ones, as `jobs_sql.DETACH_RUNS` does); the fire path reaches the rest
+    through the pools and ledgers over it."""
 
     def __init__(self, *, clock: Clock, hooks: Hooks | None = None) -> None:
         self.clock = clock
@@ -168,6 +178,7 @@ class MemoryDatabase:
         self._orphaned_at: dict[UUID, datetime] = {}  # the orphans' stamps
         self._slots: dict[str, _Slot] = {}
         self._cancels: dict[UUID, CancelRequest] = {}  # asked of running runs
+        self._detached: dict[UUID, int] = {}  # runs a delete left, and their lock keys
         # Each job's tick cursor (migration 0014): every scheduled tick before it is decided.
         self._cursors: dict[str, datetime] = {}
         self._locks: dict[int, tuple[int, int]] = {}  # key: (session, times taken)
@@ -183,12 +194,19 @@ class MemoryDatabase:
     def put_job(self, job: Job) -> None:
         self._write_job(job)
 
-    def delete_job(self, name: str) -> None:
-        self._jobs.pop(name, None)
+    def delete_job(self, name: str, by: str = DELETED_BY_TICKGATE) -> None:
+        """As a delete and `jobs_sql.DETACH_RUNS`: a running run stays, detached from the
+        name, with its cancel asked by `by`; the others go."""
+        job = self._jobs.pop(name, None)
         self._slots.pop(name, None)
         self._cursors.pop(name, None)
         for tick in [tick for tick in self._runs if tick[0] == name]:
-            del self._run_ticks[self._runs.pop(tick).id]
+            run = self._runs.pop(tick)
+            del self._run_ticks[run.id]
+            if job is not None and run.status is RunStatus.RUNNING:
+                self._write(run.model_copy(update={"job": f"{name}@deleted:{job.incarnation}"}))
+                self._cancels.setdefault(run.id, CancelRequest(run.id, by, JOB_DELETED))
+                self._detached[run.id] = self._backends[run.id][2]
 
     def job(self, name: str) -> Job | None:
         return self._jobs.get(name)
@@ -343,13 +361,22 @@ class MemoryDatabase:
             capped=_capped(tick, job),
             inactive=_inactive(tick, job),
             ticked=run is None and (_tick_of(tick) in statement.began or passed),
-            busy=(not got and _busy(tick, statement.began.values()))
+            busy=(not got and (_busy(tick, statement.began.values()) or self._detached_holds(tick)))
             or (run is None and queued_before),
             released=released,
             run=run,
             stored_job=job if run is not None and tick.any_version else None,
         )
         return facts.claim(tick)
+
+    def _detached_holds(self, tick: TickClaim) -> bool:
+        """A run a delete detached holds the tick's lock key: a run of the job in progress."""
+        return tick.lock and any(
+            key == tick.job.lock_key
+            and (run := self._runs.get(self._run_ticks[run_id])) is not None
+            and run.status is RunStatus.RUNNING
+            for run_id, key in self._detached.items()
+        )
 
     def _passed(self, job: str, at: datetime, trigger: RunTrigger) -> bool:
         """A scheduled tick before its job's cursor has its outcome."""
@@ -436,6 +463,7 @@ class MemoryDatabase:
             if run.status is RunStatus.RUNNING
             and run.started_at < now - ORPHAN_AGE
             and self._orphaned(run)
+            and run.job in self._jobs  # as ORPHANS joins its job: a detached run has none
         ]
         found = []
         for run in sorted(runs, key=lambda run: run.started_at)[:most]:
@@ -498,12 +526,24 @@ class MemoryDatabase:
         )
         return Claim(ClaimOutcome.CLAIMED, resumed, orphan.locked)
 
-    def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
-        """Counts it; the attempts' times are not modelled (PostgreSQL's tests cover them)."""
+    def note_attempt(self, run_id: UUID, job: Job, ended: AttemptEnd) -> NextAttempt:
+        """Counts it, as `fire_sql.NOTE_ATTEMPT` does, with the job as stored; the
+        attempts' times are not modelled (PostgreSQL's tests cover them)."""
         tick = self._run_ticks.get(run_id)
         run = self._runs.get(tick) if tick else None
-        if run is not None and run.status is RunStatus.RUNNING:
-            self._write(run.model_copy(update={"attempts": ended.attempt + 1}))
+        stored = self._jobs.get(job.name)
+        attempt = ended.attempt + 1
+        if run is None or run.status is not RunStatus.RUNNING:
+            ended_elsewhere = f"cancelled: the run was ended elsewhere before attempt {attempt}"
+            return NextAttempt(None, ended_elsewhere)
+        if run_id in self._cancels:
+            return NextAttempt(None, self._cancels[run_id].error())
+        if stored is None or stored.incarnation != job.incarnation:
+            return NextAttempt(None, f"cancelled: the job was deleted before attempt {attempt}")
+        if stored.state is JobState.PAUSED and job.state is not JobState.PAUSED:
+            return NextAttempt(None, f"cancelled: the job was paused before attempt {attempt}")
+        self._write(run.model_copy(update={"attempts": attempt, "job_version": stored.version}))
+        return NextAttempt(stored)
 
     # --- ends, skips, slots, jobs --------------------------------------------------
 
@@ -825,9 +865,9 @@ class MemoryLedger(Ledger):
         await _round_trip()
         self._database.update_jobs(updates)
 
-    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
+    async def note_attempt(self, run: Run, job: Job, ended: AttemptEnd) -> NextAttempt:
         await _round_trip()
-        self._database.note_attempt(run_id, ended)
+        return self._database.note_attempt(run.id, job, ended)
 
     async def orphans(self, most: int) -> list[Orphan]:
         await _round_trip()

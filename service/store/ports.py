@@ -33,6 +33,7 @@ __all__ = [
     "JobUpdateFn",
     "Ledger",
     "LockPool",
+    "NextAttempt",
     "NextTick",
     "Orphan",
     "PinnedSession",
@@ -150,6 +151,19 @@ def check_orphans(orphans: Sequence[Orphan]) -> None:
     keys = [orphan.lock_key for orphan in orphans if orphan.locked]
     if len(set(keys)) != len(keys):
         raise ValueError("a resume takes at most one orphan per lock key")
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """What a run's retry found as its row counted it (`Ledger.note_attempt`): the job as
+    stored now, whose definition the attempt runs; or `None` and why it does not start.
+    `cancelled`: the run ends `cancelled` saying `why_not` (a cancel was asked, the job
+    was deleted or paused); otherwise it ends with its last attempt's outcome (the
+    attempt could not be counted, and an attempt not counted is never made)."""
+
+    job: Job | None
+    why_not: str = ""
+    cancelled: bool = True
 
 
 @dataclass(frozen=True)
@@ -374,9 +388,14 @@ class Ledger(Protocol):
         resumed the orphan records its end itself."""
         ...
 
-    async def note_attempt(self, run_id: UUID, ended: AttemptEnd) -> None:
-        """The attempt after `ended` of a `running` run starts: its row counts it, and
-        keeps `ended` with its times (GET /v1/runs/{id} shows them)."""
+    async def note_attempt(self, run: Run, job: Job, ended: AttemptEnd) -> NextAttempt:
+        """The attempt after `ended` of a `running` run is to start: its row counts it,
+        keeps `ended` with its times (GET /v1/runs/{id} shows them) and names the job's
+        version now stored, which the attempt runs (an edit reaches the next attempt).
+        It is not counted, and does not start, if the run is no longer `running`, a
+        cancel was asked of it, or its job (`job`'s incarnation) is gone, or paused
+        since `job` was read (a manual run of a paused job makes its retries).
+        Raises if the database could not answer: the attempt is then not counted."""
         ...
 
     async def orphans(self, most: int) -> list[Orphan]:

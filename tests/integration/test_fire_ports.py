@@ -506,7 +506,9 @@ async def test_an_orphaned_run_goes_on_once_elsewhere_while_its_policy_allows(
         # The replica that lost it records its end no more: the run is the taker's now.
         assert await backend.ledger.finish_run(orphan.run.id, SUCCEEDED, orphan.backend) is None
         retried = AttemptEnd(2, RunStatus.FAILED, "boom", waited_seconds=0.5)
-        await backend.ledger.note_attempt(orphan.run.id, retried)  # the last retry starts
+        noted = await backend.ledger.note_attempt(orphan.run, job, retried)  # the last retry
+        assert noted.job is not None
+        assert (noted.job.name, noted.job.version) == ("orphan", job.version)
         taker.terminate()
         await backend.pass_time(2.5)
         spent = await _the_orphan(backend)
@@ -1186,3 +1188,21 @@ async def _finished_runs(backend: Backend, job: str, count: int) -> list[Run]:
 
     await eventually_async(done, 30, f"{count} finished runs of {job}")
     return sorted(await backend.runs_of(job), key=lambda run: run.scheduled_for)
+
+
+async def test_a_delete_detaches_the_run_in_flight_and_asks_its_cancel(backend: Backend) -> None:
+    """A delete is a cancel (#41): the run in flight keeps its row, detached from the
+    name, with its cancel asked; until it ends it holds the name's lock, and a tick of a
+    job made again under the name finds a run of it in progress (`busy`)."""
+    job = await backend.add_job("doomed")
+    async with backend.sessions.session(5) as old, backend.sessions.session(5) as new:
+        [claim] = await old.claim([tick(job, tick_now())])
+        assert claim.run is not None
+        await backend.delete_job("doomed")
+        reborn = await backend.add_job("doomed")
+        [later] = await new.claim([tick(reborn, tick_now() + timedelta(seconds=1))])
+        asked = await backend.ledger.cancels_asked("r")
+        assert await old.unlock(job.lock_key)
+    assert later.outcome is ClaimOutcome.BUSY
+    assert asked == [CancelRequest(claim.run.id, "tickgate", "the job was deleted")]
+    assert await backend.runs_of("doomed") == []  # the job made again has none of them
