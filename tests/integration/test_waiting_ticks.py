@@ -188,7 +188,7 @@ async def _member(database_url: str, runner: str) -> AsyncIterator[None]:
     """A live member named `runner`, while this lasts (its session holds its lock)."""
     connection = await asyncpg.connect(database_url)
     try:
-        assert await connection.fetchval(JOIN, runner, "test", "test") is not None
+        assert await connection.fetchval(JOIN, runner, "test", "test", None) is not None
         yield
     finally:
         await connection.close()
