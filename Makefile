@@ -138,12 +138,15 @@ bench-versus: $(VENV)/.bench
 # churn, kill -9 of a replica every 5 minutes, a PostgreSQL restart and a blackholed link,
 # for SOAK_MINUTES (30); writes bench/results/soak-<date>.json and .png and the soak
 # section of RELIABILITY.md; fails on a duplicate, an unaccounted tick or a growing curve.
-# First, the accounting test of issue #22 with 5 minutes of random faults (60 s in `make
-# test`): every tick from each job's creation to its cursor has exactly one outcome.
+# First, the accounting test of issue #22 with 5 minutes of random faults (40 s in `make
+# test`): every tick from each job's creation to its cursor has exactly one outcome; then
+# the stateful test of the seams (#41) with many more examples and steps than `make check`.
 SOAK_MINUTES ?= 30
 soak: $(VENV)/.bench
 	TICKGATE_FAULT_ACCOUNTING_SECONDS=300 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		-o timeout=1200 tests/acceptance/test_fault_accounting.py
+	SEAMS_EXAMPLES=20 SEAMS_STEPS=40 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-o timeout=3600 tests/integration/test_seams_stateful.py
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 ROOT    = [ "$$(id -u)" = 0 ]

@@ -11,9 +11,10 @@ how late, against what should have.
 
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, Protocol
 
 from harness.receiver import Receipt
@@ -51,63 +52,141 @@ def rfc3339(moment: float) -> str:
 
 
 # Each job's threshold and tick cursor (migration 0014), and its ticks' outcomes: every row
-# but a manual run's.
+# of a tick (runs on demand are no tick's), and the tick a `queue_one` job has waiting.
 CURSORS = """SELECT j.name AS job, extract(epoch FROM j.fire_after)::float8 AS threshold,
            extract(epoch FROM k.tick)::float8 AS cursor
     FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
     WHERE j.name = ANY($1::text[])"""
-OUTCOMES = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks
+OUTCOMES = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks,
+           trigger::text AS trigger
     FROM tickgate_runs
-    WHERE job = ANY($1::text[]) AND trigger <> 'manual'"""
+    WHERE job = ANY($1::text[]) AND trigger NOT IN ('manual', 'chain')
+    UNION ALL
+    SELECT job, extract(epoch FROM scheduled_for)::float8, NULL, 'waiting'
+    FROM tickgate_pending WHERE job = ANY($1::text[])"""
+# Two rows of one (job, tick): the ledger's unique key forbids them; counted all the same,
+# so that a change of that key cannot pass unseen.
+TWICE = """SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, count(*) AS rows
+    FROM tickgate_runs
+    WHERE job = ANY($1::text[]) AND trigger NOT IN ('manual', 'chain')
+    GROUP BY job, scheduled_for HAVING count(*) > 1"""
+# The scheduled rows (and waiting ticks) that must fall on a nominal tick: a backfill's
+# may lie outside the job's window, which ticks asked for by name ignore.
+_ON_SCHEDULE = ("schedule", "catchup", "waiting")
+# How many ticks one job's judgement reads at most: a cursor parked past the last tick
+# while ticks remain (an end moved later) has unboundedly many undecided ticks before it.
+MAX_TICKS = 1000
+
+# A job's nominal ticks strictly after `after` and before `before` (POSIX seconds).
+Ticks = Callable[[float, float], Iterator[float]]
+
+
+def every(period: int) -> Ticks:
+    """The ticks of a job of a period: the whole seconds divisible by it."""
+
+    def ticks(after: float, before: float) -> Iterator[float]:
+        if not math.isfinite(before):
+            raise ValueError("the cursor is past its last tick: not a job of a period")
+        at = (math.floor(after / period) + 1) * period
+        while at < before:
+            yield float(at)
+            at += period
+
+    return ticks
+
+
+def tick_problems(sql: Fetches, tickers: Mapping[str, Ticks]) -> list[str]:
+    """The ledger's invariant, read from the database alone (the stateful test and the
+    soak judge by it): for each job, every nominal tick after its threshold and before its
+    cursor has exactly one outcome (a row, or the tick waiting under `queue_one`), or is
+    one of the ticks without a row that the misfire row ending their run counts; no row of
+    a tick falls between the job's nominal ticks, and no (job, tick) has two rows."""
+    jobs = list(tickers)
+    cursors = sql.fetch(CURSORS, jobs)  # first: rows written meanwhile only add outcomes
+    twice = [
+        f"{r['job']} tick {rfc3339(r['at'])} has {r['rows']} rows" for r in sql.fetch(TWICE, jobs)
+    ]
+    return twice + judge_ticks(cursors, sql.fetch(OUTCOMES, jobs), tickers)
 
 
 def cursor_problems(sql: Fetches, periods: Mapping[str, int]) -> list[str]:
-    """The tick cursor's invariant, read from the database alone: for each job, every
-    nominal tick after its threshold and before its cursor has exactly one row, or is one of
-    the ticks without a row that the misfire row ending their run counts."""
-    jobs = list(periods)
-    return judge_cursors(sql.fetch(CURSORS, jobs), sql.fetch(OUTCOMES, jobs), periods)
+    """`tick_problems` of jobs of a period."""
+    return tick_problems(sql, {job: every(period) for job, period in periods.items()})
 
 
 def judge_cursors(
     cursors: Iterable[Any], outcomes: Iterable[Any], periods: Mapping[str, int]
 ) -> list[str]:
     """`cursor_problems` of rows already read (CURSORS and OUTCOMES)."""
-    counted: dict[str, dict[float, int]] = {job: {} for job in periods}
+    return judge_ticks(cursors, outcomes, {job: every(period) for job, period in periods.items()})
+
+
+def judge_ticks(
+    cursors: Iterable[Any], outcomes: Iterable[Any], tickers: Mapping[str, Ticks]
+) -> list[str]:
+    """`tick_problems` of rows already read (CURSORS and OUTCOMES)."""
+    counted: dict[str, dict[float, Any]] = {job: {} for job in tickers}
     for row in outcomes:
-        counted[row["job"]][row["at"]] = row["missed_ticks"] or 1
+        counted[row["job"]][round(row["at"], 6)] = row
     return [
         problem
         for row in cursors
-        for problem in _cursor_problems(
-            row["job"], periods[row["job"]], row["threshold"], row["cursor"], counted[row["job"]]
+        for problem in _tick_problems(
+            row["job"], tickers[row["job"]], row["threshold"], row["cursor"], counted[row["job"]]
         )
     ]
 
 
-def _cursor_problems(
-    job: str, period: int, threshold: float, cursor: float, outcomes: dict[float, int]
+def _tick_problems(
+    job: str, ticks: Ticks, threshold: float, cursor: float, outcomes: dict[float, Any]
 ) -> list[str]:
-    if not math.isfinite(cursor):
-        raise ValueError(f"{job}'s cursor is past its last tick: not a job of a period")
-    problems, rowless = [], 0
-    at = (math.floor(threshold / period) + 1) * period  # the first tick after the threshold
-    while at < cursor:
-        if (counts := outcomes.get(at)) is not None:
-            if counts != rowless + 1:
+    problems, rowless, nominal = [], 0, set()
+    for at in islice(ticks(threshold, cursor), MAX_TICKS):
+        nominal.add(at)
+        if (row := outcomes.get(at)) is not None:
+            if (counts := row["missed_ticks"] or 1) != rowless + 1:
                 problems.append(
                     f"{job} tick {rfc3339(at)} counts {counts} ticks, not {rowless + 1}"
                 )
             rowless = 0
         else:
             rowless += 1
-        at += period
     if rowless:
         problems.append(
-            f"{job}: {rowless} ticks before its cursor {rfc3339(cursor)} have no outcome"
+            f"{job}: {rowless} ticks before its cursor {_moment(cursor)} have no outcome"
         )
-    strays = [t for t in outcomes if threshold < t < cursor and t % period]
-    return problems + [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in strays]
+    strays = [
+        at
+        for at, row in outcomes.items()
+        if threshold < at < cursor and at not in nominal and row["trigger"] in _ON_SCHEDULE
+    ]
+    if len(nominal) < MAX_TICKS:  # past the last tick read, a row is no stray
+        problems += [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in sorted(strays)]
+    return problems
+
+
+def _moment(at: float) -> str:
+    return rfc3339(at) if math.isfinite(at) else "past its last tick"
+
+
+def lock_problems(sql: Fetches, lock_key: Callable[[str], int]) -> list[str]:
+    """Each job lock (a bigint advisory lock) held while no `running` row is of its job:
+    a lock nobody's run explains blocks every tick of the job. A run detached by a delete
+    (`name@deleted:incarnation`) holds its name's key. Transient between a claim's lock
+    and its row, and between a finish and its unlock: the caller waits it out."""
+    running = sql.fetch("SELECT job FROM tickgate_runs WHERE status = 'running'")
+    explained = {lock_key(row["job"].split("@deleted:")[0]) for row in running}
+    return [
+        f"advisory lock {row['key']} held by backend {row['pid']} with no running run"
+        for row in sql.fetch(_JOB_LOCKS)
+        if row["key"] not in explained
+    ]
+
+
+# The bigint advisory locks held in this database (a job's lock; members lock (int, int)).
+_JOB_LOCKS = """SELECT (classid::bigint << 32) | objid::bigint AS key, pid FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 1
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
 
 
 def nominal_ticks(periods: Mapping[str, int], first: int, last: int) -> list[Tick]:

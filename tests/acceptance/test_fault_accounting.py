@@ -3,7 +3,7 @@ whatever happens to the cluster, and the database alone shows it.
 
 Three `tickgate serve` replicas (the third through a TCP proxy) run 200 jobs calling a
 loopback receiver: one-second crons and intervals, jittered ones and queue_one ones
-whose calls outlast a tick, all with a 2 s misfire grace. For 60 s a random schedule of
+whose calls outlast a tick, all with a 2 s misfire grace. For 40 s a random schedule of
 faults plays, one after the other: kill -9 of a replica, SIGTERM of one, a PostgreSQL
 restart, the proxied replica's link blackholed past the grace, and a replica's scheduler
 stalled (SIGSTOP) past it. Afterwards every job's tick cursor has passed the window, and
@@ -42,7 +42,7 @@ from tests.support.cluster import (
     wait_until,
 )
 
-WINDOW_SECONDS = float(os.environ.get("TICKGATE_FAULT_ACCOUNTING_SECONDS", "60"))
+WINDOW_SECONDS = float(os.environ.get("TICKGATE_FAULT_ACCOUNTING_SECONDS", "40"))
 GRACE_SECONDS = 2
 FAULT_SECONDS = 5.0  # how long each fault lasts: past the grace, so ticks misfire
 REPLICA_ENV = {"TICKGATE_SHUTDOWN_GRACE_SECONDS": "3", "TICKGATE_RECONCILE_SECONDS": "5"}
