@@ -145,7 +145,7 @@ SOAK_MINUTES ?= 30
 soak: $(VENV)/.bench
 	TICKGATE_FAULT_ACCOUNTING_SECONDS=300 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		-o timeout=1200 tests/acceptance/test_fault_accounting.py
-	SEAMS_EXAMPLES=20 SEAMS_STEPS=40 $(BIN)/python -m pytest -q -p no:cacheprovider \
+	SEAMS_EXAMPLES=20 SEAMS_STEPS=40 SEAMS_SHRINK=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		-o timeout=3600 tests/integration/test_seams_stateful.py
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
