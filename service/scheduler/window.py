@@ -39,7 +39,7 @@ from service.scheduler.clock import ReplicaClock
 from service.scheduler.overdue import check_overdue
 from service.scheduler.runner import Runner
 from service.store import Store
-from service.store.cursors import WindowRead
+from service.store.cursors import WindowRead, waits_for_a_tick
 from service.store.errors import is_unavailable
 from service.store.link import Link
 from service.store.listener import JobListener
@@ -273,7 +273,7 @@ class Window:
                     self._runner.job_deleted(name)
                 elif name not in ours:
                     continue
-                elif job.state is not JobState.ACTIVE or cursor is None:
+                elif job.state is not JobState.ACTIVE or not waits_for_a_tick(cursor):
                     self._drop(name)
                 else:
                     self._plan(job, cursor, read)

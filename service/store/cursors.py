@@ -5,7 +5,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 from uuid import uuid4
 
 from service.domain.cursors import (
@@ -41,6 +41,12 @@ SUPERSEDING_RUNNER = "edit"
 
 # What a window holds of a job by name, at some revision (None: nothing).
 Held = Callable[[str], Job | None]
+
+
+def waits_for_a_tick(cursor: datetime | None) -> TypeGuard[datetime]:
+    """Whether a cursor as read stands at a tick: one past its job's last tick is
+    'infinity', which asyncpg reads as a naive datetime.max, to compare with nothing."""
+    return cursor is not None and cursor.tzinfo is not None
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ async def fetch_window(
 ) -> WindowRows:
     """The active jobs of `buckets` (None: all) with a cursor that may fall due in the
     next `seconds`, by the database's clock, the `held` ones (at the revision read)
-    reused; or, given `names`, the jobs of those names that exist, in any state."""
+    reused; or, given `names`, the jobs of those names that exist, in any state (and
+    cursors past the last tick: `waits_for_a_tick`)."""
     now: datetime = await connection.fetchval("SELECT clock_timestamp()")
     until = now + timedelta(seconds=seconds)
     if names is not None:
@@ -288,9 +295,7 @@ async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) 
     if not rows:
         return
     now: datetime = rows[0]["now"]
-    # A cursor past the job's last tick ('infinity', which asyncpg reads as a naive
-    # datetime.max) waits for no tick.
-    cursors = {row["job"]: row["tick"] for row in rows if row["tick"].tzinfo is not None}
+    cursors = {row["job"]: row["tick"] for row in rows if waits_for_a_tick(row["tick"])}
     decided = await _decided_through(connection, cursors, now)
     runs = [
         (before.name, run)

@@ -285,6 +285,35 @@ async def test_a_change_whose_load_failed_is_loaded_on_retry(
     assert scripted.tripped("load")
 
 
+async def cursor_gone(store: Store, name: str) -> bool:
+    """Whether the job's cursor is past its last tick ('infinity', a naive datetime.max)."""
+    cursor = await store.cursor(name)
+    return cursor is not None and cursor.tzinfo is None
+
+
+async def test_a_change_to_a_job_past_its_last_tick_holds_up_no_other_change(
+    store: Store, window: Window, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A one-time job whose tick is gone is still `active` until the sweep completes it,
+    its cursor at 'infinity' (which asyncpg reads as a naive datetime.max). A change to
+    it used to fail the load of its whole batch with a TypeError, retried (and logged)
+    for ever: no other change reached the window but by a refill, until the sweep."""
+    await create(store, "report", "v1")
+    await window.start()
+    at = datetime.now(UTC) + timedelta(seconds=1)
+    gone = spec("gone").model_copy(update={"schedule": OnceSchedule(kind="once", at=at)})
+    await store.mutate_job("gone", lambda _: create_job("gone", gone, datetime.now(UTC)))
+    await eventually_async(
+        lambda: cursor_gone(store, "gone"), CONVERGE_SECONDS, "the one tick to be claimed"
+    )
+    changed = gone.model_copy(update={"args": {"message": "changed after its tick"}})
+    await store.mutate_job("gone", lambda job: replace_job(job, changed, datetime.now(UTC)))
+    v2 = await update(store, "report", "v2")
+    await holds(window, v2)
+    failed = [r.getMessage() for r in caplog.records if r.name == "service.scheduler.window"]
+    assert not [message for message in failed if message.startswith("failed")], failed
+
+
 async def test_a_failed_resync_after_a_reconnect_is_retried(
     store: Store, scripted: ScriptedStore, window: Window, database_url: str
 ) -> None:
