@@ -44,8 +44,8 @@ def same_backend(pid: str, start: str, other_pid: str, other_start: str) -> str:
 
 
 # A claim's view of each job: the row and its cursor.
-_CURSORED_JOB = """j.name, j.incarnation, j.version, j.state, j.max_runs, j.runs_started,
-    j.fire_after, k.tick AS cursor"""
+_CURSORED_JOB = """j.name, j.incarnation, j.version, j.state, j.overlap, j.max_runs,
+    j.runs_started, j.fire_after, k.tick AS cursor"""
 
 
 def _passed(tick: str, job: str) -> str:
@@ -219,9 +219,12 @@ def claim_statement(*, counted: bool) -> str:
         SELECT true AS found FROM tickgate_runs r
         WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for LIMIT 1) AS ticked ON true
     LEFT JOIN LATERAL (
+        -- A backfill gives way to the scheduled ticks: one due during a backfill run
+        -- waits for it within its grace, not judged by the overlap policy; but
+        -- queue_one's waiting is its policy, which outlasts the grace.
         SELECT true AS found FROM tickgate_runs r
         WHERE r.job = g.job AND r.status = 'running' AND r.scheduled_for <> g.scheduled_for
-          AND r.trigger <> 'backfill'
+          AND (r.trigger <> 'backfill' OR c.overlap = 'queue_one')
         UNION ALL
         -- A run of the name's deleted incarnation holds the key until its cancel has
         -- stopped it (migration 0031): a run of the job in progress, as the policy sees it.

@@ -387,6 +387,49 @@ async def test_queue_one_runs_one_waiting_tick_after_the_run(
     assert queued_tick < _when(first["finished_at"]) <= queued_start
 
 
+async def test_a_queue_one_tick_due_during_a_backfill_run_waits_for_it(
+    settings: Settings, receiver: Receiver
+) -> None:
+    """A scheduled tick gives a backfill run no room, and the backfill gives way to it
+    before its next tick. A queue_one tick due during a backfill run longer than its
+    grace waits for that run, as it would for any run: it used to be recorded a misfire
+    (its claim saw the lock held by no run it counted, and asked again until its grace
+    ran out)."""
+    receiver.respond("/slow", delay=2.5)
+    now = datetime.now(UTC).replace(microsecond=0)
+    due = now + timedelta(seconds=3)  # the scheduled tick, 1 s into the first backfill run
+    async with scheduling(settings) as client:
+        job = {
+            "name": "queued",
+            "schedule": {"kind": "interval", "every_seconds": 60, "anchor": due.isoformat()},
+            "task": "http",
+            "overlap": "queue_one",
+            "misfire_grace_seconds": 1,
+            "args": {"url": f"{receiver.url}/slow"},
+        }
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        await asyncio.sleep((due - timedelta(seconds=1) - datetime.now(UTC)).total_seconds())
+        span = {
+            "from": (due - timedelta(seconds=120)).isoformat(),
+            "to": (due - timedelta(seconds=60)).isoformat(),
+        }
+        backfill = await client.post("/v1/jobs/queued/backfill", json=span)
+        assert backfill.status_code == 200, backfill.text
+        backfilled = backfill.json()["items"]
+        assert len(backfilled) == 2
+
+        async def scheduled() -> dict[str, Any] | None:
+            rows = await runs(client, "queued")
+            return next((r for r in rows if r["trigger"] == "schedule"), None)
+
+        ran = await eventually_async(scheduled, 30, "the scheduled tick's row")
+        ran = await finished_run(client, ran["id"])
+    assert (ran["status"], ran["skip_reason"]) == ("succeeded", None), ran
+    first = min(backfilled, key=lambda r: r["scheduled_for"])
+    assert _when(first["started_at"]) < _when(ran["scheduled_for"]) < _when(first["finished_at"])
+    assert _when(ran["started_at"]) >= _when(first["finished_at"])
+
+
 def _when(text: str | None) -> datetime:
     assert text is not None
     return datetime.fromisoformat(text)
