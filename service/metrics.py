@@ -1,11 +1,11 @@
 """Prometheus metrics, on a registry of the app's own (no import-time global state)."""
 
+import math
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.domain.runs import RunStatus
 from service.tasks.hosts import HostTally
@@ -195,39 +195,55 @@ class _HostCollector:
         yield from (open_, waiting, failures)
 
 
-_SampleKey = tuple[str, tuple[tuple[str, str], ...]]
-
-
 def merge_expositions(*texts: bytes) -> bytes:
     """One pod's exposition from those of its processes (the API's and the scheduler's):
     counters and histograms add up, gauges follow SUMMED_GAUGES. One scrape then shows the
-    pod as one replica, as before the split."""
-    families: dict[str, Metric] = {}
-    values: dict[str, dict[_SampleKey, float]] = {}
+    pod as one replica, as before the split.
+
+    Merged line by line: both come from `generate_latest`, which spells a series alike in
+    every process. Parsed into families, the expositions of 2,000 jobs (400 KB) took
+    170 ms of the scrape on an idle core, and seconds on a busy one."""
+    families: dict[str, _MergedFamily] = {}
     for text in texts:
-        for family in text_string_to_metric_families(text.decode()):
-            merged = families.setdefault(
-                family.name, Metric(family.name, family.documentation, family.type)
-            )
-            held = values.setdefault(family.name, {})
-            for sample in family.samples:
-                key = (sample.name, tuple(sorted(sample.labels.items())))
-                earlier = held.get(key)
-                held[key] = (
-                    sample.value
-                    if earlier is None
-                    else _combine(merged, key, earlier, sample.value)
-                )
-    for name, family in families.items():
-        for (sample_name, labels), value in values[name].items():
-            family.add_sample(sample_name, dict(labels), value)
-    return generate_latest(_Families(list(families.values())))
+        family = None
+        for line in text.decode().splitlines():
+            if line.startswith("# HELP "):
+                name = line.split(" ", 3)[2]
+                family = families.setdefault(name, _MergedFamily(name, line))
+            elif line.startswith("# TYPE ") and family is not None:
+                family.type_line = line
+            elif line and family is not None:
+                series, _, value = line.rpartition(" ")
+                family.add(series, float(value))
+    return "".join(family.text() for family in families.values()).encode()
 
 
-def _combine(family: Metric, key: _SampleKey, earlier: float, later: float) -> float:
-    if family.type == "gauge" and family.name not in SUMMED_GAUGES:
-        return max(earlier, later)
-    return earlier + later
+def _number(value: float) -> str:
+    """A sample value as the text format spells it (Go's), as generate_latest does."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return "NaN" if math.isnan(value) else repr(value)
+
+
+class _MergedFamily:
+    """One metric family as merged: its header lines and each series' value."""
+
+    def __init__(self, name: str, help_line: str) -> None:
+        self.name, self.help_line, self.type_line = name, help_line, ""
+        self.values: dict[str, float] = {}
+
+    def add(self, series: str, value: float) -> None:
+        earlier = self.values.get(series)
+        if earlier is None:
+            self.values[series] = value
+        elif self.type_line.endswith(" gauge") and self.name not in SUMMED_GAUGES:
+            self.values[series] = max(earlier, value)
+        else:
+            self.values[series] = earlier + value
+
+    def text(self) -> str:
+        samples = "".join(f"{s} {_number(v)}\n" for s, v in self.values.items())
+        return f"{self.help_line}\n{self.type_line}\n{samples}"
 
 
 class _Families:

@@ -60,3 +60,15 @@ def test_a_scheduler_process_leaves_the_job_gauges_out() -> None:
     names = {name for name, _ in values(Metrics(database_gauges=False).exposition())}
     assert "tickgate_jobs_overdue" not in names
     assert "tickgate_runs_in_flight" in names
+
+
+def test_series_whose_labels_hold_spaces_quotes_and_backslashes_merge_as_one() -> None:
+    """The merge goes line by line: a label value is part of the series' spelling."""
+    name = 'nightly "report" \\ at 02:00'
+    first, second = Metrics(), Metrics(database_gauges=False)
+    first.runs.labels(name, "succeeded").inc()
+    second.runs.labels(name, "succeeded").inc(2)
+    second.runs.labels("other", "succeeded").inc()
+    merged = values(merge_expositions(first.exposition(), second.exposition()))
+    assert merged[("tickgate_runs_total", (("job", name), ("status", "succeeded")))] == 3
+    assert merged[("tickgate_runs_total", (("job", "other"), ("status", "succeeded")))] == 1
