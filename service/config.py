@@ -148,9 +148,9 @@ class Settings(BaseSettings):
         30,
         ge=10,
         le=3600,
-        description="How long a link to PostgreSQL may stay silent: PostgreSQL ends a quiet "
-        "pinned session (and frees its advisory locks) after this long, a replica fences "
-        "the runs of a silent session within half of it, and keepalives, heartbeats and "
+        description="How long a link to PostgreSQL may stay silent: a replica fences the runs "
+        "of a silent session within half of it, PostgreSQL ends a quiet pinned session (and "
+        "frees its advisory locks) after two thirds of it, and keepalives, heartbeats and "
         "fire-path statement deadlines derive from it (see service/store/link.py).",
     )
     shutdown_grace_seconds: float = Field(

@@ -25,17 +25,19 @@ PgBouncer refuses. With the default of 30 s (TICKGATE_DB_LINK_TIMEOUT_SECONDS):
 | heartbeat of a quiet pinned session, and its deadline | L/6 (5 s) |
 | client deadline of one statement on a pinned session | L/3 (10 s) |
 | `statement_timeout` / `lock_timeout` of lock sessions | L/6 (5 s) / L/10 (3 s) |
-| `idle_session_timeout` of pinned sessions | L (30 s) |
+| `idle_session_timeout` of pinned sessions | 2L/3 (20 s) |
 | keepalives: idle, interval, count | L/3 (10 s), L/6 (5 s), 3 |
 | `tcp_user_timeout` (both ends) | L (30 s) |
 
 A replica whose link goes silent drops the session, and fences its runs, within L/2
 (15 s: a quiet session's heartbeat comes within L/6 and answers within L/6; a busy
 one's statement was sent within L/6 of the last answer and answers within L/3);
-PostgreSQL ends the session no sooner than 5L/6 after it last heard from it (TCP
-keepalives) and at most L after (`idle_session_timeout`), freeing its locks. So the
-replica has stopped its runs before their locks are free for another replica, except
-when the locks vanish at once (a failover to a standby, which never had them).
+PostgreSQL ends the session 2L/3 after it last heard from it (`idle_session_timeout`:
+the fence's bound and a heartbeat's more, for the fenced runs to stop), freeing its
+locks. So the replica has stopped its runs before their locks are free for another
+replica, except when the locks vanish at once (a failover to a standby, which never
+had them). Until then the job's ticks find its lock held and are judged by the overlap
+policy: the bound is 2L/3 rather than L (it was), a third less of that delay.
 """
 
 import asyncio
@@ -90,10 +92,16 @@ class Link:
         """A replica whose link went silent has fenced its runs within this long."""
         return self.seconds / 2
 
+    @property
+    def free_seconds(self) -> float:
+        """PostgreSQL ends a pinned session quiet this long, freeing its locks: the
+        fence's bound, and a heartbeat's time more for the runs fenced to stop."""
+        return self.fence_seconds + self.heartbeat_seconds
+
     def server_settings(self, *, quiet_ends: bool, fire_path: bool) -> dict[str, int]:
         """What a session sets on the server: keepalives and the user timeout always;
         `quiet_ends`, for a session that heartbeats: the server ends it once quiet
-        for `seconds`; `fire_path`, for a lock session: its statements, and their
+        for `free_seconds`; `fire_path`, for a lock session: its statements, and their
         waits for row locks, are bounded too (the server ends them first, cleanly,
         well inside the client's deadline)."""
         whole = _ms(self.seconds)
@@ -105,8 +113,8 @@ class Link:
         }
         if quiet_ends:
             settings |= {
-                "idle_session_timeout": whole,
-                "idle_in_transaction_session_timeout": whole,
+                "idle_session_timeout": _ms(self.free_seconds),
+                "idle_in_transaction_session_timeout": _ms(self.free_seconds),
             }
         if fire_path:
             settings |= {

@@ -6,8 +6,8 @@ Nobody hears a word: without bounds PostgreSQL would keep the replica's sessions
 the advisory lock of its run in progress, for the operating system's two hours of
 keepalive, and the replica would go on running a job whose lock may be lost. With them
 (`service/store/link.py`): the silent replica fences its run within half the link
-timeout (a heartbeat goes unanswered), PostgreSQL ends its quiet sessions within the
-link timeout and the lock is free for the other replica, which runs the job and every
+timeout (a heartbeat goes unanswered), PostgreSQL ends its quiet sessions a sixth of it
+later and the lock is free for the other replica, which runs the job and every
 tick meanwhile; when the link is back, the silent replica records its fenced run (or the
 other's orphan sweep has marked it) and rejoins.
 """
@@ -23,6 +23,7 @@ from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import Replica
 from harness.tcpproxy import proxying
+from service.store.link import Link
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
@@ -40,9 +41,9 @@ from tests.support.cluster import (
     wait_until,
 )
 
-LINK_SECONDS = 15.0  # TICKGATE_DB_LINK_TIMEOUT_SECONDS: fence within 7.5 s, free within 15 s
-FENCE_BOUND = LINK_SECONDS / 2
-FREE_BOUND = LINK_SECONDS
+LINK_SECONDS = 15.0  # TICKGATE_DB_LINK_TIMEOUT_SECONDS: fence within 7.5 s, free within 10 s
+FENCE_BOUND = Link(LINK_SECONDS).fence_seconds
+FREE_BOUND = Link(LINK_SECONDS).free_seconds
 SLACK_SECONDS = 15.0  # a loaded 2-core box; the old code never gets there at all
 LOCK_LOST = "lock lost: the connection holding the job's lock closed"
 REPLICA_ENV = {

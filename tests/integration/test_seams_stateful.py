@@ -60,6 +60,9 @@ NAMES = ("alpha", "beta", "gamma")
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + [Phase.shrink] * (
     os.environ.get("SEAMS_SHRINK") == "1"
 )
+# Checks to leave out, by name (comma-separated): to look past a failure already known,
+# on an old commit say (`answers`: every answer below 500; the others, the invariants).
+IGNORED = frozenset(filter(None, os.environ.get("SEAMS_IGNORE", "").split(",")))
 FAULT_SHADOW_SECONDS = 10.0  # a misfire this near a fault may be the fault's
 LOCK_PATIENCE_SECONDS = 5.0  # a claim's lock before its row, a finish's before its unlock
 
@@ -180,7 +183,8 @@ class Seams(RuleBasedStateMachine):
         assert replica.http is not None
         answer = self.loop.run(replica.http.request(method, path, json=body))
         note(f"{method} {path} {body} -> {answer.status_code} {answer.text[:300]}")
-        assert answer.status_code < 500, f"{method} {path}: {answer.status_code} {answer.text}"
+        if "answers" not in IGNORED:
+            assert answer.status_code < 500, f"{method} {path}: {answer.status_code} {answer.text}"
         return answer
 
     def write(self, name: str, method: str, path: str, body: Any = None) -> httpx.Response:
@@ -378,12 +382,16 @@ class Seams(RuleBasedStateMachine):
 
     @invariant()
     def every_tick_has_one_outcome(self) -> None:
+        if "every_tick_has_one_outcome" in IGNORED:
+            return
         jobs = self.loop.run(self.store.get_jobs(sorted(self.jobs)))
         problems = tick_problems(self.sql, {job.name: ticks_of(job) for job in jobs})
         assert not problems, problems[:10]
 
     @invariant()
     def every_attempt_ran_the_definition_stored(self) -> None:
+        if "every_attempt_ran_the_definition_stored" in IGNORED:
+            return
         problems = self.definitions.problems(list(self.probe.attempts))
         assert not problems, problems[:10]
 
@@ -391,6 +399,8 @@ class Seams(RuleBasedStateMachine):
     def no_queue_one_tick_waiting_behind_a_run_misfires(self) -> None:
         """Behind any run: of a tick, a manual run or a backfill (a tick due during a
         backfill run was recorded `misfire` until the claim counted it busy)."""
+        if "no_queue_one_tick_waiting_behind_a_run_misfires" in IGNORED:
+            return
         misfires = self.sql.fetch(
             """SELECT m.job, extract(epoch FROM m.scheduled_for)::float8 AS at
                FROM tickgate_runs m WHERE m.skip_reason = 'misfire' AND EXISTS (
@@ -409,6 +419,8 @@ class Seams(RuleBasedStateMachine):
 
     @invariant()
     def no_lock_is_held_without_its_run(self) -> None:
+        if "no_lock_is_held_without_its_run" in IGNORED:
+            return
         deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
         while problems := lock_problems(self.sql, lock_key):
             assert time.monotonic() < deadline, problems
