@@ -10,6 +10,12 @@ from its start until its replica or the cluster is ready again, plus `AFTERMATH_
 for the skips that lag it); the CPU spells of the box (`box_cpu_percent` at or above
 `SATURATED_PERCENT` in consecutive samples) count as a fault too. A window that overlaps
 none is `quiet`.
+
+Each window's overlap skips are also told apart by what they were behind
+(`windows._OVERLAP_BEHIND`): `overlap: run in progress` (a run that ended well, or runs
+still: the policy), `overlap: run gone` (an `abandoned` or fenced run: its lock or row
+outlived it, detection delay) and `overlap: no run` (none found: pruned, or the run's
+job changed).
 """
 
 from collections import Counter
@@ -78,6 +84,7 @@ def skips_by_fault(document: dict[str, Any]) -> dict[str, dict[str, int]]:
     charged: dict[str, Counter[str]] = {}
     for window in document["windows"]:
         faults = {s.fault for s in spans if s.start < window["end"] and s.end > window["start"]}
+        behind = {f"overlap: {k}": n for k, n in window.get("overlap_behind", {}).items()}
         for fault in faults or {QUIET}:
-            charged.setdefault(fault, Counter()).update(window["skip_reasons"])
+            charged.setdefault(fault, Counter()).update(window["skip_reasons"] | behind)
     return {fault: dict(reasons) for fault, reasons in sorted(charged.items())}

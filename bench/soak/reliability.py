@@ -63,7 +63,10 @@ def _skips_table(accounted: dict[str, Any]) -> list[str]:
     rows = [(fault, *(counts.get(r, 0) for r in reasons)) for fault, counts in charged.items()]
     intro = (
         "Skips by the fault whose span (until ready again, plus 30 s) their window "
-        "overlaps; `quiet`: in no fault's span (`bench/soak/attribution.py`):"
+        "overlaps; `quiet`: in no fault's span; the `overlap:` columns split the overlap "
+        "skips by the run each was behind: in progress (the policy's), gone (an abandoned "
+        "or fenced run still counted: detection delay), or none found "
+        "(`bench/soak/attribution.py`):"
     )
     return [intro, "", *table(("fault", *reasons), rows)]
 

@@ -55,6 +55,24 @@ SELECT count(*) FROM (
     WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
     GROUP BY job, scheduled_for HAVING count(*) > 1) AS twice
 """
+# What each overlap skip of the window's jobs was behind: the latest run of its job begun
+# before its tick and not ended by it, by how that run ended. A run that ended well (or
+# still runs) was in progress: the policy's skip. One `abandoned`, or fenced (lock lost),
+# was gone while its lock or row still counted it: the skip is detection delay.
+_OVERLAP_BEHIND = """
+SELECT CASE WHEN b.status IS NULL THEN 'no run'
+            WHEN b.status = 'abandoned' OR b.error LIKE 'lock lost%' THEN 'run gone'
+            ELSE 'run in progress' END AS behind, count(*) AS n
+FROM tickgate_runs s LEFT JOIN LATERAL (
+    SELECT r.status, r.error FROM tickgate_runs r
+    WHERE r.job = s.job AND r.scheduled_for < s.scheduled_for AND r.status <> 'skipped'
+      AND r.started_at < s.scheduled_for + interval '5 seconds'
+      AND (r.finished_at IS NULL OR r.finished_at > s.scheduled_for)
+    ORDER BY r.scheduled_for DESC LIMIT 1) AS b ON true
+WHERE s.job = ANY($1::text[]) AND s.skip_reason = 'overlap'
+  AND s.scheduled_for >= to_timestamp($2) AND s.scheduled_for < to_timestamp($3)
+GROUP BY 1
+"""
 
 
 Span = tuple[float, float]  # [first, last] tick a gap row sums up (POSIX seconds)
@@ -65,6 +83,7 @@ class Ledger:
     rows: dict[tuple[str, float], asyncpg.Record]
     gaps: dict[str, list[Span]]  # job -> the spans its gap rows sum up
     duplicates: int
+    overlap_behind: dict[str, int] = field(default_factory=dict)  # see _OVERLAP_BEHIND
 
 
 def _spans(gaps: Iterable[asyncpg.Record], jobs: dict[str, Stable]) -> dict[str, list[Span]]:
@@ -86,10 +105,12 @@ def read_ledger(url: str, jobs: dict[str, Stable], start: int, end: int) -> Ledg
         rows = ledger_rows(sql, list(jobs), start, end - 1)
         gaps = sql.fetch(_GAPS, list(jobs), start)
         duplicates = int(sql.value(_DUPLICATES, start, end))
+        behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end)
     finally:
         sql.close()
     keyed = {(row["job"], float(row["at"])): row for row in rows}
-    return Ledger(keyed, _spans(gaps, jobs), duplicates)
+    overlap_behind = {row["behind"]: int(row["n"]) for row in behind}
+    return Ledger(keyed, _spans(gaps, jobs), duplicates, overlap_behind)
 
 
 def ticks_of(job: Stable, start: int, end: int) -> list[Tick]:
@@ -108,6 +129,7 @@ class Window:
     expected: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     skip_reasons: Counter[str] = field(default_factory=Counter)
+    overlap_behind: Counter[str] = field(default_factory=Counter)
     unaccounted: int = 0
     gap_covered: int = 0
     unexpected_rows: int = 0
@@ -130,6 +152,7 @@ class Window:
             "expected_ticks": self.expected,
             "statuses": dict(self.statuses),
             "skip_reasons": dict(self.skip_reasons),
+            "overlap_behind": dict(self.overlap_behind),
             "unaccounted": self.unaccounted,
             "gap_covered": self.gap_covered,
             "unexpected_rows": self.unexpected_rows,
@@ -146,6 +169,7 @@ def _covered(spans: list[Span], tick: float) -> bool:
 
 def judge_ledger(window: Window, jobs: dict[str, Stable], ledger: Ledger) -> None:
     window.ledger_duplicates = ledger.duplicates
+    window.overlap_behind.update(ledger.overlap_behind)
     for (name, tick), row in ledger.rows.items():
         if name in jobs and tick % jobs[name].period:
             window.unexpected_rows += 1

@@ -41,3 +41,15 @@ def test_each_window_s_skips_go_to_the_faults_it_overlaps_and_the_rest_are_quiet
     }
     table = _skips_table({"skips_by_fault": skips_by_fault(document)})
     assert "| cpu_saturated | 0 | 500 |" in table
+
+
+def test_overlap_skips_are_split_by_the_run_they_were_behind() -> None:
+    behind = {"run in progress": 5, "run gone": 2}
+    document = {
+        "events": [],
+        "samples": [],
+        "windows": [window(0, overlap=7) | {"overlap_behind": behind}],
+    }
+    assert skips_by_fault(document) == {
+        "quiet": {"overlap": 7, "overlap: run in progress": 5, "overlap: run gone": 2}
+    }

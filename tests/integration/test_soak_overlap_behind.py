@@ -1,0 +1,51 @@
+"""The soak tells its overlap skips apart by what each was behind (bench/soak/windows.py):
+a run in progress (the policy's skip), or a run whose replica or session was already gone
+while its lock or row still counted it (detection delay). On real PostgreSQL rows."""
+
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+from bench.soak.plan import Stable
+from bench.soak.windows import read_ledger
+from harness.postgres import Sql
+from service.scheduler.running import LOCK_LOST
+
+T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+JOB = Stable("every-second", 1, "log")
+
+INSERT = """INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
+    finished_at, skip_reason, error, runner, job_version, lock_key, locked, backend_pid)
+    VALUES ($1, $2, $3, 'schedule', $4, $5, $6, $7, $8, 'r', 1, 1, true, 1)"""
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def run(sql: Sql, tick: float, status: str, ended: float | None, error: str | None = None) -> None:
+    finished = at(ended) if ended is not None else None
+    sql.fetch(INSERT, uuid4(), JOB.name, at(tick), status, at(tick), finished, None, error)
+
+
+def overlap_skip(sql: Sql, tick: float) -> None:
+    noted = at(tick + 0.5)
+    sql.fetch(INSERT, uuid4(), JOB.name, at(tick), "skipped", noted, noted, "overlap", None)
+
+
+def test_overlap_skips_are_told_apart_by_the_run_they_were_behind(
+    database_url: str, sql: Sql
+) -> None:
+    run(sql, 0, "succeeded", 2.5)  # a long run: the skips at 1 and 2 are the policy's
+    overlap_skip(sql, 1)
+    overlap_skip(sql, 2)
+    run(sql, 10, "abandoned", 30)  # its replica died; the orphan sweep ended it
+    overlap_skip(sql, 11)
+    run(sql, 20, "cancelled", 40, LOCK_LOST)  # fenced: its session was gone
+    overlap_skip(sql, 21)
+    run(sql, 50, "succeeded", 50.2)  # ended before the next tick: behind nothing
+    overlap_skip(sql, 51)
+    run(sql, 55, "running", None)  # still running when judged: in progress too
+    overlap_skip(sql, 56)
+    start = int(T0.timestamp())
+    ledger = read_ledger(database_url, {JOB.name: JOB}, start, start + 60)
+    assert ledger.overlap_behind == {"run in progress": 3, "run gone": 2, "no run": 1}
