@@ -6,7 +6,7 @@ Rules: create (cron, interval, daily, once; every overlap policy; retries; skip 
 misfire hooks; start and end windows; jitter), patch (schedule, window, args, overlap),
 pause, resume, delete, create again under a deleted name, trigger with args, backfill a
 range ending at a skip or misfire row, cancel a run, cancel a queued tick; and faults: a
-lock session terminated, the process stalled, a replica restarted.
+lock session terminated, the process stalled, a replica restarted, every replica down.
 
 Invariants (the accounting through `harness.accounting.tick_problems`, which the soak's
 judge uses too):
@@ -369,6 +369,19 @@ class Seams(RuleBasedStateMachine):
         self.faults.append(time.time())
         self.loop.run(self.replicas[index].stop())
         self.loop.run(self.replicas[index].start())
+        self.faults.append(time.time())
+
+    @rule(seconds=st.sampled_from((3.0, 6.0)))
+    def outage(self, seconds: float) -> None:
+        """Every replica down for a while (a deploy of all pods, say): the ticks due
+        meanwhile are the audit's to record, a run of them in one gap row, which a
+        backfill may then cross."""
+        self.faults.append(time.time())
+        for replica in self.replicas:
+            self.loop.run(replica.stop())
+        time.sleep(seconds)
+        for replica in self.replicas:
+            self.loop.run(replica.start())
         self.faults.append(time.time())
 
     # -- invariants
