@@ -48,14 +48,17 @@ LIST_JOBS = f"""{JOBS_WITH_LAST_RUN}
     ORDER BY j.name LIMIT $5"""
 SHOW_JOB = f"{JOBS_WITH_LAST_RUN} WHERE j.name = $1"
 
-# Active jobs with nothing left to fire, by the database clock: the window closed, the
-# run cap is used up, or the one-time tick is past its reach. Every replica asks every
+# Active jobs with nothing left to fire, by the database clock: the window closed and
+# every tick in it decided (the cursor past the last one: a tick due before the end may
+# still be waiting under queue_one, or within its grace), the run cap is used up, or the
+# one-time tick is past its reach. Every replica asks every
 # round, so each arm reads an index that holds only active jobs that may end: a range
 # of the window ends passed (0003), and the jobs with a run cap or a one-time tick
 # (0028), never every job. The statement's start is the clock (clock_timestamp() bounds
 # no index range).
 ENDED_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE j.name IN (
-        SELECT name FROM tickgate_jobs WHERE state = 'active' AND end_at <= statement_timestamp()
+        SELECT name FROM tickgate_jobs e JOIN tickgate_cursors k ON k.job = e.name
+        WHERE e.state = 'active' AND e.end_at <= statement_timestamp() AND k.tick = 'infinity'
         UNION
         SELECT name FROM tickgate_jobs
         WHERE state = 'active' AND (max_runs IS NOT NULL OR schedule->>'kind' = 'once')

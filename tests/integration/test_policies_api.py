@@ -164,6 +164,37 @@ async def test_window_end_completes_the_job(settings: Settings) -> None:
         assert all(datetime.fromisoformat(r["scheduled_for"]) <= end for r in made)
 
 
+async def test_a_tick_waiting_under_queue_one_at_the_window_s_end_still_runs(
+    settings: Settings, receiver: Receiver
+) -> None:
+    """The window ends while a tick due inside it waits for the run before it: the job
+    completes once that tick has run, not before (the sweep used to complete it at its
+    end_at, and the waiting tick never ran)."""
+    receiver.respond("/slow", delay=2.5)
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    end = first + timedelta(seconds=1.5)  # ticks at first and first + 1
+    async with scheduling(settings) as client:
+        job = {
+            "name": "windowed",
+            "schedule": {"kind": "interval", "every_seconds": 1, "anchor": first.isoformat()},
+            "task": "http",
+            "overlap": "queue_one",
+            "misfire_grace_seconds": 1,
+            "end_at": end.isoformat(),
+            "args": {"url": f"{receiver.url}/slow"},
+        }
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+
+        async def completed() -> bool:
+            return bool((await client.get("/v1/jobs/windowed")).json()["state"] == "completed")
+
+        await eventually_async(completed, 60, "the job to complete after its window")
+        made = {r["scheduled_for"]: r for r in await runs(client, "windowed")}
+        waited = made[(first + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")]
+        waited = await finished_run(client, waited["id"])
+    assert (waited["status"], waited["skip_reason"]) == ("succeeded", None), waited
+
+
 async def test_window_start_defers_the_first_tick(client: httpx.AsyncClient) -> None:
     start = datetime(2099, 1, 1, tzinfo=UTC)
     created = (
