@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reading import fmt, table
+from bench.soak.verdicts import SCRAPE_BETWEEN_BOUND_MS
 
 BEGIN = "<!-- soak:begin -->"
 END = "<!-- soak:end -->"
@@ -71,6 +72,12 @@ def _skips_table(accounted: dict[str, Any]) -> list[str]:
     return [intro, "", *table(("fault", *reasons), rows)]
 
 
+def _between(incarnations: dict[str, Any]) -> str:
+    """Each incarnation's median scrape between crowds (verdicts.scrape_between)."""
+    shown = [f"{runner} {entry['median']:,.1f} ms" for runner, entry in incarnations.items()]
+    return "; ".join(shown) or "not sampled"
+
+
 def _http_text(http: dict[str, int]) -> str:
     names = (
         "expected",
@@ -86,6 +93,7 @@ def _http_text(http: dict[str, int]) -> str:
 def _rows(document: dict[str, Any]) -> list[Sequence[Any]]:
     v = document["verdicts"]
     dup, acc, led = v["duplicates"], v["accounted"], v["ledger"]
+    between = v.get("scrape_between", {}).get("incarnations", {})
     ledger_text = (
         f"{fmt(led['first'])} at the start, max {fmt(led['max'])}, {fmt(led['last'])} at the end"
     )
@@ -133,6 +141,12 @@ def _rows(document: dict[str, Any]) -> list[Sequence[Any]]:
             "≤ 1.5 x + 5 ms",
             _each(v["scrape"]["incarnations"], "scrape_ms", " ms"),
             _yes(v["scrape"]["ok"]),
+        ),
+        (
+            "`/metrics` scrape between two crowds of ticks (half a second past the second)",
+            f"median < {SCRAPE_BETWEEN_BOUND_MS:g} ms",
+            _between(between),
+            _yes(v["scrape_between"]["ok"]) if between else "not judged (not sampled)",
         ),
         ("`/metrics` size (not judged)", "-", _sizes(v["scrape"]["incarnations"]), "-"),
     ]

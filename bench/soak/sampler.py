@@ -5,7 +5,10 @@ scheduler and API children; psutil) and which incarnation it was; the ledger's r
 (`count(*)`, or `pg_class.reltuples` if counting takes over 5 s); fire lateness p50/p99
 (`started_at - scheduled_for`) and runs/s and skips/s over the ticks 10 to 20 s old (a
 tick has had 10 s to be claimed); how long each replica's `/metrics` took to answer and
-how big it was; jobs in the database; and the box's CPU. A figure that could not be read
+how big it was, on the whole second (with the crowd of ticks due then: samples fall on
+whole seconds, as the jobs' ticks do) and again half a second later, between two crowds
+(`scrape_mid_ms`: what the exposition itself costs); jobs in the database; and the box's
+CPU. A figure that could not be read
 (PostgreSQL restarting, a replica down) is null.
 """
 
@@ -28,6 +31,7 @@ LAG_SECONDS = 10.0  # the sampled ticks are this old at least...
 SPAN_SECONDS = 10.0  # ...and span this long
 QUERY_TIMEOUT_SECONDS = 5.0
 SCRAPE_TIMEOUT_SECONDS = 10.0
+MID_SECOND = 0.5  # the second scrape of a sample: this long after the first began
 
 _COUNT = "SELECT count(*) FROM tickgate_runs"
 _ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE relname = 'tickgate_runs'"
@@ -126,6 +130,8 @@ class Sampler(Worker):
             tree_rss_bytes(s.replica.pid) if s.alive and s.replica else None for s in self._slots
         ]
         scrapes = [scrape(client, slot) for slot in self._slots]
+        time.sleep(max(0.0, now + MID_SECOND - time.time()))
+        between = [scrape(client, slot)[0] for slot in self._slots]
         return {
             "at": round(now, 3),
             "t": round(now - self._began, 1),
@@ -133,6 +139,7 @@ class Sampler(Worker):
             "rss_mib": [None if b is None else round(b / 2**20, 1) for b in rss],
             "scrape_ms": [ms for ms, _ in scrapes],
             "scrape_bytes": [size for _, size in scrapes],
+            "scrape_mid_ms": between,
             "box_cpu_percent": psutil.cpu_percent(interval=None),
             "load_average": round(psutil.getloadavg()[0], 2),
             **ledger_figures(self._url, now),

@@ -18,6 +18,10 @@
 - **scrape time flat**: per incarnation as for RSS, the last band's median scrape time
   at most 1.5 times the first band's plus 5 ms (a shared two-core box is noisy at the
   millisecond scale; the exposition's size, reported beside it, is not).
+- **scrape fast between crowds**: the median of each incarnation's scrapes taken half a
+  second after the whole second (between two crowds of ticks) is under
+  `SCRAPE_BETWEEN_BOUND_MS`; a run without those samples (before 2026-12-06) is not
+  judged.
 
 Only samples inside the run count: those taken after it (while the last windows settle,
 the churn stopped, so deleted jobs no longer take their rows with them) do not.
@@ -34,6 +38,7 @@ RSS_GROWTH_BOUND = 0.10
 LEDGER_GROWTH_BOUND = 0.10
 SCRAPE_FACTOR_BOUND = 1.5
 SCRAPE_SLACK_MS = 5.0
+SCRAPE_BETWEEN_BOUND_MS = 250.0
 GAP_ALLOWANCE_SECONDS = 90.0  # around the PostgreSQL outage
 BANDS = 15  # a band is this share of the run
 HTTP_PROBLEMS = (
@@ -194,6 +199,26 @@ def scrape(document: dict[str, Any]) -> dict[str, Any]:
     return {"incarnations": each, "ok": _all_ok(each)}
 
 
+def _slot_value(sample: dict[str, Any], key: str, index: int) -> Any:
+    values = sample.get(key) or []
+    return values[index] if index < len(values) else None
+
+
+def scrape_between(document: dict[str, Any]) -> dict[str, Any]:
+    """Each incarnation's median scrape between two crowds of ticks, and whether each is
+    under the bound."""
+    each: dict[str, Any] = {}
+    for index, incarnation in _incarnation_series(document):
+        runner = incarnation["runner_id"]
+        ours = [s for s in _in_run(document) if s["runner"][index] == runner]
+        taken = [ms for s in ours if (ms := _slot_value(s, "scrape_mid_ms", index)) is not None]
+        if taken:
+            median = statistics.median(taken)
+            ok = median < SCRAPE_BETWEEN_BOUND_MS
+            each[runner] = {"judged": True, "median": round(median, 1), "ok": ok}
+    return {"incarnations": each, "ok": _all_ok(each)}
+
+
 def ledger(document: dict[str, Any]) -> dict[str, Any]:
     meta = document["meta"]
     length = meta["minutes"] * 60
@@ -245,6 +270,7 @@ def judge(document: dict[str, Any]) -> dict[str, Any]:
         "rss": rss(document),
         "ledger": ledger(document),
         "scrape": scrape(document),
+        "scrape_between": scrape_between(document),
         "lateness": lateness(document),
     }
     harness = document.get("harness_errors") or []
