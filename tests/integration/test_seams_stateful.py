@@ -13,7 +13,8 @@ judge uses too):
 - every nominal tick of every job before its cursor has exactly one outcome, and no
   (job, tick) has two rows;
 - no attempt starts after its job was deleted or paused, or runs a definition older than
-  the one stored when it started (the `probe` task says which it ran);
+  the one stored when it started (the `probe` task says which it ran; a run triggered
+  with args of its own keeps them through an edit);
 - a `queue_one` tick due while a run of its job was in flight is not a misfire, unless a
   fault came near it;
 - every answer is below 500;
@@ -295,7 +296,7 @@ class Seams(RuleBasedStateMachine):
             return
         name = names[index % len(names)]
         tag = f"{self.jobs[name]['args']['tag']}:manual.{next(self.tags)}"
-        self.definitions.add(name, tag, self.jobs[name]["overlap"], time.time())
+        self.definitions.add_run(name, tag, self.jobs[name]["overlap"], time.time())
         args = {"tag": tag, "sleep": sleep, "fail": fail}
         self.call("POST", f"/v1/jobs/{name}/trigger", {"args": args})
 

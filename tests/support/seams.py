@@ -116,6 +116,7 @@ class Stint:
     overlap: str
     since: float
     until: float | None = None
+    run: bool = False  # a manual run's own args: they stay with the run through edits
 
     def holds(self, moment: float, slack: float = 0) -> bool:
         return self.since - slack <= moment and (self.until is None or moment <= self.until + slack)
@@ -129,19 +130,28 @@ class Definitions:
     current: dict[str, list[Stint]] = field(default_factory=dict)
 
     def store(self, name: str, tag: str, overlap: str, sent: float, answered: float) -> None:
-        """A write of `name` answered: the definition `tag` replaces what was stored."""
-        self.end(name, answered)
-        self.add(name, tag, overlap, sent)
+        """A write of `name` answered: the definition `tag` replaces what was stored. A
+        run triggered with args of its own keeps them: its retries run the definition
+        stored then, with the run's args (docs/concepts.md)."""
+        self.end(name, answered, runs_too=False)
+        self._add(Stint(name, tag, overlap, sent))
 
-    def add(self, name: str, tag: str, overlap: str, sent: float) -> None:
-        """Args of a run on demand, good while the definition stands."""
-        self.stints.append(Stint(name, tag, overlap, sent))
-        self.current.setdefault(name, []).append(self.stints[-1])
+    def add_run(self, name: str, tag: str, overlap: str, sent: float) -> None:
+        """Args of a run on demand, good until its job is deleted or paused."""
+        self._add(Stint(name, tag, overlap, sent, run=True))
 
-    def end(self, name: str, answered: float) -> None:
-        """A delete, a pause or a change of `name` answered: nothing of before may start."""
+    def _add(self, stint: Stint) -> None:
+        self.stints.append(stint)
+        self.current.setdefault(stint.name, []).append(stint)
+
+    def end(self, name: str, answered: float, *, runs_too: bool = True) -> None:
+        """A delete or a pause of `name` answered (or, `runs_too` False, a change):
+        nothing of before may start."""
         for stint in self.current.pop(name, []):
-            stint.until = answered
+            if stint.run and not runs_too:
+                self.current.setdefault(name, []).append(stint)
+            else:
+                stint.until = answered
 
     def problems(self, attempts: list[Attempt]) -> list[str]:
         """Each attempt that started when its definition was not stored: after its job was
@@ -160,6 +170,7 @@ class Definitions:
         """Whether `name` was a `queue_one` job from a second before `moment` to one after."""
         return any(
             s.name == name
+            and not s.run
             and s.overlap == "queue_one"
             and s.holds(moment - 1)
             and s.holds(moment + 1)
