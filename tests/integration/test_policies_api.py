@@ -33,6 +33,18 @@ async def scheduling(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
+def slow_queue_one(name: str, receiver: Receiver, every: int, anchor: datetime) -> dict[str, Any]:
+    """A queue_one job whose run (an http call to /slow) outlasts its 1 s grace."""
+    return {
+        "name": name,
+        "schedule": {"kind": "interval", "every_seconds": every, "anchor": anchor.isoformat()},
+        "task": "http",
+        "overlap": "queue_one",
+        "misfire_grace_seconds": 1,
+        "args": {"url": f"{receiver.url}/slow"},
+    }
+
+
 def log_job(name: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "schedule": NEVER, "task": "log", "args": {"message": name}} | fields
 
@@ -174,15 +186,7 @@ async def test_a_tick_waiting_under_queue_one_at_the_window_s_end_still_runs(
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     end = first + timedelta(seconds=1.5)  # ticks at first and first + 1
     async with scheduling(settings) as client:
-        job = {
-            "name": "windowed",
-            "schedule": {"kind": "interval", "every_seconds": 1, "anchor": first.isoformat()},
-            "task": "http",
-            "overlap": "queue_one",
-            "misfire_grace_seconds": 1,
-            "end_at": end.isoformat(),
-            "args": {"url": f"{receiver.url}/slow"},
-        }
+        job = slow_queue_one("windowed", receiver, 1, first) | {"end_at": end.isoformat()}
         assert (await client.post("/v1/jobs", json=job)).status_code == 201
 
         async def completed() -> bool:
@@ -430,14 +434,7 @@ async def test_a_queue_one_tick_due_during_a_backfill_run_waits_for_it(
     now = datetime.now(UTC).replace(microsecond=0)
     due = now + timedelta(seconds=3)  # the scheduled tick, 1 s into the first backfill run
     async with scheduling(settings) as client:
-        job = {
-            "name": "queued",
-            "schedule": {"kind": "interval", "every_seconds": 60, "anchor": due.isoformat()},
-            "task": "http",
-            "overlap": "queue_one",
-            "misfire_grace_seconds": 1,
-            "args": {"url": f"{receiver.url}/slow"},
-        }
+        job = slow_queue_one("queued", receiver, 60, due)
         assert (await client.post("/v1/jobs", json=job)).status_code == 201
         await asyncio.sleep((due - timedelta(seconds=1) - datetime.now(UTC)).total_seconds())
         span = {
