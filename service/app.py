@@ -19,10 +19,10 @@ from service.api.declarative import apply_job_file
 from service.api.deps import Services
 from service.api.docs import install_docs
 from service.api.errors import declare_problem_media_type
-from service.api.guards import READ_METHODS, BearerAuth, BodyLimits, Tokens
+from service.api.guards import READ_METHODS, BearerAuth, BodyLimits, LocalOnly, Tokens
 from service.api.hook_rules import check_hooks
 from service.api.ui import install_ui
-from service.config import Settings, split_names, token_scopes
+from service.config import ConfigurationError, Settings, split_names, token_scopes
 from service.domain.hooks import HookPlan
 from service.domain.ownership import Heartbeat, Members
 from service.metrics import Metrics
@@ -39,9 +39,10 @@ from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
 from service.tasks.hosts import HostLimits, HostTally
-from service.tasks.oauth import OAuthSecrets
+from service.tasks.netguard import Allowlist, GuardedTransport
+from service.tasks.oauth import OAuthSecrets, OAuthSecretsError
 from service.tasks.plugins import load_plugins
-from service.tasks.signing import SigningKeys
+from service.tasks.signing import SigningKeys, SigningKeysError
 from service.tasks.sql import sql_task
 from service.tracing import tracing_from
 from service.tzdb import tz_database
@@ -90,22 +91,58 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
 
 
 def _install_guards(app: FastAPI, settings: Settings) -> None:
-    """Body limits always; bearer auth when tokens are configured (the CLI refuses to
-    serve anonymously on a non-loopback address)."""
+    """Body limits always; bearer auth when tokens are configured, else requests meant
+    for this server only (the CLI refuses to serve anonymously on a non-loopback address
+    unless told to)."""
     bulk = {APPLY_ROUTE: settings.max_bulk_body_bytes}
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, larger=bulk)
     scopes = token_scopes(settings)
     if scopes:
         open_paths = frozenset(split_names(settings.open_paths))
         app.add_middleware(BearerAuth, tokens=Tokens(scopes), open_paths=open_paths)
+    else:
+        app.add_middleware(LocalOnly, hosts=frozenset(split_names(settings.allowed_hosts)))
 
 
 def sql_target_dsns(settings: Settings) -> dict[str, str]:
-    """The operator's SQL targets, plus `self` (our own database) only if allowed."""
+    """The operator's SQL targets, plus `self` (our own database, as a role of its own
+    without rights on our tables) only if allowed."""
     targets = dict(settings.sql_targets)
-    if settings.sql_allow_self and settings.database_url:
-        targets["self"] = settings.database_url
+    if settings.sql_allow_self:
+        if not settings.sql_self_url:
+            raise ConfigurationError(SELF_NEEDS_A_ROLE)
+        targets["self"] = settings.sql_self_url
     return targets
+
+
+SELF_NEEDS_A_ROLE = (
+    "TICKGATE_SQL_ALLOW_SELF needs TICKGATE_SQL_SELF_URL, the DSN of a role that is not a "
+    "superuser and has no rights on Tickgate's tables (CREATE ROLE tickgate_self LOGIN; "
+    "grant it only what the maintenance needs): `self` statements never read the jobs' "
+    "secrets. The embedded server makes one."
+)
+
+
+def signing_keys(settings: Settings) -> SigningKeys:
+    try:
+        return SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key)
+    except SigningKeysError as error:
+        raise ConfigurationError(f"TICKGATE_WEBHOOK_KEYS_FILE: {error}") from None
+
+
+def oauth_secrets(settings: Settings) -> OAuthSecrets:
+    try:
+        return OAuthSecrets.load(settings.oauth_secrets_file)
+    except OAuthSecretsError as error:
+        raise ConfigurationError(f"TICKGATE_OAUTH_SECRETS_FILE: {error}") from None
+
+
+def check_configuration(settings: Settings) -> None:
+    """What a replica would refuse at startup, said by the command before it spawns
+    anything (ConfigurationError: one line, exit 2)."""
+    signing_keys(settings)
+    oauth_secrets(settings)
+    sql_target_dsns(settings)
 
 
 def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRegistry:
@@ -118,8 +155,8 @@ def build_registry(settings: Settings, hosts: HostTally | None = None) -> TaskRe
         ),
         connect_timeout_seconds=settings.http_connect_timeout_seconds,
         hosts=hosts,
-        signing=SigningKeys.load(settings.webhook_keys_file, settings.webhook_signing_key),
-        oauth=OAuthSecrets.load(settings.oauth_secrets_file),
+        signing=signing_keys(settings),
+        oauth=oauth_secrets(settings),
     )
     registry.register(sql_task(frozenset(sql_target_dsns(settings))))
     loaded = load_plugins(registry, split_names(settings.task_modules))
@@ -194,7 +231,11 @@ async def _open(
         await sessions.fill()  # an API-only replica claims no scheduled tick
     side_sessions = LockSessions(dsn, SIDE_SESSIONS, link)
     stack.push_async_callback(side_sessions.close)
-    http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+    # A plugin's client: guarded as the http task is (the same allowlist), no env proxies.
+    guarded = GuardedTransport(Allowlist.from_setting(settings.http_allow))
+    http = await stack.enter_async_context(
+        httpx.AsyncClient(follow_redirects=False, transport=guarded, trust_env=False)
+    )
     stack.push_async_callback(tasks.aclose)
     if settings.scheduler:
         tasks.warm()  # before readiness: a replica's first runs are as quick as later ones
@@ -288,6 +329,7 @@ async def _open_scheduler(
         dsn=dsn,
         reconcile_seconds=settings.reconcile_seconds,
         run_history=settings.run_history,
+        output_bytes_per_job=settings.output_bytes_per_job,
         clock=clock,
         members=(lambda: membership.members) if settings.ownership else Members.unknown,
         cluster_since=lambda: membership.cluster_since,

@@ -77,6 +77,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
         _refuse_anonymous_exposure(settings, args.host)
     listen = Listen(args.host, args.port, args.uds)
     with _database(settings) as ready:
+        _check_configuration(ready)
         if stop.asked:
             log.info("stopped before serving")
             return
@@ -85,6 +86,12 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
         from service.server import serve_app
 
         serve_app(ready, listen, stop)
+
+
+def _check_configuration(settings: Settings) -> None:
+    from service.app import check_configuration
+
+    check_configuration(settings)
 
 
 def _refuse_no_role(settings: Settings) -> None:
@@ -150,6 +157,8 @@ def _database(settings: Settings) -> Iterator[Settings]:
     embedded = start_embedded(settings.data_dir)
     log.info("DATABASE_URL is unset: using embedded PostgreSQL in %s", embedded.pgdata)
     try:
-        yield settings.model_copy(update={"database_url": embedded.url})
+        roles = embedded.service_roles()
+        self_url = settings.sql_self_url or roles.self_url
+        yield settings.model_copy(update={"database_url": roles.url, "sql_self_url": self_url})
     finally:
         embedded.stop()

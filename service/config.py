@@ -169,6 +169,14 @@ class Settings(BaseSettings):
         " replica prunes per round, all that is due; each job remembers the newest "
         "tick it pruned (see docs/operating/retention.md).",
     )
+    output_bytes_per_job: int = Field(
+        64 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=1024 * 1024 * 1024,
+        description="The outputs and logs a job's runs keep, in all (bytes as stored): each "
+        "retention round drops those of the oldest runs past it (the runs stay). A run keeps "
+        "1 MiB of output at most, and a job 1,000 runs by default.",
+    )
     task_modules: str = Field(
         "",
         description="Comma-separated modules whose `@task` definitions are registered (plugins in"
@@ -180,7 +188,14 @@ class Settings(BaseSettings):
         " target, never a DSN.",
     )
     sql_allow_self: bool = Field(
-        False, description="Let the sql task target `self`, Tickgate's own database."
+        False,
+        description="Let the sql task target `self`, Tickgate's own database, as the role of "
+        "TICKGATE_SQL_SELF_URL (the embedded server makes one).",
+    )
+    sql_self_url: str | None = Field(
+        None,
+        description="With TICKGATE_SQL_ALLOW_SELF: the DSN `self` statements run as, a role "
+        "that is not a superuser and has no rights on Tickgate's tables (`tickgate_*`).",
     )
     api_tokens: dict[str, list[Literal["read", "write"]]] = Field(
         default_factory=dict,
@@ -192,6 +207,12 @@ class Settings(BaseSettings):
     )
     allow_anonymous: bool = Field(
         False, description="Serve without tokens on a non-loopback address (not advised)."
+    )
+    allowed_hosts: str = Field(
+        "",
+        description="Comma-separated `Host` names a server without tokens answers besides "
+        "loopback ones (`*`: any, behind a proxy that checks them). Any other is a 403: a "
+        "web page that rebinds its name to this address cannot reach the API.",
     )
     open_paths: str = Field(
         "/healthz,/readyz,/metrics,/openapi.json,/docs,/docs/assets/,/redoc,/,/ui,/ui/",

@@ -45,10 +45,20 @@ class TextFormatter(logging.Formatter):
         role = "" if process is None else f"{process} "
         super().__init__(f"%(asctime)s %(levelname)s {role}%(name)s: %(message)s")
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The record's line with its control characters (a newline a `log` task or a
+        target wrote) escaped, so no message can forge the lines after it; a traceback,
+        appended after this, keeps its lines."""
+        line = _escaped(super().formatMessage(record))
         context = " ".join(f"{f}={getattr(record, f)}" for f in RUN_FIELDS if hasattr(record, f))
-        return f"{line} [{context}]" if context else line
+        return f"{line} [{_escaped(context)}]" if context else line
+
+
+def _escaped(text: str) -> str:
+    return "".join(_CONTROLS.get(char, char) for char in text)
+
+
+_CONTROLS = {chr(code): repr(chr(code))[1:-1] for code in (*range(32), 127) if code != 9}
 
 
 def configure_logging(

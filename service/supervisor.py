@@ -143,10 +143,10 @@ def _shared_environment(settings: Settings) -> dict[str, str]:
     """This process's environment, with what both children must agree on fixed here.
     The jobs file is the API's to apply (once per pod, as PUT would)."""
     inherited = {k: v for k, v in os.environ.items() if k != "TICKGATE_APPLY_JOBS"}
-    return inherited | {
-        "DATABASE_URL": str(settings.database_url),
-        "TICKGATE_RUNNER_ID": settings.runner_id,
-    }
+    shared = {"DATABASE_URL": str(settings.database_url), "TICKGATE_RUNNER_ID": settings.runner_id}
+    if settings.sql_self_url:  # the embedded server's role, made by this process
+        shared["TICKGATE_SQL_SELF_URL"] = settings.sql_self_url
+    return inherited | shared
 
 
 def _start(role: Role, environment: Mapping[str, str]) -> Child:

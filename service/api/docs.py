@@ -32,8 +32,9 @@ async def swagger_ui(request: Request) -> HTMLResponse:
         swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui/swagger-ui-bundle.js",
         swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui/swagger-ui.css",
         swagger_favicon_url=f"{root}{ASSETS_PATH}/swagger-ui/favicon-32x32.png",
-        # Swagger UI would otherwise send the document to validator.swagger.io.
-        swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True},
+        # Swagger UI would otherwise send the document to validator.swagger.io; a token
+        # typed into it lasts as long as the page (never kept in localStorage).
+        swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": False},
     )
 
 

@@ -26,6 +26,13 @@ from service.store.errors import UNAVAILABLE
 PROBLEM_JSON = "application/problem+json"
 # RFC 9457: no type of our own; the title is then the status's phrase.
 NO_TYPE = "about:blank"
+# Where a value may hold a secret (a task's or a hook's args, header values, credentials,
+# URLs with a password in them), a 422 names the field and the rule but never echoes what
+# was sent: stored secrets are merged in before validation, so an echo would show them to
+# any write token. A whole object or list is never echoed either: it may hold such a part.
+SECRET_BEARING = frozenset(
+    {"args", "hooks", "headers", "secret_headers", "oauth", "url", "token_url", "signing_key"}
+)
 
 
 def problem_document(
@@ -40,10 +47,19 @@ def problem_document(
         "detail": detail,
     }
     if errors is not None:
-        document["errors"] = [
-            {"type": p.type, "loc": list(p.loc), "msg": p.msg, "input": p.input} for p in errors
-        ]
+        document["errors"] = [_entry(problem) for problem in errors]
     return document
+
+
+def _entry(problem: FieldProblem) -> dict[str, JsonValue]:
+    """One entry of a 422's `errors`, with `input` only where the value is safe to echo
+    (see SECRET_BEARING): the only place a 422 renders what was sent, whatever the route."""
+    entry: dict[str, JsonValue] = {"type": problem.type, "loc": list(problem.loc)}
+    entry["msg"] = problem.msg
+    named = {part.lower() for part in problem.loc if isinstance(part, str)}
+    if not (isinstance(problem.input, dict | list) or named & SECRET_BEARING):
+        entry["input"] = problem.input
+    return entry
 
 
 def problem(
@@ -127,14 +143,20 @@ class ProblemDetails(BaseModel):
 
 
 class FieldError(BaseModel):
-    """One bad value: where it is (`loc`), what is wrong (`msg`) and what was sent."""
+    """One bad value: where it is (`loc`), what is wrong (`msg`) and what was sent
+    (`input`), which is left out where it could hold a secret: anything under a task's or
+    a hook's `args`, headers, URLs and credentials, and any object or list."""
 
     model_config = ConfigDict(extra="forbid")
 
     type: str = Field(description="The kind of error, e.g. `missing` or `value_error`.")
     loc: list[str | int] = Field(description="Where: `body`, `query` or `path`, then names.")
     msg: str
-    input: JsonValue = None
+    input: JsonValue = Field(
+        default=None,
+        description="The value sent; absent where it could hold a secret, or is an object "
+        "or a list.",
+    )
 
 
 class ValidationProblem(ProblemDetails):

@@ -1,12 +1,15 @@
-"""ASGI guards in front of every route: bearer-token auth with scopes, and request-body
-limits (size and JSON nesting). They answer with the same problem documents as routes."""
+"""ASGI guards in front of every route: bearer-token auth with scopes (or, on a server
+without tokens, requests meant for it only), and request-body limits (size and JSON
+nesting). They answer with the same problem documents as routes."""
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -72,6 +75,75 @@ class BearerAuth:
             await self._app(scope, receive, send)
 
 
+class LocalOnly:
+    """A server without tokens answers only requests meant for it (#42). A web page can
+    rebind its own name to 127.0.0.1 and call a developer's server: its requests then
+    carry that name as `Host`, so only loopback names and `hosts` are served (403
+    otherwise). A page can also post a plain form to it, or `fetch` it cross-site: a
+    request that changes anything is refused when the browser says it comes from
+    another site (`Sec-Fetch-Site`) or another origin (`Origin`). A CLI, a script or a
+    generated client sends neither header, and the dashboard is same-origin."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str]) -> None:
+        self._app = app
+        self._hosts = frozenset(host.lower() for host in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        host = _header(scope, b"host") or ""
+        if not self._serves(host):
+            await _answer(send, 403, _FOREIGN_HOST.format(host=host[:100]))
+        elif scope["method"] not in READ_METHODS and _cross_site(scope, host):
+            await _answer(send, 403, _CROSS_SITE)
+        else:
+            await self._app(scope, receive, send)
+
+    def _serves(self, host: str) -> bool:
+        name = host_name(host)
+        return "*" in self._hosts or name in self._hosts or is_loopback_name(name)
+
+
+_FOREIGN_HOST = (
+    "Host {host!r} is not served: a server without tokens answers loopback names and "
+    "TICKGATE_ALLOWED_HOSTS only"
+)
+_CROSS_SITE = (
+    "a request from another site may not change anything on a server without tokens "
+    "(Sec-Fetch-Site or Origin names another origin)"
+)
+
+
+def host_name(host: str) -> str:
+    """The name of a `Host` header, without its port and brackets, lower-cased."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        return name[1 : name.find("]")] if "]" in name else name
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
+def is_loopback_name(name: str) -> bool:
+    """`localhost` (and names under it, which browsers never resolve elsewhere) or a
+    loopback address."""
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _cross_site(scope: Scope, host: str) -> bool:
+    fetch_site = _header(scope, b"sec-fetch-site")
+    if fetch_site is not None and fetch_site.lower() not in {"same-origin", "none"}:
+        return True
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return False
+    return urlsplit(origin).netloc.lower() != host.lower()
+
+
 class BodyLimits:
     """413 for bodies over `max_bytes` (declared or streamed), or over the limit of their
     route in `larger`; 422 for JSON nested deeper than MAX_JSON_DEPTH, before any parser
@@ -102,7 +174,7 @@ class BodyLimits:
             await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         elif not _is_utf8(body):
             await _answer_invalid(send, "not UTF-8 text, as JSON must be", "json_invalid")
-        elif body.strip() and not _is_json(_header(scope, b"content-type")):
+        elif not _json_or_nothing(body, _header(scope, b"content-type")):
             await _answer(send, 415, _NOT_JSON)
         else:
             await self._app(scope, _replay(body), send)
@@ -112,6 +184,14 @@ _NOT_JSON = (
     "the body must be JSON: send Content-Type: application/json (or, for PATCH, "
     "application/merge-patch+json)"
 )
+
+
+def _json_or_nothing(body: bytes, content_type: str | None) -> bool:
+    """A JSON body, or none sent as anything but JSON: an empty form post (the kind a
+    page on another site can send) declares a type of its own, and is refused too."""
+    if content_type is None:
+        return not body.strip()
+    return _is_json(content_type) or (not body.strip() and not content_type.strip())
 
 
 def _is_json(content_type: str | None) -> bool:

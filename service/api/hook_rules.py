@@ -13,7 +13,7 @@ from service.api.models import with_args
 from service.domain.errors import InvalidInput
 from service.domain.hooks import Hook, HttpAction, TriggerAction, chain_targets, find_cycle
 from service.tasks import TaskRegistry
-from service.tasks.http import merge_secret_headers
+from service.tasks.http import merge_secret_headers, redact_args
 
 Loc = tuple[str | int, ...]
 
@@ -86,10 +86,16 @@ def _merged(
 def _read_from(hook: Hook, index: int, stored: Sequence[Hook]) -> Mapping[str, JsonValue] | None:
     if not isinstance(hook.action, HttpAction):
         return None
-    url = hook.action.args.get("url")
+    url = _shown_url(hook.action.args)
     same_url = {
         position: one.action.args
         for position, one in enumerate(stored)
-        if isinstance(one.action, HttpAction) and one.action.args.get("url") == url
+        if isinstance(one.action, HttpAction) and _shown_url(one.action.args) == url
     }
     return same_url.get(index, next(iter(same_url.values()), None))
+
+
+def _shown_url(args: Mapping[str, JsonValue]) -> JsonValue:
+    """The URL as answers show it (a password as "***"), so a hook sent back as read
+    matches the stored hook it was read from."""
+    return redact_args(args).get("url")

@@ -32,6 +32,7 @@ from service.api.models import (
     encode_cursor,
     encode_tick_cursor,
     selected_labels,
+    shown_spec,
 )
 from service.api.preconditions import ETAG_DOC, IfMatch, etag, guarded
 from service.domain.errors import Conflict, InvalidInput, NotFound
@@ -41,7 +42,7 @@ from service.domain.jobs import (
     JobName,
     JobSpec,
     create_job,
-    patch_job,
+    patched_spec,
     pause_job,
     replace_job,
     resume_job,
@@ -207,11 +208,8 @@ async def patch(
         await check_chains(services, {name: _hooks_or_none(body["hooks"])})
 
     def change(current: Job) -> Job:
-        patched = patch_job(current, body, now)
-        kept = _with_kept_secrets(patched.spec(), current)
-        if kept != patched.spec():
-            patched = replace_job(current, kept, now)
-        return _checked_job(services, patched)
+        spec = _with_kept_secrets(patched_spec(name, shown_spec(current), body), current)
+        return _checked_job(services, replace_job(current, spec, now))
 
     job = await _apply(services, name, _existing(name, guarded(if_match, change)), now)
     return await _out(services, job, now, response)

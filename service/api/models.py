@@ -2,13 +2,11 @@
 
 import base64
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
 from pydantic import (
-    AfterValidator,
-    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -38,7 +36,7 @@ from service.domain.names import is_valid_job_name
 from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import AttemptTimes, Run, RunStatus
-from service.domain.schedules import Schedule
+from service.domain.schedules import Instant, Schedule, within_range
 from service.store import Labels, RunFilter, RunPosition, TickPosition
 from service.store.values import Delivery
 from service.tasks.http import redact_args
@@ -336,16 +334,7 @@ def _split_commas(value: object) -> object:
     ]
 
 
-def _in_utc(moment: datetime) -> datetime:
-    if moment.tzinfo is None:
-        raise ValueError("needs a UTC offset")
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError as error:  # 9999-12-31T23:00-05:00 is past datetime's range
-        raise ValueError("out of range once in UTC") from error
-
-
-Moment = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+Moment = Instant
 
 
 class AllRunsQuery(BaseModel):
@@ -453,6 +442,13 @@ def _shown(job: Job, ticks: list[datetime], last_run: Run | None) -> dict[str, o
     return fields
 
 
+def shown_spec(job: Job) -> JobSpec:
+    """The job's declared fields as an answer shows them: secret header values "***"."""
+    spec = job.spec()
+    args = redact_args(spec.args) if spec.task == "http" else spec.args
+    return spec.model_copy(update={"args": args, "hooks": shown_hooks(spec.hooks)})
+
+
 def shown_hooks(hooks: Sequence[Hook]) -> list[Hook]:
     """The hooks with every http action's secret header values as "***"."""
     return [with_args(hook, redact_args) for hook in hooks]
@@ -496,8 +492,8 @@ class BackfillRequest(BaseModel):
         },
     )
 
-    start: AwareDatetime = Field(alias="from")
-    end: AwareDatetime = Field(alias="to")
+    start: Instant = Field(alias="from")
+    end: Instant = Field(alias="to")
 
 
 class RunList(BaseModel):
@@ -580,7 +576,7 @@ class PreviewRequest(BaseModel):
 
     schedule: Schedule
     timezone: str = Field("UTC", max_length=64)
-    after: datetime | None = Field(None, description="Default: now.")
+    after: Instant | None = Field(None, description="Default: now.")
     count: Annotated[int, Field(ge=1, le=100)] = 10
 
 
@@ -634,7 +630,7 @@ def decode_tick_cursor(cursor: str) -> TickPosition:
     cursor included)."""
     try:
         kind, tick, name = _unb64(cursor).split("|")
-        position = TickPosition(_in_utc(datetime.fromisoformat(tick)) if tick else None, name)
+        position = TickPosition(within_range(datetime.fromisoformat(tick)) if tick else None, name)
     except ValueError:
         kind, position = "", TickPosition(None, "")
     if kind != _TICK_CURSOR or not is_valid_job_name(position.name):
@@ -649,7 +645,7 @@ def encode_run_cursor(last: Run) -> str:
 def decode_run_cursor(cursor: str) -> RunPosition:
     try:
         started_at, run_id = _unb64(cursor).split("|")
-        return RunPosition(_in_utc(datetime.fromisoformat(started_at)), UUID(run_id))
+        return RunPosition(within_range(datetime.fromisoformat(started_at)), UUID(run_id))
     except ValueError as error:
         raise InvalidInput.one(("query", "cursor"), "malformed cursor", cursor) from error
 

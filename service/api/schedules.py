@@ -22,8 +22,6 @@ async def preview(body: PreviewRequest, services: ServicesDep) -> PreviewRespons
         raise InvalidInput.one(("body", "timezone"), str(error), body.timezone) from error
     now = await services.store.clock()
     after = body.after or now
-    if after.tzinfo is None:
-        raise InvalidInput.one(("body", "after"), "must include a UTC offset", str(after))
     schedule = resolve_schedule(body.schedule, tz, now, None)
     ticks = fire_times(schedule, tz, after, body.count)
     return PreviewResponse(fire_times=ticks, schedule_text=schedule_text(schedule))

@@ -15,7 +15,6 @@ from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -31,6 +30,8 @@ from service.domain.hooks import MAX_HOOKS, Hook
 from service.domain.names import JOB_NAME_PATTERN, MANAGER_PATTERN, lock_key
 from service.domain.retry import RetryPolicy
 from service.domain.schedules import (
+    CHECKED,
+    Instant,
     OnceSchedule,
     Schedule,
     fire_times,
@@ -40,9 +41,6 @@ from service.domain.schedules import (
 )
 
 MAX_ARGS_BYTES = 64 * 1024
-# Validation context key: the values were checked already (they come from our own
-# database, or from a validated spec), so the costly checks of content are skipped.
-CHECKED = "checked"
 MAX_TIMEOUT_SECONDS = 86_400
 
 JobName = Annotated[str, Field(pattern=JOB_NAME_PATTERN, max_length=128)]
@@ -102,8 +100,8 @@ class JobSpec(BaseModel):
     timeout_seconds: int = Field(600, gt=0, le=MAX_TIMEOUT_SECONDS)
     misfire_grace_seconds: int = Field(60, ge=0, le=MAX_TIMEOUT_SECONDS)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    start_at: AwareDatetime | None = Field(None, description="No tick before this fires.")
-    end_at: AwareDatetime | None = Field(
+    start_at: Instant | None = Field(None, description="No tick before this fires.")
+    end_at: Instant | None = Field(
         None, description="No tick after this fires; then the job becomes completed."
     )
     max_runs: int | None = Field(
@@ -354,22 +352,24 @@ def ticks_moved(current: JobSpec, spec: JobSpec) -> bool:
     )
 
 
-def patch_job(current: Job, patch: dict[str, JsonValue], now: datetime) -> Job:
-    """JSON merge patch (RFC 7396) of the declared fields. A schedule of another kind
-    replaces the old one whole: merging an interval into a cron makes no sense."""
-    if "name" in patch and patch["name"] != current.name:
+def patched_spec(name: str, shown: JobSpec, patch: dict[str, JsonValue]) -> JobSpec:
+    """JSON merge patch (RFC 7396) of the declared fields of job `name`, applied to the
+    job as `shown` to the caller (secrets masked: a patch merges into what its author
+    could read, so a secret is kept only where the rules for kept secrets say). A
+    schedule of another kind replaces the old one whole: merging an interval into a cron
+    makes no sense."""
+    if "name" in patch and patch["name"] != name:
         raise InvalidInput.one(("body", "name"), "the name of a job cannot change", patch["name"])
     patch = {k: v for k, v in patch.items() if k != "name"}
-    base = current.spec().model_dump(mode="json")
+    base = shown.model_dump(mode="json")
     new_schedule = patch.get("schedule")
     new_kind = new_schedule.get("kind") if isinstance(new_schedule, dict) else None
     if new_kind not in {None, base["schedule"]["kind"]}:
         base["schedule"] = {}
     try:
-        spec = JobSpec.model_validate(merge_patch(base, patch))
+        return JobSpec.model_validate(merge_patch(base, patch))
     except ValidationError as error:
         raise InvalidInput.from_validation(error, ("body",)) from error
-    return replace_job(current, spec, now)
 
 
 def pause_job(current: Job, now: datetime, note: str | None = None) -> Job:

@@ -15,11 +15,29 @@ from typing import Annotated, Final, Literal, assert_never
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 MAX_INTERVAL_SECONDS: Final = 31_622_400  # 366 days
 MAX_EVERY_DAYS: Final = 366
 MAX_DAILY_TIMES: Final = 100
+
+# Validation context key: the values were checked already (they come from our own
+# database, or from a validated spec), so the checks of content are skipped.
+CHECKED: Final = "checked"
+# The instants a schedule may name and the API accepts. A datetime holds years 1 to 9999;
+# a tick leaves room on either side for a zone's offset (under a day) and for what is
+# added to it (grace, jitter and timeout: each at most a day), so no sum overflows.
+FIRST_INSTANT: Final = datetime(1, 1, 8, tzinfo=UTC)
+LAST_INSTANT: Final = datetime(9999, 12, 1, tzinfo=UTC)
+_WALL_MARGIN: Final = timedelta(days=1)
 
 _ONE_SECOND: Final = timedelta(seconds=1)
 _ONE_MINUTE: Final = timedelta(minutes=1)
@@ -46,6 +64,43 @@ _CRON_FIELD_SYNTAX: Final = re.compile(rf"{_CRON_ITEM}(?:,{_CRON_ITEM})*")
 _SECONDS_ITEM: Final = re.compile(
     r"(?:(?P<star>\*)|(?P<start>\d+)(?:-(?P<end>\d+))?)(?:/(?P<step>\d+))?"
 )
+
+
+def within_range(moment: datetime) -> datetime:
+    """`moment` in UTC; ValueError if it lies outside FIRST_INSTANT..LAST_INSTANT."""
+    if moment.utcoffset() is None:
+        raise ValueError("needs a UTC offset")
+    try:
+        in_utc = moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 is past what a datetime holds
+        in_utc = None
+    if in_utc is None or not FIRST_INSTANT <= in_utc <= LAST_INSTANT:
+        raise ValueError(f"must lie between {_SPAN} (UTC)")
+    return in_utc
+
+
+def _wall_within_range(wall: datetime) -> datetime:
+    """A naive wall time, whatever its zone, must be an instant within range."""
+    low = FIRST_INSTANT.replace(tzinfo=None) + _WALL_MARGIN
+    high = LAST_INSTANT.replace(tzinfo=None) - _WALL_MARGIN
+    if not low <= wall <= high:
+        raise ValueError(f"must lie between {_SPAN} (UTC), a day inside them as a wall time")
+    return wall
+
+
+def _accepted(moment: datetime, info: ValidationInfo) -> datetime:
+    """A new instant within range; one read back from the database as stored (a job
+    written before the range was enforced can still be read, and has no tick past it)."""
+    return moment if _checked(info) else within_range(moment)
+
+
+def _checked(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(CHECKED))
+
+
+_SPAN: Final = f"{FIRST_INSTANT.date().isoformat()} and {LAST_INSTANT.date().isoformat()}"
+# An instant the API accepts: aware, and within range (shown in UTC).
+Instant = Annotated[AwareDatetime, AfterValidator(_accepted)]
 
 
 class _ScheduleModel(BaseModel):
@@ -75,12 +130,12 @@ class IntervalSchedule(_ScheduleModel):
 
     @field_validator("anchor")
     @classmethod
-    def _normalise_anchor(cls, value: datetime | None) -> datetime | None:
+    def _normalise_anchor(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
         if value is None:
             return None
         if value.utcoffset() is None:
             raise ValueError("anchor must be timezone-aware")
-        return _to_whole_seconds(value.astimezone(UTC))
+        return _to_whole_seconds(value.astimezone(UTC) if _checked(info) else within_range(value))
 
 
 class DailySchedule(_ScheduleModel):
@@ -90,6 +145,13 @@ class DailySchedule(_ScheduleModel):
     every_days: Annotated[int, Field(ge=1, le=MAX_EVERY_DAYS)] = 1
     at: Annotated[list[time], Field(min_length=1, max_length=MAX_DAILY_TIMES)]
     anchor_date: date | None = None
+
+    @field_validator("anchor_date")
+    @classmethod
+    def _anchor_within_range(cls, value: date | None, info: ValidationInfo) -> date | None:
+        if value is not None and not _checked(info):
+            _wall_within_range(datetime.combine(value, time()))
+        return value
 
     @field_validator("at")
     @classmethod
@@ -107,6 +169,13 @@ class OnceSchedule(_ScheduleModel):
 
     kind: Literal["once"]
     at: datetime
+
+    @field_validator("at")
+    @classmethod
+    def _at_within_range(cls, value: datetime, info: ValidationInfo) -> datetime:
+        if _checked(info):
+            return value
+        return _wall_within_range(value) if value.utcoffset() is None else within_range(value)
 
 
 Schedule = Annotated[
@@ -133,8 +202,16 @@ def resolve_schedule(
 
 
 def next_fire_after(schedule: Schedule, tz: ZoneInfo, after: datetime) -> datetime | None:
-    """The first nominal tick strictly after `after`, or None if there is none."""
-    after = _to_utc(after, "after")
+    """The first nominal tick strictly after `after`, or None if there is none (none is
+    past LAST_INSTANT)."""
+    try:
+        tick = _next_fire_after(schedule, tz, _to_utc(after, "after"))
+    except OverflowError:  # the search ran past what a datetime holds
+        return None
+    return tick if tick is not None and tick <= LAST_INSTANT else None
+
+
+def _next_fire_after(schedule: Schedule, tz: ZoneInfo, after: datetime) -> datetime | None:
     match schedule:
         case CronSchedule():
             return _next_cron(_parse_cron(schedule.expression), tz, after)
@@ -150,8 +227,16 @@ def next_fire_after(schedule: Schedule, tz: ZoneInfo, after: datetime) -> dateti
 
 
 def latest_fire_at_or_before(schedule: Schedule, tz: ZoneInfo, at: datetime) -> datetime | None:
-    """The latest nominal tick at or before `at`, or None if there is none."""
-    at = _to_utc(at, "at")
+    """The latest nominal tick at or before `at`, or None if there is none (none is
+    before FIRST_INSTANT)."""
+    try:
+        tick = _latest_fire_at_or_before(schedule, tz, _to_utc(at, "at"))
+    except OverflowError:  # the search ran past what a datetime holds
+        return None
+    return tick if tick is not None and tick >= FIRST_INSTANT else None
+
+
+def _latest_fire_at_or_before(schedule: Schedule, tz: ZoneInfo, at: datetime) -> datetime | None:
     match schedule:
         case CronSchedule():
             return _latest_cron(_parse_cron(schedule.expression), tz, at)

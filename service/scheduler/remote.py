@@ -29,7 +29,8 @@ class SchedulerProcess:
     def __init__(self, socket: Path, starting_seconds: float = STARTING_SECONDS) -> None:
         self._http = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(socket)),
-            base_url="http://scheduler",
+            # A loopback name: a server without tokens answers no other `Host` (#42).
+            base_url="http://localhost",
             timeout=PROBE_SECONDS,
         )
         self._starting_until: float | None = time.monotonic() + starting_seconds

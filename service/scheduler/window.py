@@ -128,6 +128,7 @@ class Window:
         dsn: str,
         reconcile_seconds: float,
         run_history: int,
+        output_bytes_per_job: int | None = None,
         clock: ReplicaClock | None = None,
         members: Callable[[], Members] = Members.unknown,
         cluster_since: Callable[[], datetime | None] = lambda: None,
@@ -145,6 +146,7 @@ class Window:
         self._dsn = dsn
         self._reconcile_seconds = reconcile_seconds
         self._run_history = run_history
+        self._output_bytes_per_job = output_bytes_per_job
         self._members = members
         self._view = Members.unknown()
         self._cluster_since = cluster_since
@@ -516,7 +518,9 @@ class Window:
             await self._store.update_jobs({job.name: close_window for job in ended})
 
     async def _prune(self) -> None:
-        pruned = await self._store.prune_runs(self._run_history, self._round_seconds)
+        pruned = await self._store.prune_runs(
+            self._run_history, self._round_seconds, self._output_bytes_per_job
+        )
         if pruned:
             log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
 

@@ -73,7 +73,9 @@ class ChoreStore(StoreBase):
         rows = await self._pool.fetch(chores_sql.BOOKED_JOBS)
         return [(job_from_row(row), row["overdue_tick"]) for row in rows]
 
-    async def prune_runs(self, keep: int, every_seconds: float = 0) -> int:
+    async def prune_runs(
+        self, keep: int, every_seconds: float = 0, output_bytes: int | None = None
+    ) -> int:
         """Delete runs beyond the newest `keep` per job, sparing every run younger than
         its job's misfire grace plus 5 minutes (those rows still fence late replicas)
         and every run still `running` (its end is yet to be recorded on it); and the
@@ -82,7 +84,9 @@ class ChoreStore(StoreBase):
 
         One replica per round walks every job, PRUNE_JOBS_PER_STATEMENT at a time, each
         batch in a transaction of its own: a round deletes all that is due, however
-        many rows that is, with no statement holding row locks for long."""
+        many rows that is, with no statement holding row locks for long. With
+        `output_bytes`, each batch's jobs then keep that many bytes of outputs and logs
+        at most, the newest (chores_sql.TRIM_OUTPUTS)."""
         if not await self._pool.fetchval(chores_sql.CLAIM_CHORE, "retention", every_seconds):
             return 0
         detached = await self._pool.execute(
@@ -95,6 +99,10 @@ class ChoreStore(StoreBase):
             )
             assert row is not None, "one row: a select of two subqueries"
             pruned += int(row["pruned"])
+            if output_bytes is not None:
+                await self._pool.fetchval(
+                    chores_sql.TRIM_OUTPUTS, output_bytes, after, PRUNE_JOBS_PER_STATEMENT
+                )
             if (after := row["last_job"]) is None:
                 return pruned
 

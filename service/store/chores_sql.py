@@ -85,6 +85,28 @@ PRUNE_RUNS = """WITH batch AS (
             SET through = greatest(tickgate_pruned.through, excluded.through))
     SELECT (SELECT count(*) FROM deleted) AS pruned, (SELECT max(name) FROM batch) AS last_job"""
 
+# The outputs and logs a job keeps, in all, at most $1 bytes (as stored: compressed
+# jsonb; TICKGATE_OUTPUT_BYTES_PER_JOB): for the jobs of one retention batch (after the
+# name $2, $3 of them), the outputs and logs of the oldest runs past it are dropped, the
+# runs themselves kept. pg_column_size reads a stored value's size without reading it.
+TRIM_OUTPUTS = """WITH batch AS (
+        SELECT name FROM tickgate_jobs
+        WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3),
+    sized AS (
+        SELECT o.run_id,
+               sum(coalesce(pg_column_size(o.output), 0) + coalesce(pg_column_size(o.log), 0))
+                   OVER (PARTITION BY r.job ORDER BY r.scheduled_for DESC, r.id DESC)
+                   AS with_newer
+        FROM batch j
+        JOIN tickgate_runs r ON r.job = j.name
+        JOIN tickgate_run_outputs o ON o.run_id = r.id
+        WHERE o.output IS NOT NULL OR o.log IS NOT NULL),
+    trimmed AS (
+        UPDATE tickgate_run_outputs o SET output = NULL, log = NULL
+        FROM sized WHERE o.run_id = sized.run_id AND sized.with_newer > $1
+        RETURNING 1)
+    SELECT count(*) FROM trimmed"""
+
 # The newest tick of a job whose run retention deleted.
 PRUNED_THROUGH = "SELECT through FROM tickgate_pruned WHERE job = $1"
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from service.domain.hooks import HOOKS
-from service.domain.jobs import CHECKED, Job
+from service.domain.jobs import Job
 from service.domain.ownership import Member
 from service.domain.runs import Run
-from service.domain.schedules import DailySchedule
+from service.domain.schedules import CHECKED, DailySchedule
 
 
 @dataclass(frozen=True)

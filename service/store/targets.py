@@ -8,6 +8,7 @@ from pydantic import JsonValue
 from pydantic_core import to_jsonable_python
 
 from service.domain.runs import SqlOutcome
+from service.store.targets_sql import PRIVILEGES
 
 APPLICATION_NAME = "tickgate-sql"  # how a DBA tells these sessions apart in pg_stat_activity
 
@@ -30,6 +31,7 @@ class SqlTargetConnections:
         settings = {"statement_timeout": timeout_ms, "application_name": APPLICATION_NAME}
         connection = await asyncpg.connect(self._dsns[target], server_settings=settings)
         try:
+            await _refuse_privileged(connection, target)
             if keep_rows:
                 returned = await _returning_rows(connection, statement, keep_rows)
                 if returned is not None:
@@ -38,6 +40,28 @@ class SqlTargetConnections:
         finally:
             await connection.close()
         return SqlOutcome(command=tag, rows_affected=_rows_affected(tag))
+
+
+class PrivilegedTarget(Exception):
+    """The target's role may do more than the sql task ever runs with."""
+
+
+async def _refuse_privileged(connection: "asyncpg.Connection[Any]", target: str) -> None:
+    """Never run as a superuser (`COPY ... TO PROGRAM` would run commands on the host),
+    and never as a role that may touch Tickgate's own tables (the jobs' secret headers
+    are in them): whoever may write a job may run any statement on a target."""
+    privileges = await connection.fetchrow(PRIVILEGES)
+    assert privileges is not None  # one row, always
+    if privileges["superuser"]:
+        raise PrivilegedTarget(
+            f"SQL target {target!r} connects as a superuser (or a member of one); the sql task "
+            "never runs as one: give the target a role of its own"
+        )
+    if privileges["tickgate"]:
+        raise PrivilegedTarget(
+            f"SQL target {target!r} connects as a role with rights on Tickgate's tables "
+            "(tickgate_*); the sql task never runs as one: give the target a role without them"
+        )
 
 
 async def _returning_rows(

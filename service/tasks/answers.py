@@ -2,16 +2,19 @@
 
 A run shows its last attempt's answer (GET /v1/runs/{id}): the status, the response
 headers worth reading (`SHOWN_HEADERS`), and the first `output_bytes` of the body, as
-text when it is text and base64 otherwise. A target that echoes the job's secret header
-values back shows them as `***`, in the body and the headers alike.
+text when it is text and base64 otherwise. A target that echoes the job's secrets back
+shows them as `***`, in the body and the headers alike, in any form it may echo them
+(`service.tasks.masking`).
 """
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from pydantic import JsonValue
+
+from service.tasks.masking import Masker
 
 DEFAULT_OUTPUT_BYTES = 16 * 1024
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -26,7 +29,6 @@ SHOWN_HEADERS = (
     "x-request-id",
     "request-id",
 )
-MASK = b"***"
 _TEXT_SUBTYPES = ("json", "xml", "javascript", "x-www-form-urlencoded", "yaml", "csv")
 
 
@@ -45,35 +47,25 @@ class Answer:
 
 
 async def read_answer(
-    response: aiohttp.ClientResponse, limit: int, keep: int, secrets: Sequence[str]
+    response: aiohttp.ClientResponse, limit: int, keep: int, masker: Masker
 ) -> Answer:
     """Read the body (never decoded), at most `limit` bytes of it, keeping the first
-    `keep` with `secrets` masked (read a secret's length further, so one cut at the
-    edge is masked whole)."""
-    hidden = [secret.encode() for secret in secrets if secret]
-    margin = max((len(secret) for secret in hidden), default=0)
+    `keep` with every form of the secrets masked (read the longest form's length further,
+    so one cut at the edge is masked whole)."""
     size, kept = 0, bytearray()
     async for chunk in response.content.iter_any():
-        kept += chunk[: max(0, keep + margin - len(kept))]
+        kept += chunk[: max(0, keep + masker.margin - len(kept))]
         size += len(chunk)
         if size > limit:
             break
-    body = bytes(kept)
-    for secret in hidden:
-        body = body.replace(secret, MASK)
+    body = masker.masked(bytes(kept))
     shown = {
-        name: _masked(response.headers[name], hidden)
+        name: masker.masked_text(response.headers[name])
         for name in SHOWN_HEADERS
         if name in response.headers
     }
     capped = size > limit
     return Answer(response.status, shown, body[:keep], min(size, limit), size > keep, capped)
-
-
-def _masked(value: str, hidden: Sequence[bytes]) -> str:
-    for secret in hidden:
-        value = value.replace(secret.decode(), MASK.decode())
-    return value
 
 
 def answer_output(answer: Answer) -> dict[str, JsonValue]:

@@ -113,6 +113,10 @@ class HostCounts:
     slow_connects: int = 0
     turns: Turns = field(default_factory=Turns, repr=False, compare=False)
 
+    def idle(self) -> bool:
+        """Nothing open, waiting or in flight: forgetting it loses no request's count."""
+        return not (self.open or self.waiting or self.turns.in_flight)
+
     def connected_slowly(self, host: str, seconds: float) -> None:
         """A connect took SLOW_CONNECT_SECONDS or more: said once per host."""
         self.slow_connects += 1
@@ -126,16 +130,36 @@ class HostCounts:
             )
 
 
-class HostTally:
-    """Per host, what `HostCounts` holds. One per http task (its pool)."""
+# The hosts a tally keeps (each a few series of /metrics): a job author can aim runs at
+# any number of host:port pairs, and /metrics must not grow with them for ever.
+MAX_TALLIED_HOSTS = 512
 
-    def __init__(self, limits: HostLimits | None = None) -> None:
+
+class HostTally:
+    """Per host, what `HostCounts` holds. One per http task (its pool). Past
+    `max_hosts`, the host used least recently with nothing in flight is forgotten (its
+    series leave /metrics; its counts start again if it is called again)."""
+
+    def __init__(
+        self, limits: HostLimits | None = None, max_hosts: int = MAX_TALLIED_HOSTS
+    ) -> None:
         self._hosts: dict[str, HostCounts] = {}
+        self._max_hosts = max_hosts
         # Set by the http task that owns the tally (its settings).
         self.limits = limits or HostLimits()
 
     def of(self, host: str) -> HostCounts:
-        return self._hosts.setdefault(host, HostCounts())
+        """`host`'s counts, now its most recently used (a dict keeps insertion order)."""
+        counts = self._hosts.pop(host, None) or HostCounts()
+        self._hosts[host] = counts
+        if len(self._hosts) > self._max_hosts:
+            self._forget_one_idle()
+        return counts
+
+    def _forget_one_idle(self) -> None:
+        idle = next((h for h, c in self._hosts.items() if c.idle()), None)
+        if idle is not None:
+            del self._hosts[idle]
 
     def snapshot(self) -> Mapping[str, HostCounts]:
         """A copy, for a scrape."""

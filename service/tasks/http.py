@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Annotated, Any, Literal
-from urllib.parse import quote_plus
+from urllib.parse import quote_plus, unquote
 
 import aiohttp
 import httpx
@@ -57,6 +57,7 @@ from service.tasks.answers import (
 )
 from service.tasks.base import TaskContext, TaskDefinition
 from service.tasks.hosts import HostLimits, HostTally
+from service.tasks.masking import Masker
 from service.tasks.netguard import (
     Allowlist,
     IPAddress,
@@ -94,6 +95,7 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 # client before aiohttp (httpcore) set on a whole response head; aiohttp's default is 8 KiB.
 MAX_RESPONSE_HEADER_BYTES = 100 * 1024
 SECRET_MASK = "***"  # noqa: S105 - the mask shown instead of a secret
+DEFAULT_PORTS = {"http": 80, "https": 443}
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Framing and routing are the client's business: a header could smuggle a second
 # request or aim the request at another virtual host than the vetted URL names.
@@ -207,6 +209,16 @@ class HttpArgs(BaseModel):
 
     _not_always_denied = field_validator("url")(refuse_never_called)
 
+    @field_validator("url")
+    @classmethod
+    def _no_masked_password(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        if url.password == SECRET_MASK:
+            raise ValueError(
+                f"the URL's password is {SECRET_MASK!r}, which keeps the password stored for "
+                "this origin and user, and there is none: send the password itself"
+            )
+        return url
+
     @field_validator("headers")
     @classmethod
     def _plain_headers(cls, headers: dict[str, str]) -> dict[str, str]:
@@ -228,8 +240,9 @@ class HttpArgs(BaseModel):
                 raise ValueError(f"secret header {name!r} is not one of `headers`")
             if present[name.lower()] == SECRET_MASK:
                 raise ValueError(
-                    f"secret header {name!r} is {SECRET_MASK!r}, which keeps a stored value, "
-                    "but there is none"
+                    f"secret header {name!r} is {SECRET_MASK!r}, which keeps the value stored "
+                    "for this URL's origin (scheme, host and port), and there is none: send "
+                    "the value itself"
                 )
         return self
 
@@ -242,8 +255,12 @@ class HttpArgs(BaseModel):
         return frozenset(name.lower() for name in self.secret_headers)
 
     def secret_values(self) -> list[str]:
+        """The secret header values, and the URL's password (sent as Basic credentials)."""
         secret = self.secret_names()
-        return [value for name, value in self.headers.items() if name.lower() in secret]
+        values = [value for name, value in self.headers.items() if name.lower() in secret]
+        # As sent (decoded: the Basic credentials carry it so), and as the URL spells it.
+        password = self.url.password
+        return values + ([unquote(password), password] if password else [])
 
 
 class HttpTaskError(Exception):
@@ -281,7 +298,20 @@ def redact_args(args: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
             name: SECRET_MASK if name.lower() in secret else value
             for name, value in headers.items()
         }
+    if isinstance(url := args.get("url"), str):
+        copy["url"] = _with_password(url, SECRET_MASK)
     return copy
+
+
+def _with_password(url: str, password: str) -> str:
+    """`url` with the password of its user:password@ (if it has one) replaced."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return url
+    if not parsed.password:
+        return url
+    return str(parsed.copy_with(username=parsed.username, password=password))
 
 
 def merge_secret_headers(
@@ -289,12 +319,18 @@ def merge_secret_headers(
 ) -> dict[str, JsonValue]:
     """A copy of `new_args` where a secret header (one named in the new args'
     `secret_headers`) whose value is "***" takes the stored value of that header (names
-    ignore case). Without a stored value the "***" stays, and validation refuses it.
+    ignore case), if the new `url` has the stored one's origin (scheme, host and port): a
+    secret is bound to where it was stored for. Without a stored value for that origin the
+    "***" stays, and validation refuses it, naming the header.
 
     Call it before validating and saving a PUT or PATCH, so that a body read back from
     GET (secrets shown as "***") keeps the stored secrets and changes nothing.
     """
     copy = dict(new_args)
+    stored_url = (stored_args or {}).get("url")
+    if not same_origin(new_args.get("url"), stored_url):
+        return copy
+    copy["url"] = _kept_password(new_args.get("url"), stored_url)
     headers = new_args.get("headers")
     stored_headers = (stored_args or {}).get("headers")
     secret = _secret_names(new_args)
@@ -310,6 +346,34 @@ def merge_secret_headers(
         for name, value in headers.items()
     }
     return copy
+
+
+def _kept_password(url: JsonValue, stored_url: JsonValue) -> JsonValue:
+    """A URL whose password is "***" (as shown) takes the stored URL's password, for the
+    same origin and user only."""
+    if not (isinstance(url, str) and isinstance(stored_url, str)):
+        return url
+    new, stored = httpx.URL(url), httpx.URL(stored_url)
+    if new.password != SECRET_MASK or new.username != stored.username or not stored.password:
+        return url
+    return _with_password(url, stored.password)
+
+
+def same_origin(url: JsonValue, stored_url: JsonValue) -> bool:
+    """Whether two URLs (as sent, not yet validated) name one origin: scheme, host and
+    default-filled port; anything unparsable names none."""
+    origins = {_origin_of(url), _origin_of(stored_url)}
+    return len(origins) == 1 and None not in origins
+
+
+def _origin_of(url: JsonValue) -> tuple[str, str, int | None] | None:
+    if not isinstance(url, str):
+        return None
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return None
+    return (parsed.scheme, parsed.host, parsed.port or DEFAULT_PORTS.get(parsed.scheme))
 
 
 # The request ---------------------------------------------------------------------------
@@ -599,10 +663,13 @@ class HttpSender:
             target = await self._vet(url, hop)
             pins[target.host] = target
             headers = wire_headers(url, request_headers(args, context, dropped), body)
-            headers |= self._signature(args, context, body)
+            headers |= self._signature(args, context, url, body)
             if token is not None and "authorization" not in dropped:
                 headers["Authorization"] = f"Bearer {token}"
-            answer = await self._send(args, method, url, headers, body, host=target.key)
+            masker = Masker([*args.secret_values(), *([token] if token else [])])
+            answer = await self._send(
+                args, method, url, headers, body, host=target.key, masker=masker
+            )
             if isinstance(answer, Answer):
                 context.output.keep(answer_output(answer))
                 refused = answer.status == 401 and not args.succeeded(401)
@@ -635,9 +702,10 @@ class HttpSender:
         body: bytes | None,
         *,
         host: str,
+        masker: Masker,
     ) -> Answer | Redirect:
-        """One request to `host` (`host:port`, as vetted): the answer, or the redirect
-        to follow."""
+        """One request to `host` (`host:port`, as vetted): the answer (what it echoes of
+        `masker`'s secrets masked), or the redirect to follow."""
         waiting = self.hosts.waiting(host)
         try:
             async with (
@@ -656,7 +724,7 @@ class HttpSender:
                 if location is not None:
                     return Redirect(response.status, location)
                 return await read_answer(
-                    response, self.max_response_bytes, args.output_bytes, args.secret_values()
+                    response, self.max_response_bytes, args.output_bytes, masker
                 )
         except aiohttp.ClientError as error:  # its repr would spell out the pool's key
             raise self._failed(method, url, host, error) from error
@@ -664,11 +732,12 @@ class HttpSender:
             waiting.over()  # a run cancelled while it waited waits no more
 
     def _signature(
-        self, args: HttpArgs, context: TaskContext, body: bytes | None
+        self, args: HttpArgs, context: TaskContext, url: httpx.URL, body: bytes | None
     ) -> dict[str, str]:
-        """The Standard Webhooks headers of one request (none if the job signs with no
-        key): the run id signs every attempt alike, the timestamp is this request's."""
-        key_id = self.signing.key_for(args.signing_key)
+        """The Standard Webhooks headers of one request (none if the job's key, or the
+        default, may not sign for this hop's host): the run id signs every attempt alike,
+        the timestamp is this request's."""
+        key_id = self.signing.key_for(args.signing_key, url.host)
         if key_id is None:
             return {}
         return self.signing.signed(key_id, str(context.run_id), int(time.time()), body or b"")
@@ -688,19 +757,18 @@ class HttpSender:
         """At write time: the signing key and the OAuth client secret a job names must
         be ones the operator configured, and a token endpoint at an address (not a
         name, resolved only when called) must be one the guard lets through."""
-        if args.signing_key is not None and args.signing_key not in self.signing.secrets:
-            known = ", ".join(self.signing.ids()) or "none (TICKGATE_WEBHOOK_KEYS_FILE is unset)"
-            message = f"unknown signing key id; the configured ones: {known}"
-            raise InvalidInput.one(("body", "args", "signing_key"), message, args.signing_key)
+        if args.signing_key is not None:
+            refused = self.signing.refusal(args.signing_key, args.url.host or "")
+            if refused is not None:
+                raise InvalidInput.one(("body", "args", "signing_key"), refused, None)
         if args.oauth is not None:
             self._check_oauth(args.oauth)
 
     def _check_oauth(self, client: OAuthClient) -> None:
         where = ("body", "args", "oauth")
-        if client.client_secret not in self.oauth.secrets:
-            known = ", ".join(self.oauth.names()) or "none (TICKGATE_OAUTH_SECRETS_FILE is unset)"
-            message = f"unknown client secret name; the configured ones: {known}"
-            raise InvalidInput.one((*where, "client_secret"), message, client.client_secret)
+        refused = self.oauth.refusal(client)
+        if refused is not None:
+            raise InvalidInput.one((*where, refused[0]), refused[1], None)
         host = client.token_url.host or ""
         address = parse_host(host)
         if address is not None and not self._permitted(address, host):
@@ -737,7 +805,8 @@ class HttpSender:
                     status, body = response.status, await read_upto(response, TOKEN_BODY_BYTES)
             except aiohttp.ClientError as error:
                 raise self._failed("POST", url, target.key, error) from error
-        return token_of(shown(url), status, body)
+        # An endpoint refusing a grant may quote what it was sent.
+        return token_of(shown(url), status, Masker([secret]).masked(body))
 
     def _failed(
         self, method: str, url: httpx.URL, host: str, error: aiohttp.ClientError

@@ -258,9 +258,10 @@ class Allowlist:
         candidates: list[IPAddress] = [address]
         if isinstance(address, ipaddress.IPv6Address):
             candidates.append(ipaddress.IPv6Address(int(address)))
-            embedded = embedded_ipv4(address)
-            if embedded is not None:
-                candidates.append(embedded)
+            # Only the IPv4-mapped form is the same host: 6to4, Teredo and NAT64 forms
+            # reach a relay or a translator, which an IPv4 entry never allowed.
+            if address.ipv4_mapped is not None:
+                candidates.append(address.ipv4_mapped)
         return any(a in network for a in candidates for network in self.networks)
 
 
@@ -339,3 +340,27 @@ async def vet(url: httpx.URL, allow: Allowlist, resolve: Resolver = resolve_host
         ):
             raise TargetDenied(_denial(host, address, verdict))
     return VettedTarget(host, port, tuple(dict.fromkeys(addresses)))
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """The httpx transport of the client a plugin task gets (`TaskContext.http`): every
+    request is vetted as the http task's are (`vet`, the same allowlist), then sent to
+    the address vetted, not to whatever the name resolves to a moment later (the Host
+    header and, for https, the TLS server name stay the URL's). Proxies from the
+    environment are never used: a proxy would make the vetting moot."""
+
+    def __init__(self, allow: Allowlist, resolve: Resolver = resolve_host) -> None:
+        self._allow = allow
+        self._resolve = resolve
+        self._inner = httpx.AsyncHTTPTransport(trust_env=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = await vet(request.url, self._allow, self._resolve)
+        address = target.addresses[0]
+        request.url = request.url.copy_with(host=str(address))
+        if request.url.scheme == "https":
+            request.extensions = {**request.extensions, "sni_hostname": target.host}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

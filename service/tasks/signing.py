@@ -2,9 +2,10 @@
 (https://www.standardwebhooks.com), so a target can tell Tickgate sent them.
 
 The operator mounts the keys (a file, say from a Secret) and names them by key id
-(`TICKGATE_WEBHOOK_KEYS_FILE`); a job names a key id (`signing_key`), or every job signs
-with `TICKGATE_WEBHOOK_SIGNING_KEY`. A job never holds a key, and no answer or log line
-shows one. Each attempt sends:
+(`TICKGATE_WEBHOOK_KEYS_FILE`), each with the hosts it may sign for; a job names a key id
+(`signing_key`), or every job signs with `TICKGATE_WEBHOOK_SIGNING_KEY`, and a request is
+signed only when it goes to one of its key's hosts. A job never holds a key, and no answer
+or log line shows one. Each attempt sends:
 - `webhook-id`: the run's id, the same for every attempt of the run (the target dedupes);
 - `webhook-timestamp`: the attempt's Unix time;
 - `webhook-signature`: `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` per key of the id,
@@ -27,35 +28,69 @@ class SigningKeysError(ValueError):
 
 
 @dataclass(frozen=True)
-class SigningKeys:
-    """Key ids to their secrets (the first is the newest), and the id every job signs
-    with unless it names its own (None: jobs sign only when they name one)."""
+class SigningKey:
+    """One key id's secrets (the first is the newest) and the hosts it may sign for: a
+    signature says "Tickgate sent this to you", so a key signs only for the consumers the
+    operator named, whatever body or URL a job chooses."""
 
-    secrets: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
+    secrets: tuple[bytes, ...] = field(repr=False)
+    hosts: frozenset[str]
+
+    def signs_for(self, host: str) -> bool:
+        """Whether requests to `host` are signed: a listed name, or a name under a listed
+        `*.suffix` (names ignore case)."""
+        name = host.lower().rstrip(".")
+        return name in self.hosts or any(
+            pattern.startswith("*.") and name.endswith(pattern[1:]) for pattern in self.hosts
+        )
+
+
+UPGRADE = (
+    'each key id names the hosts it may sign for: {"<id>": {"secrets": ["whsec_..."], '
+    '"hosts": ["hooks.example.com", "*.example.net"]}} (two secrets while rotating)'
+)
+
+
+@dataclass(frozen=True)
+class SigningKeys:
+    """Keys by id, and the id every job signs with unless it names its own (None: jobs
+    sign only when they name one)."""
+
+    keys: Mapping[str, SigningKey] = field(default_factory=dict, repr=False)
     default: str | None = None
 
     @classmethod
     def load(cls, path: Path | None, default: str | None = None) -> "SigningKeys":
-        """The keys of the JSON file at `path`: `{"id": "whsec_..."}`, or a list of
-        secrets for an id being rotated. SigningKeysError if it cannot be used."""
-        secrets = _read(path) if path is not None else {}
-        if default is not None and default not in secrets:
+        """The keys of the JSON file at `path` (see UPGRADE). SigningKeysError if it
+        cannot be used."""
+        keys = _read(path) if path is not None else {}
+        if default is not None and default not in keys:
             raise SigningKeysError(f"the default signing key {default!r} is not in the keys file")
-        return cls(secrets, default)
+        return cls(keys, default)
 
-    def ids(self) -> list[str]:
-        return sorted(self.secrets)
+    def key_for(self, named: str | None, host: str) -> str | None:
+        """The key id a request to `host` is signed with: the job's own, else the
+        default; None if that key may not sign for `host` (or there is none)."""
+        key_id = named or self.default
+        if key_id is None or key_id not in self.keys:
+            return None
+        return key_id if self.keys[key_id].signs_for(host) else None
 
-    def key_for(self, named: str | None) -> str | None:
-        """The key id a job signs with: its own, else the default."""
-        return named or self.default
+    def refusal(self, named: str, host: str) -> str | None:
+        """Why a job may not name key `named` for a target at `host`, or None; an unknown
+        id says nothing of the ids there are."""
+        if named not in self.keys:
+            return "no signing key of this id is configured"
+        if not self.keys[named].signs_for(host):
+            return "this signing key may not sign requests to this host"
+        return None
 
     def signed(self, key_id: str, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
         """The three Standard Webhooks headers for one request."""
         content = f"{message_id}.{timestamp}.".encode() + body
         signatures = [
             "v1," + base64.b64encode(hmac.digest(secret, content, hashlib.sha256)).decode()
-            for secret in self.secrets[key_id]
+            for secret in self.keys[key_id].secrets
         ]
         return {
             "webhook-id": message_id,
@@ -64,7 +99,7 @@ class SigningKeys:
         }
 
 
-def _read(path: Path) -> dict[str, tuple[bytes, ...]]:
+def _read(path: Path) -> dict[str, SigningKey]:
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -72,8 +107,22 @@ def _read(path: Path) -> dict[str, tuple[bytes, ...]]:
             f"cannot read the keys file {path}: {type(error).__name__}"
         ) from None
     if not isinstance(document, dict) or not document:
-        raise SigningKeysError(f"{path}: expected a JSON object of key ids to secrets")
-    return {str(key_id): _secrets(path, str(key_id), value) for key_id, value in document.items()}
+        raise SigningKeysError(f"{path}: expected a JSON object of key ids; {UPGRADE}")
+    return {str(key_id): _key(path, str(key_id), value) for key_id, value in document.items()}
+
+
+def _key(path: Path, key_id: str, value: object) -> SigningKey:
+    if not isinstance(value, dict):
+        raise SigningKeysError(f"{path}: key {key_id!r} names no hosts; {UPGRADE}")
+    hosts = value.get("hosts")
+    if set(value) != {"secrets", "hosts"} or not isinstance(hosts, list) or not _names(hosts):
+        raise SigningKeysError(f"{path}: key {key_id!r} needs secrets and hosts; {UPGRADE}")
+    secrets = _secrets(path, key_id, value["secrets"])
+    return SigningKey(secrets, frozenset(str(host).lower() for host in hosts))
+
+
+def _names(hosts: list[object]) -> bool:
+    return bool(hosts) and all(isinstance(h, str) and h for h in hosts)
 
 
 def _secrets(path: Path, key_id: str, value: object) -> tuple[bytes, ...]:

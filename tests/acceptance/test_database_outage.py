@@ -46,7 +46,9 @@ def test_readiness_follows_the_database_and_scheduling_resumes(tmp_path: Path) -
             database.stop()
             eventually(lambda: status(replica, "/readyz") == 503, 10, "readiness to fail")
             body = httpx.get(f"{replica.url}/readyz", timeout=5).json()
-            assert body["checks"]["database"].startswith("unavailable"), body
+            # The kind of failure, never its text, which can name the address (#42).
+            assert body["checks"]["database"].startswith("unreachable: "), body
+            assert str(data) not in str(body), body
             assert status(replica, "/healthz") == 200
             assert status(replica, "/v1/jobs") == 503
 

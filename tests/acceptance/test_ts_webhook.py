@@ -48,7 +48,7 @@ async def test_typescript_verifies_a_signed_delivery_with_either_rotated_key(
     database_url: str, tmp_path: Path
 ) -> None:
     keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"billing": [NEW, OLD]}))
+    keys.write_text(json.dumps({"billing": {"secrets": [NEW, OLD], "hosts": ["127.0.0.1"]}}))
     settings = Settings(
         database_url=database_url,
         scheduler=False,

@@ -1057,3 +1057,27 @@ def test_screenshots_of_the_jobs_job_cluster_form_and_run_pages(
     shots = ("jobs", "job", "cluster", "form", "run")
     for name in (f"dashboard-{shot}.png" for shot in shots):
         assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
+
+
+def test_the_dashboard_works_against_a_server_without_tokens(
+    database_url: str, tmp_path: Path, page_as: Callable[..., Page]
+) -> None:
+    """What `make run` serves refuses foreign `Host`s and cross-site changes (#42): the
+    dashboard, same-origin, still acts on a job. (A replica without tokens, beside the
+    module's, on its database.)"""
+    replica = start_replica(tmp_path, database_url=database_url)
+    try:
+        eventually(replica.answers, START_DEADLINE_SECONDS, "the replica")
+        made = httpx.post(
+            f"{replica.url}/v1/jobs", json={"name": "open-job", "schedule": NEVER, **LOG}
+        )
+        assert made.status_code == 201, made.text
+        page = page_as(None)
+        page.goto(f"{replica.url}/ui/jobs/open-job")
+        expect(page.locator("#pause")).to_be_visible()
+        page.click("#pause")
+        expect(page.locator("#resume")).to_be_visible()
+        job = httpx.get(f"{replica.url}/v1/jobs/open-job").json()
+    finally:
+        replica.stop()
+    assert job["state"] == "paused"

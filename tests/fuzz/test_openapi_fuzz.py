@@ -1,5 +1,6 @@
 """Schemathesis against a live server, driven by the app's own OpenAPI document: no 5xx
-and no response that breaks the schema, over 1000+ generated requests. A fixed seed by
+and no response that breaks the schema, over 1000+ generated requests, dates at the edges
+of what a datetime holds among them (tests/fuzz/edge_dates.py). A fixed seed by
 default; TICKGATE_FUZZ_SEED=random (or another number) explores further."""
 
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 from harness.cluster import serve
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("st"))
+ROOT = Path(__file__).parents[2]
 SEED = os.environ.get("TICKGATE_FUZZ_SEED", "20261129")
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
 
@@ -35,7 +37,11 @@ def fuzz(url: str, report: Path) -> subprocess.CompletedProcess[str]:
         str(report),
         *seed,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    # Edge dates (year 1 and 9999, far offsets) in generated bodies: tests/fuzz/edge_dates.py.
+    env = os.environ | {"SCHEMATHESIS_HOOKS": "tests.fuzz.edge_dates", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env, cwd=ROOT
+    )
 
 
 def record(cases: int, server_errors: int) -> None:

@@ -29,7 +29,7 @@ async def served_with(settings: Settings, **changes: Any) -> AsyncIterator[httpx
     app = create_app(settings.model_copy(update={"api_tokens": TOKENS} | changes))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         yield http
 
@@ -120,3 +120,12 @@ async def test_an_open_folder_opens_no_path_that_climbs_out_of_it(path: str) -> 
     await guard(scope, receive, send)
     assert reached == []
     assert sent[0]["status"] == 401
+
+
+async def test_the_docs_page_never_keeps_a_token_in_the_browser(
+    client: httpx.AsyncClient,
+) -> None:
+    """A token typed into /docs lasts as long as the page: Swagger UI's
+    persistAuthorization would keep it in localStorage (#42)."""
+    page = (await client.get("/docs")).text
+    assert '"persistAuthorization": false' in page, page

@@ -224,7 +224,9 @@ async def scheduling(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings.model_copy(update={"scheduler": True}))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://localhost"
+        ) as client,
     ):
         yield client
 
@@ -246,7 +248,9 @@ async def test_the_bulk_body_limit_is_its_own(settings: Settings) -> None:
     jobs = [job(f"many-{index:03d}") for index in range(100)]
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://localhost"
+        ) as client,
     ):
         assert counts(await apply(client, *jobs)) == (100, 0, 0, 0)
         huge = job("huge", description="x" * 4000)

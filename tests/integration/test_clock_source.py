@@ -24,7 +24,7 @@ async def fast_clock_client(settings: Settings) -> AsyncIterator[httpx.AsyncClie
     app = create_app(ahead)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         yield http
 

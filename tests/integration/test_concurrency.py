@@ -47,7 +47,9 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_window_entry(
     every_second = {"schedule": {"kind": "interval", "every_seconds": 1}}
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://localhost"
+        ) as client,
     ):
         names = [f"churn-{i % 5}" for i in range(60)]
 

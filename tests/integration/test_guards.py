@@ -26,7 +26,7 @@ async def guarded(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings.model_copy(update={"api_tokens": TOKENS}))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         yield http
 
@@ -71,7 +71,7 @@ async def test_tokens_come_from_a_mounted_file(settings: Settings, tmp_path: Pat
     app = create_app(settings.model_copy(update={"api_tokens_file": mounted}))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         assert (await http.get("/v1/jobs", headers=bearer("from-file"))).status_code == 200
         assert (await http.get("/v1/jobs")).status_code == 401
@@ -117,9 +117,13 @@ async def test_a_body_sent_as_something_else_than_json_is_415_naming_the_fix(
         f"/v1/jobs/{JOB['name']}", content=b'{"description": "m"}', headers=merge
     )
     assert patched.json()["description"] == "m"
-    # a write without a body (curl -X POST with its default form type) is no body at all
+    # A write with no body needs no type; one that declares a type other than JSON is a
+    # 415 even without a body: a plain cross-site form post (#42) changes nothing.
     form = {"content-type": "application/x-www-form-urlencoded"}
-    paused = await client.post(f"/v1/jobs/{JOB['name']}/pause", headers=form)
+    refused = await client.post(f"/v1/jobs/{JOB['name']}/pause", headers=form)
+    assert refused.status_code == 415, refused.text
+    assert (await client.get(f"/v1/jobs/{JOB['name']}")).json()["state"] == "active"
+    paused = await client.post(f"/v1/jobs/{JOB['name']}/pause")
     assert paused.status_code == 200, paused.text
 
 

@@ -57,7 +57,7 @@ async def test_readyz_fails_at_once_when_shutdown_begins(settings: Settings) -> 
     app = create_app(settings)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         app.state.services.begin_shutdown()
         response = await http.get("/readyz")
@@ -206,7 +206,9 @@ async def test_jobs_file_is_applied_at_startup_like_put(settings: Settings, tmp_
         app = create_app(declared)
         async with (
             app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://localhost"
+            ) as http,
         ):
             page = (await http.get("/v1/jobs")).json()["items"]
     assert [job["name"] for job in page] == ["declared-a", "declared-b"]
@@ -248,7 +250,7 @@ async def test_jobs_file_reads_unquoted_wall_times_as_times(
     app = create_app(settings.model_copy(update={"apply_jobs": path}))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         job = (await http.get("/v1/jobs/twice-daily")).json()
     assert job["schedule"]["at"] == ["03:00:15", "15:30:00"]

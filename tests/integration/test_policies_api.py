@@ -28,7 +28,7 @@ async def scheduling(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings.model_copy(update={"scheduler": True, "reconcile_seconds": 1}))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         yield http
 

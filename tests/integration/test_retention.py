@@ -188,3 +188,41 @@ async def test_a_round_prunes_all_that_is_due_across_every_job(
         await connection.close()
     assert {row["n"] for row in per_job} == {5}
     assert len(per_job) == len(names)
+
+
+async def test_a_job_keeps_its_newest_outputs_within_its_byte_budget(
+    client: httpx.AsyncClient, store: Store, database_url: str
+) -> None:
+    """TICKGATE_OUTPUT_BYTES_PER_JOB (#42): past it, the outputs and logs of a job's
+    oldest runs are dropped (the runs stay); another job's are its own budget."""
+    for name in ("chatty", "quiet"):
+        assert (await client.post("/v1/jobs", json=JOB | {"name": name})).status_code == 201
+    await insert_runs(database_url, "chatty", [(n, "succeeded") for n in range(10)])
+    await insert_runs(database_url, "quiet", [(n, "succeeded") for n in range(2)])
+    connection = await asyncpg.connect(database_url)
+    try:
+        # About 100 kB of text each, random so that they compress alike.
+        await connection.execute(
+            """INSERT INTO tickgate_run_outputs (run_id, output)
+               SELECT id, jsonb_build_object('body', (SELECT string_agg(md5(random()::text), '')
+                                                      FROM generate_series(1, 3125)))
+               FROM tickgate_runs"""
+        )
+        size = await connection.fetchval(
+            "SELECT max(pg_column_size(output)) FROM tickgate_run_outputs"
+        )
+        budget = int(size * 3.5)  # room for three
+        assert await store.prune_runs(keep=1000, output_bytes=budget) == 0
+        kept = await connection.fetch(
+            """SELECT r.job, extract(minute FROM r.scheduled_for)::int AS minute,
+                      o.output IS NOT NULL AS has_output
+               FROM tickgate_runs r JOIN tickgate_run_outputs o ON o.run_id = r.id
+               ORDER BY r.job, r.scheduled_for"""
+        )
+    finally:
+        await connection.close()
+    chatty = {row["minute"]: row["has_output"] for row in kept if row["job"] == "chatty"}
+    quiet = [row["has_output"] for row in kept if row["job"] == "quiet"]
+    assert chatty == {n: n >= 7 for n in range(10)}, chatty  # the newest three fit
+    assert quiet == [True, True]
+    assert len(await ledger(client, "chatty")) == 10  # the runs themselves stay

@@ -17,10 +17,10 @@ from harness.postgres import with_database
 from harness.waiting import eventually_async
 from service.app import create_app
 from service.config import Settings
-from service.store.targets import APPLICATION_NAME, SqlTargetConnections
+from service.store.targets import APPLICATION_NAME, PrivilegedTarget, SqlTargetConnections
 from service.tasks import TaskContext
 from service.tasks.sql import SqlArgs, SqlTargetError, run_sql, sql_task
-from tests.support.db import TemplateDatabases
+from tests.support.db import TemplateDatabases, role_url
 
 EVENTS = """
 CREATE TABLE events (id int PRIMARY KEY, kind text NOT NULL);
@@ -32,16 +32,22 @@ DELETE_STALE = "DELETE FROM events WHERE kind = 'stale'"
 
 @pytest.fixture
 async def reports_url(templates: TemplateDatabases) -> AsyncIterator[str]:
-    """A second database on the same server, with ten events (three stale)."""
+    """A second database on the same server, with ten events (three stale), reached as
+    the role `reports`, which owns them and nothing else (the sql task refuses a
+    superuser, and a role with rights on Tickgate's tables)."""
     name = await templates.clone()
     url = with_database(templates.server_url, name)
     try:
         connection = await asyncpg.connect(url)
         try:
             await connection.execute(EVENTS)
+            await role_url(url, "reports")
+            await connection.execute("ALTER TABLE events OWNER TO reports")
+            await connection.execute(f'GRANT CREATE ON DATABASE "{name}" TO reports')
+            await connection.execute("GRANT CREATE ON SCHEMA public TO reports")
         finally:
             await connection.close()
-        yield url
+        yield await role_url(url, "reports")
     finally:
         await templates.drop(name)
 
@@ -260,7 +266,7 @@ async def client(database_url: str, reports_url: str) -> AsyncIterator[httpx.Asy
     app = create_app(settings)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as api,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as api,
     ):
         yield api
 
@@ -315,7 +321,9 @@ async def test_bad_sql_args_are_422_naming_field_and_value(
         response = await client.post("/v1/jobs", json=job)
         assert response.status_code == 422, (args, response.text)
         (problem,) = response.json()["errors"]
-        assert (problem["loc"], problem["input"]) == (loc, bad), problem
+        # Never the value: args may hold a secret (here a DSN with its password).
+        assert problem["loc"] == loc, (problem, bad)
+        assert "input" not in problem, problem
     unknown = await client.post("/v1/jobs", json=sql_job("bad", target="nope", statement="S"))
     assert "configured targets: reports" in unknown.json()["errors"][0]["msg"]
     assert (await client.get("/v1/jobs")).json()["items"] == []
@@ -405,3 +413,28 @@ async def test_wide_rows_stop_at_the_output_cap(
     assert isinstance(output["rows"], list)
     assert 1 < len(output["rows"]) < 10, len(output["rows"])
     assert (output["rows_affected"], output["truncated"]) == (50, True)
+
+
+async def test_a_superuser_or_a_role_with_rights_on_tickgate_tables_runs_nothing(
+    templates: TemplateDatabases,
+) -> None:
+    """#42: as a superuser a statement could run commands on the host (COPY ... TO
+    PROGRAM); as a role that may read tickgate_jobs, read every job's secret headers.
+    Either is refused before the statement runs."""
+    name = await templates.clone()
+    url = with_database(templates.server_url, name)  # the server's superuser
+    try:
+        reader = await role_url(url, "jobs_reader")
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute("GRANT SELECT ON tickgate_jobs TO jobs_reader")
+            await connection.execute("GRANT CREATE ON SCHEMA public TO jobs_reader")
+        finally:
+            await connection.close()
+        for dsn, said in ((url, "superuser"), (reader, "rights on Tickgate's tables")):
+            targets = SqlTargetConnections({"t": dsn})
+            with pytest.raises(PrivilegedTarget, match=said):
+                await targets.execute("t", "CREATE TABLE pwned (x int)", 10)
+        assert await scalar(url, "SELECT to_regclass('pwned') IS NULL")
+    finally:
+        await templates.drop(name)

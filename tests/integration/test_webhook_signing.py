@@ -26,7 +26,11 @@ OTHER = "whsec_" + base64.b64encode(b"x" * 32).decode()
 @pytest.fixture
 def keys_file(tmp_path: Path) -> Path:
     path = tmp_path / "webhook-keys.json"
-    path.write_text(json.dumps({"billing": [NEW, OLD], "reports": OTHER}))
+    keys = {
+        "billing": {"secrets": [NEW, OLD], "hosts": ["127.0.0.1"]},
+        "reports": {"secrets": [OTHER], "hosts": ["127.0.0.1", "*.example.test"]},
+    }
+    path.write_text(json.dumps(keys))
     return path
 
 
@@ -103,27 +107,65 @@ async def test_a_job_without_a_key_sends_no_signature(
     assert not any(name.startswith("webhook-") for name in receipt.headers)
 
 
-async def test_an_unknown_key_id_is_refused_when_the_job_is_written(
+async def test_an_unknown_key_id_or_a_host_the_key_is_not_for_is_refused_when_written(
     settings: Settings, keys_file: Path
 ) -> None:
-    for configured, known in ((keys_file, "billing, reports"), (None, "none")):
+    """A 422 naming `signing_key`, listing no configured id (#42): `billing` signs for
+    127.0.0.1 only, `reports` for names under example.test too."""
+    cases = [
+        (keys_file, "https://example.test/x", "nope", "no signing key of this id"),
+        (None, "https://example.test/x", "nope", "no signing key of this id"),
+        (keys_file, "https://hooks.example.test/x", "billing", "may not sign"),
+        (keys_file, "https://example.test.evil/x", "reports", "may not sign"),
+    ]
+    for index, (configured, url, key, said) in enumerate(cases):
         async with served(settings.model_copy(update={"webhook_keys_file": configured})) as client:
-            refused = await create(
-                client, "unsigned", url="https://example.test/x", args={"signing_key": "nope"}
+            refused = await create(client, f"unsigned-{index}", url=url, args={"signing_key": key})
+            allowed = await create(
+                client,
+                f"ok-{index}",
+                url="https://hooks.example.test/x",
+                args={"signing_key": "reports"},
             )
         assert refused.status_code == 422, refused.text
         [problem] = refused.json()["errors"]
         assert problem["loc"] == ["body", "args", "signing_key"]
-        assert known in problem["msg"]
+        assert said in problem["msg"]
+        assert "billing" not in refused.text or key == "billing"
+        assert "reports" not in refused.text or key == "reports"
+        assert allowed.status_code == (201 if configured else 422), allowed.text
+
+
+async def test_the_default_key_signs_only_requests_to_its_hosts(
+    settings: Settings, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The default key is bound like any: a job calling a host it is not for is sent
+    unsigned (the operator's key signs nothing a job author aims elsewhere)."""
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"prod": {"secrets": [OTHER], "hosts": ["hooks.example.test"]}}))
+    defaulted = settings.model_copy(
+        update={"webhook_keys_file": path, "webhook_signing_key": "prod"}
+    )
+    async with served(defaulted) as client:
+        assert (await create(client, "plain", url=f"{receiver.url}/plain")).status_code == 201
+        assert (await triggered_run(client, "plain"))["status"] == "succeeded"
+    [receipt] = receiver.receipts()
+    assert not any(name.startswith("webhook-") for name in receipt.headers)
 
 
 @pytest.mark.parametrize(
     ("content", "says"),
     [
         ("not json", "cannot read the keys file"),
-        ('{"k": "whsec_###"}', "is not base64"),
-        ('{"k": "whsec_' + base64.b64encode(b"short").decode() + '"}', "shorter than 24 bytes"),
-        ('{"k": ["a", "b", "c"]}', "one secret, or two while rotating"),
+        ('{"k": {"secrets": ["whsec_###"], "hosts": ["h"]}}', "is not base64"),
+        (
+            '{"k": {"secrets": ["whsec_' + base64.b64encode(b"short").decode() + '"], '
+            '"hosts": ["h"]}}',
+            "shorter than 24 bytes",
+        ),
+        ('{"k": {"secrets": ["a", "b", "c"], "hosts": ["h"]}}', "one secret, or two while"),
+        ('{"k": "whsec_###"}', "names no hosts"),
+        ('{"k": {"secrets": ["whsec_###"]}}', "needs secrets and hosts"),
     ],
 )
 def test_a_malformed_keys_file_stops_the_start_saying_what_is_wrong(

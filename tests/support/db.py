@@ -119,3 +119,19 @@ async def refusing_connections(database_url: str) -> AsyncIterator[None]:
             await connection.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
     finally:
         await connection.close()
+
+
+async def role_url(url: str, role: str) -> str:
+    """`url` as `role`: a login role (made if missing, by the server's superuser) that is
+    not a superuser and has no right on anything it does not own, as an operator gives
+    the sql task (#42). Its password is its name."""
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(
+            f"""DO $$ BEGIN CREATE ROLE "{role}" LOGIN NOSUPERUSER PASSWORD '{role}';
+            EXCEPTION WHEN duplicate_object THEN NULL; END $$"""
+        )
+    finally:
+        await connection.close()
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{role}:{role}@{parts.netloc.rsplit('@', 1)[-1]}").geturl()

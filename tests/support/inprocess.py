@@ -20,7 +20,7 @@ async def served(
     app = create_app(settings, registry)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://tickgate") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
     ):
         yield http
 

@@ -96,7 +96,7 @@ class Replica:
         # test's check of the answers says so; its log has the traceback).
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
         self.http = await self.stack.enter_async_context(
-            httpx.AsyncClient(transport=transport, base_url="http://tickgate", timeout=30)
+            httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30)
         )
 
     async def stop(self) -> None:

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import sys
 
 from service.logs import JsonFormatter, TextFormatter
 
@@ -48,3 +49,18 @@ def test_text_lines_append_run_context() -> None:
         "[job=nightly run_id=r-1 scheduled_for=2026-11-29T19:00:05+00:00 runner=pod-a]"
     )
     assert "[" not in TextFormatter().format(record("other", "plain"))
+
+
+def test_text_lines_escape_what_could_forge_another_line() -> None:
+    """A `log` task's message (or a target's text in one) cannot start a line of its own
+    in the text format (#42); a traceback keeps its lines."""
+    forged = "done\n2026-12-07 00:00:00 ERROR tickgate: forged\r\x1b[2K"
+    line = TextFormatter().format(record("tickgate.run", forged, job="a\nb"))
+    assert not {"\n", "\r", "\x1b"} & set(line), line
+    assert "done\\n2026-12-07" in line, line
+    assert "job=a\\nb" in line, line
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("t", logging.ERROR, __file__, 1, "x", (), sys.exc_info())
+    assert TextFormatter().format(failed).count("\n") >= 2  # the traceback's own lines

@@ -238,6 +238,20 @@ def test_allowlist_matches_addresses_embedded_forms_and_names() -> None:
     assert not allow.permits(ip("192.168.1.1"), "sub.hooks.internal")
 
 
+def test_an_allowed_ipv4_admits_its_mapped_form_only() -> None:
+    """6to4, Teredo and NAT64 addresses embedding an allowed IPv4 reach a relay or a
+    translator, not that host: the allowlist never admits them (#42)."""
+    allow = Allowlist.from_setting("10.0.0.0/8")
+    ip = ipaddress.ip_address
+    assert allow.permits(ip("::ffff:10.1.2.3"), "::ffff:10.1.2.3")
+    for embedding in (
+        "2002:0a01:0203::1",
+        "2001:0:4136:e378:8000:63bf:f5fe:fdfc",
+        "64:ff9b::a01:203",
+    ):
+        assert not allow.permits(ip(embedding), embedding), embedding
+
+
 class FakeResolver:
     """Answers from a table, counting calls; never does DNS."""
 

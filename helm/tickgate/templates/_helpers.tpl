@@ -181,6 +181,13 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
 {{- end }}
 - name: TICKGATE_SQL_ALLOW_SELF
   value: {{ .Values.tasks.sql.allowSelf | quote }}
+{{- if .Values.tasks.sql.allowSelf }}
+- name: TICKGATE_SQL_SELF_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "tasks.sql.allowSelf needs tasks.sql.existingSecret, holding TICKGATE_SQL_SELF_URL" .Values.tasks.sql.existingSecret }}
+      key: {{ .Values.tasks.sql.selfUrlKey | default "TICKGATE_SQL_SELF_URL" }}
+{{- end }}
 {{- with .Values.tasks.sql.existingSecret }}
 - name: TICKGATE_SQL_TARGETS
   valueFrom:

@@ -280,8 +280,13 @@ def test_task_settings_env(everything: Manifests, render: Callable[..., Manifest
     assert env["TICKGATE_SQL_TARGETS"]["valueFrom"] == {
         "secretKeyRef": {"name": "sql-targets", "key": "TICKGATE_SQL_TARGETS"}
     }
+    # `self` runs as a role of its own (#42), its DSN from the same Secret.
+    assert env["TICKGATE_SQL_SELF_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "sql-targets", "key": "TICKGATE_SQL_SELF_URL"}
+    }
     defaults = env_of(container(render(DEFAULTS)))
     assert "TICKGATE_SQL_TARGETS" not in defaults
+    assert "TICKGATE_SQL_SELF_URL" not in defaults
     assert defaults["TICKGATE_TASK_MODULES"]["value"] == ""
     assert defaults["TICKGATE_HTTP_ALLOW"]["value"] == ""
     assert defaults["TICKGATE_SQL_ALLOW_SELF"]["value"] == "false"
