@@ -45,9 +45,11 @@ def api_service(manifests: Manifests) -> dict[str, Any]:
     return manifests[("Service", RELEASE)]
 
 
-def test_all_off_by_default(render: Callable[[dict[str, Any]], Manifests]) -> None:
+def test_all_off_by_default_but_the_network_policy(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
     kinds = {kind for kind, _ in render(DEFAULTS)}
-    assert kinds.isdisjoint(OPTIONAL_KINDS)
+    assert kinds & set(OPTIONAL_KINDS) == {"NetworkPolicy"}
 
 
 # --- Ingress and HTTPRoute -----------------------------------------------------------------
@@ -62,12 +64,13 @@ def test_ingress_routes_to_the_api_service(everything: Manifests) -> None:
     assert ingress["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
     (rule,) = spec["rules"]
     assert rule["host"] == "tickgate.example.com"
-    (path,) = rule["http"]["paths"]
-    assert (path["path"], path["pathType"]) == ("/", "Prefix")
-    backend = path["backend"]["service"]
+    paths = rule["http"]["paths"]
+    assert ("/v1", "Prefix") in {(path["path"], path["pathType"]) for path in paths}
     service = api_service(everything)
-    assert backend["name"] == service["metadata"]["name"]
-    assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
+    for path in paths:
+        backend = path["backend"]["service"]
+        assert backend["name"] == service["metadata"]["name"]
+        assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
 
 
 def test_http_route_attaches_to_the_gateway_and_routes_to_the_service(
@@ -84,7 +87,7 @@ def test_http_route_attaches_to_the_gateway_and_routes_to_the_service(
     assert spec["hostnames"] == ["tickgate.example.com"]
     (rule,) = spec["rules"]
     assert rule.keys() == {"matches", "backendRefs"}
-    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    assert {"path": {"type": "PathPrefix", "value": "/v1"}} in rule["matches"]
     service = api_service(everything)
     assert rule["backendRefs"] == [
         {"name": service["metadata"]["name"], "port": service["spec"]["ports"][0]["port"]}
@@ -149,9 +152,43 @@ def test_network_policy_lets_out_dns_postgresql_the_api_and_the_listed_targets(
     ]
 
 
-def test_network_policy_needs_postgresql(helm: ModuleType, chart: Any) -> None:
-    with pytest.raises(helm.HelmRenderError, match=r"networkPolicy\.postgresql\.to"):
-        chart.render(DEFAULTS | {"networkPolicy": {"enabled": True}}, name=RELEASE)
+def test_by_default_the_network_policy_admits_the_namespace_and_lets_out_the_public(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
+    """On by default (#42): ingress from the release's namespace only (ingress
+    controllers and Prometheus to be added), egress to DNS, PostgreSQL's port anywhere
+    (until networkPolicy.postgresql.to names it), and public addresses on 80 and 443,
+    never private ranges or the metadata address."""
+    policy = only(render(DEFAULTS), "NetworkPolicy")["spec"]
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [{"podSelector": {}}]
+    _dns, postgresql, _own_api, public = policy["egress"]
+    assert postgresql == {"ports": [{"port": 5432, "protocol": "TCP"}]}
+    (block,) = public["to"]
+    assert block["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert {"10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"} <= set(block["ipBlock"]["except"])
+    assert public["ports"] == [{"port": 80, "protocol": "TCP"}, {"port": 443, "protocol": "TCP"}]
+
+
+def test_the_default_routes_leave_metrics_and_the_probes_out(
+    render: Callable[[dict[str, Any]], Manifests],
+) -> None:
+    """#42: /metrics lists every job; the default Ingress and HTTPRoute route the API,
+    the dashboard and the docs only."""
+    parent = {"parentRefs": [{"name": "public"}]}
+    manifests = render(
+        DEFAULTS | {"ingress": {"enabled": True}, "httpRoute": {"enabled": True} | parent}
+    )
+    (rule,) = only(manifests, "Ingress")["spec"]["rules"]
+    routed = {(p["path"], p["pathType"]) for p in rule["http"]["paths"]}
+    assert ("/v1", "Prefix") in routed
+    assert ("/", "Exact") in routed
+    assert not any(path.startswith(("/metrics", "/healthz", "/readyz")) for path, _ in routed)
+    assert ("/", "Prefix") not in routed
+    (route,) = only(manifests, "HTTPRoute")["spec"]["rules"]
+    values = {match["path"]["value"] for match in route["matches"]}
+    assert "/v1" in values
+    assert "/metrics" not in values
 
 
 # --- PrometheusRule ------------------------------------------------------------------------

@@ -137,9 +137,11 @@ def test_every_manifest_is_valid_kubernetes(
 
 def test_defaults_render_the_core_objects_only(scenario: Callable[[str], Manifests]) -> None:
     kinds = sorted(kind for kind, _ in scenario("defaults"))
-    # The two Secrets: the database URL and the API tokens.
+    # The two Secrets: the database URL and the API tokens; the NetworkPolicy, on by
+    # default (#42).
     assert kinds == [
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Secret",
         "Secret",
