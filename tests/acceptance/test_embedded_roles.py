@@ -4,7 +4,9 @@ where the jobs' secret headers are. A data directory of an earlier release, whos
 the superuser made, is given to the service's role on the next start."""
 
 import asyncio
+import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,8 @@ async def roles_of_sessions(superuser_url: str) -> dict[str, bool]:
 def test_the_service_and_self_statements_run_as_roles_of_their_own(tmp_path: Path) -> None:
     """No superuser session but ours; a `self` statement is not a superuser, cannot read
     tickgate_jobs (the secret header is in it), and COPY ... TO PROGRAM is refused."""
+    # Where the server's account could write (it runs as its own user), named per run.
+    pwned = Path(tempfile.gettempdir()) / f"tickgate-pwned-{uuid.uuid4().hex}"
     with serve(tmp_path, database_url=None, TICKGATE_SQL_ALLOW_SELF="1") as replica:
         secret = {
             "name": "holds-a-secret",
@@ -73,7 +77,7 @@ def test_the_service_and_self_statements_run_as_roles_of_their_own(tmp_path: Pat
             secret,
             sql_job("who", "SELECT current_user, current_setting('is_superuser') AS su"),
             sql_job("steal", "SELECT * FROM tickgate_jobs"),
-            sql_job("shell", "COPY (SELECT 1) TO PROGRAM 'touch /tmp/tickgate-pwned'"),
+            sql_job("shell", f"COPY (SELECT 1) TO PROGRAM 'touch {pwned}'"),
         ]
         for job in jobs:
             made = httpx.post(f"{replica.url}/v1/jobs", json=job, timeout=10)
@@ -90,7 +94,7 @@ def test_the_service_and_self_statements_run_as_roles_of_their_own(tmp_path: Pat
     assert "permission denied" in runs["steal"]["error"], runs["steal"]
     assert SECRET not in str(runs)
     assert runs["shell"]["status"] == "failed", runs["shell"]
-    assert not Path("/tmp/tickgate-pwned").exists()
+    assert not pwned.exists()
     assert sessions.get(SERVICE_ROLE) is False, sessions
     assert not any(sessions.values()), sessions
 
