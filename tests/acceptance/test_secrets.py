@@ -23,6 +23,7 @@ from harness.replicas import Replica
 from harness.waiting import eventually
 from tests.support.db import TemplateDatabases
 from tests.support.echo import Echo, echoed, echoing
+from tests.support.edges import EDGE_DATES
 
 # Printable ASCII (a header value's alphabet) with what JSON and URLs escape.
 SECRET = 'Bearer s3"cr\\et/+%~=Q'
@@ -283,14 +284,6 @@ def test_what_a_target_echoes_of_a_secret_is_masked_in_every_form(
     assert "***" in reader.get(f"/v1/runs/{run['id']}").json()["output"]["headers"]["x-request-id"]
 
 
-EDGE_DATES = [
-    "0001-01-01T00:00:00Z",
-    "0001-01-01T00:00:00+01:00",
-    "0001-01-09T00:00:00-14:00",
-    "9999-12-31T00:00:00Z",
-    "9999-12-31T23:00:00-05:00",
-    "9999-11-29T00:00:00+14:00",
-]
 SCHEDULES = [
     {"kind": "cron", "expression": "0 0 29 2 1"},
     {"kind": "cron", "expression": "* * * * * *"},

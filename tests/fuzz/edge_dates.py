@@ -1,20 +1,13 @@
 """Schemathesis hooks (SCHEMATHESIS_HOOKS) that put the edge dates of #42 into generated
-bodies: year 1 and year 9999, with offsets up to 14 hours either way. Their shape is
-valid, so they reach the schedule math and the database, where overflows once were 500s."""
+bodies (tests/support/edges.py)."""
 
 from typing import Any
 
 import hypothesis.strategies as st
 import schemathesis
 
-EDGES = (
-    "0001-01-01T00:00:00Z",
-    "0001-01-01T00:00:00+01:00",
-    "0001-01-09T00:00:00-14:00",
-    "9999-12-31T00:00:00Z",
-    "9999-12-31T23:00:00-05:00",
-    "9999-11-29T00:00:00+14:00",
-)
+from tests.support.edges import EDGE_DATES
+
 DATE_FIELDS = frozenset({"start_at", "end_at", "after", "from", "to", "anchor", "at"})
 
 
@@ -23,7 +16,7 @@ def flatmap_body(context: Any, body: Any) -> Any:
     """Half the bodies as drawn; the rest with every date field set to one edge date."""
     if not isinstance(body, dict):
         return st.just(body)
-    return st.sampled_from((None, *EDGES)).map(lambda edge: _with_edge(body, edge))
+    return st.sampled_from((None, *EDGE_DATES)).map(lambda edge: _with_edge(body, edge))
 
 
 def _with_edge(value: Any, edge: str | None) -> Any:
