@@ -1,17 +1,22 @@
 """Prometheus metrics, on a registry of the app's own (no import-time global state)."""
 
 import math
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from service.domain.ownership import bucket_of
 from service.domain.runs import RunStatus
 from service.tasks.hosts import HostTally
 from service.tzdb import TzDatabase
 
 HELD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# How long a replica keeps the run series of a job it no longer owns after its last run
+# here: a few scrapes' worth, so the end of a handover or a takeover is seen.
+SERIES_LINGER_SECONDS = 120.0
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -23,7 +28,13 @@ class Metrics:
     walks every active job, work the fire path's process should not do at each scrape;
     the API process, or the API's pods, report them."""
 
-    def __init__(self, *, database_gauges: bool = True, hosts: HostTally | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        database_gauges: bool = True,
+        hosts: HostTally | None = None,
+        series_linger_seconds: float = SERIES_LINGER_SECONDS,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         if hosts is not None:
             self.registry.register(_HostCollector(hosts))
@@ -31,14 +42,15 @@ class Metrics:
         exported_if_read = self.registry if database_gauges else None
         self.last_success = Gauge(
             "tickgate_job_last_success_timestamp_seconds",
-            "Unix time this replica last finished a run of the job successfully. "
-            "Alert on max() across replicas going stale, not only on failures.",
+            "Unix time this replica last finished a run of the job successfully; a "
+            "replica keeps it while it owns the job. Alert on max_over_time() of the "
+            "max() across replicas going stale, not only on failures.",
             ["job"],
             registry=self.registry,
         )
         self.runs = Counter(
             "tickgate_runs",
-            "Runs finished on this replica.",
+            "Runs finished on this replica, kept while it owns the job.",
             ["job", "status"],
             registry=self.registry,
         )
@@ -105,9 +117,11 @@ class Metrics:
             ["version", "source"],
             registry=self.registry,
         )
-        # The jobs with series here, so a deleted one is forgotten even on a replica
-        # that ran it without holding it (a takeover): see `counts`.
-        self._counted: set[str] = set()
+        # The jobs with series here, each with its bucket and when it last ran here
+        # (monotonic): a deleted one is forgotten even on a replica that ran it without
+        # holding it (a takeover), see `counts`; one owned elsewhere, after a while.
+        self._counted: dict[str, tuple[int, float]] = {}
+        self._linger = series_linger_seconds
         self.sync_age = Gauge(
             "tickgate_scheduler_sync_age_seconds",
             "Seconds since this replica's scheduler last fully synced with the database.",
@@ -117,9 +131,11 @@ class Metrics:
     def set_tzdata(self, database: TzDatabase) -> None:
         self.tzdata.labels(database.version, database.source).set(1)
 
-    def count_run(self, job: str, status: RunStatus, finished_at: datetime | None) -> None:
+    def count_run(
+        self, job: str, lock_key: int, status: RunStatus, finished_at: datetime | None
+    ) -> None:
         """A run of `job` ended here; `finished_at` if it succeeded."""
-        self._counted.add(job)
+        self._counted[job] = (bucket_of(lock_key), time.monotonic())
         self.runs.labels(job, status.value).inc()
         if status is RunStatus.SUCCEEDED and finished_at is not None:
             self.last_success.labels(job).set(finished_at.timestamp())
@@ -127,10 +143,22 @@ class Metrics:
     def forget_job(self, job: str) -> None:
         """Drop a deleted job's series: kept, they would pile up with every job ever
         made, and the job's history lives in the ledger anyway."""
-        self._counted.discard(job)
+        self._counted.pop(job, None)
         self.last_success.remove(job)
         for status in RunStatus:
             self.runs.remove(job, status.value)
+
+    def forget_unowned(self, owned: frozenset[int] | None) -> None:
+        """Drop the series of the jobs owned elsewhere (`owned`: the buckets owned here,
+        None: all) that have not run here for a while. Kept, each handover would add
+        the moved jobs' series to the replica that took them for a moment, until every
+        replica exported every job (the soak of 2026-12-07 saw /metrics double)."""
+        if owned is None:
+            return
+        since = time.monotonic() - self._linger
+        for job, (bucket, ran) in list(self._counted.items()):
+            if bucket not in owned and ran <= since:
+                self.forget_job(job)
 
     def counts(self, job: str) -> bool:
         """Whether this replica has series of the job, to forget if it is deleted."""

@@ -201,6 +201,11 @@ class Runner:
         """The job is gone from the database: forget what this replica knew of it."""
         self._executor.forget_job(name)
 
+    def owns(self, buckets: frozenset[int] | None) -> None:
+        """This replica reads and fires `buckets` now (None: all): forget, after a while,
+        what it keeps of the jobs of other buckets (their metric series)."""
+        self._metrics.forget_unowned(buckets)
+
     def remembers(self, name: str) -> bool:
         """Whether this replica keeps something of the job (its metric series) that its
         deletion must take away, though the job is not in a bucket it reads."""

@@ -243,7 +243,7 @@ class RunExecutor:
             self._metrics.lock_held_after_return.observe(time.monotonic() - returned)
         if job.name not in self._deleted:
             finished_at = finished.finished_at if finished else None
-            self._metrics.count_run(job.name, outcome.status, finished_at)
+            self._metrics.count_run(job.name, job.lock_key, outcome.status, finished_at)
         elif not self._runs.of(job.name):
             self._deleted.discard(job.name)  # its last run here has ended
         log.info("run %s: %s", outcome.status.value, outcome.error or "ok", extra=run_context(run))

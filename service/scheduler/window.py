@@ -456,6 +456,7 @@ class Window:
             await self._guarded(self._sweep(), "sweeping runs")
             await self._guarded(self._prune(), "pruning run history")
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
+            self._runner.owns(self._buckets.reading(_monotonic()))
 
     async def _sweep_orphans_forever(self) -> None:
         # Twice per takeover period, at once when a peer left the cluster, and again as

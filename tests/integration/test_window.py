@@ -147,10 +147,9 @@ async def opened_window(
             store=store,
             runner=runner,
             dsn=database_url,
-            reconcile_seconds=AN_HOUR,
             run_history=100,
             members=members,
-            **({"window_seconds": AN_HOUR} | kw),
+            **({"window_seconds": AN_HOUR, "reconcile_seconds": AN_HOUR} | kw),
         )
         try:
             yield built
@@ -573,7 +572,7 @@ async def test_a_deleted_job_run_here_by_takeover_loses_its_series_here(
         database_url, scripted, members=lambda: members, metrics=metrics
     ) as window:
         await window.start()
-        metrics.count_run(foreign, RunStatus.SUCCEEDED, datetime.now(UTC))  # taken over
+        metrics.count_run(foreign, lock_key(foreign), RunStatus.SUCCEEDED, datetime.now(UTC))
         assert f'job="{foreign}"' in metrics.exposition().decode()
         reads = len(scripted.reads)
         await update(scripted, foreign, "v2")
@@ -586,3 +585,30 @@ async def test_a_deleted_job_run_here_by_takeover_loses_its_series_here(
             "the deleted job's series gone",
         )
         assert foreign not in window.held()
+
+
+async def test_a_replica_drops_the_series_of_jobs_it_no_longer_owns(
+    database_url: str, scripted: ScriptedStore
+) -> None:
+    """Each handover gives a replica the moved jobs for a moment: their run series go
+    again once the job is owned elsewhere and has not run here for the linger (0 here),
+    or every replica would end up exporting every job (the soak of 2026-12-07)."""
+    members = Members.seen(2, [1, 2, 3])
+    mine = owned_buckets(members)
+    assert mine is not None
+    names = [f"job-{index}" for index in range(30)]
+    foreign = next(name for name in names if bucket_of(lock_key(name)) not in mine)
+    own = next(name for name in names if bucket_of(lock_key(name)) in mine)
+    metrics = Metrics(series_linger_seconds=0)
+    for name in (foreign, own):
+        metrics.count_run(name, lock_key(name), RunStatus.SUCCEEDED, datetime.now(UTC))
+    async with opened_window(
+        database_url, scripted, members=lambda: members, metrics=metrics, reconcile_seconds=0.1
+    ) as window:
+        await window.start()
+        await eventually_async(
+            lambda: f'job="{foreign}"' not in metrics.exposition().decode(),
+            CONVERGE_SECONDS,
+            "the series of the job owned elsewhere gone",
+        )
+        assert f'job="{own}"' in metrics.exposition().decode()

@@ -269,6 +269,12 @@ def test_alerts_select_the_series_the_service_monitor_scrapes(everything: Manife
     # Tickgate's `job` label arrives as exported_job beside the target's own `job`.
     stale = next(a for a in group["rules"] if a["alert"] == "TickgateJobSuccessStale")
     assert "max by (exported_job)" in stale["expr"]
+    # A pod keeps a job's series while it owns the job: over the threshold's range, the
+    # last success a pod exported before a handover or a restart still counts.
+    assert re.search(
+        r"max_over_time\(tickgate_job_last_success_timestamp_seconds\{[^}]*\}\[90000s\]\)",
+        stale["expr"],
+    )
 
 
 # --- helm test -----------------------------------------------------------------------------
