@@ -13,7 +13,14 @@ from pathlib import Path
 
 from service.client.commands import add_jobs_command
 from service.client.completion import add_completion_command, complete_if_asked
-from service.config import ConfigurationError, Listen, Settings, process_role, token_scopes
+from service.config import (
+    ConfigurationError,
+    Listen,
+    Settings,
+    process_role,
+    token_scopes,
+    with_secret_files,
+)
 from service.embedded import start_embedded
 from service.logs import configure_logging
 from service.stopping import StopRequest
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format, process_role(settings))
     try:
-        args.command(settings, args)
+        args.command(with_secret_files(settings), args)
     except ConfigurationError as error:
         # Misconfiguration an operator must fix: one clear line, no traceback.
         log.error("%s", error)

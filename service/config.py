@@ -2,6 +2,7 @@
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "TICKGATE_DATABASE_URL"),
         description="PostgreSQL DSN. Unset: start an embedded PostgreSQL in `TICKGATE_DATA_DIR` "
         "(needs the `embedded` extra).",
+    )
+    database_url_file: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("DATABASE_URL_FILE", "TICKGATE_DATABASE_URL_FILE"),
+        description="A mounted file holding the DSN instead (a Kubernetes Secret's key, as the "
+        "chart mounts it): the DSN stays out of every process's environment.",
     )
     data_dir: Path = Field(
         Path(".tickgate"), description="Where the embedded PostgreSQL keeps its data."
@@ -197,6 +204,12 @@ class Settings(BaseSettings):
         description="With TICKGATE_SQL_ALLOW_SELF: the DSN `self` statements run as, a role "
         "that is not a superuser and has no rights on Tickgate's tables (`tickgate_*`).",
     )
+    sql_targets_file: Path | None = Field(
+        None, description="A mounted file holding the same JSON as TICKGATE_SQL_TARGETS."
+    )
+    sql_self_url_file: Path | None = Field(
+        None, description="A mounted file holding the DSN of TICKGATE_SQL_SELF_URL."
+    )
     api_tokens: dict[str, list[Literal["read", "write"]]] = Field(
         default_factory=dict,
         description='JSON `{"token": ["read", "write"]}`: bearer tokens and their scopes; with '
@@ -344,6 +357,56 @@ class TokenFileError(ConfigurationError, ValueError):
 
 
 _SCOPES = TypeAdapter(dict[str, list[Literal["read", "write"]]])
+_TARGETS = TypeAdapter(dict[str, str])
+
+
+@dataclass(frozen=True)
+class _SecretFile:
+    """A setting that may be read from a mounted file: `field` from `field`_file."""
+
+    field: str
+    variable: str
+    parse: Callable[[str], object]
+
+    def read(self, path: Path) -> object:
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigurationError(f"{self.variable}_FILE: cannot read {path}: {error}") from None
+        try:
+            return self.parse(text)
+        except ValueError:
+            # Never the error's text: it would quote the file, DSNs and passwords.
+            raise ConfigurationError(
+                f"{self.variable}_FILE: {path} does not hold what {self.variable} takes"
+            ) from None
+
+
+def _dsn(text: str) -> str:
+    if not text or "\n" in text:
+        raise ValueError("one DSN on one line")
+    return text
+
+
+SECRET_FILES = (
+    _SecretFile("database_url", "DATABASE_URL", _dsn),
+    _SecretFile("sql_targets", "TICKGATE_SQL_TARGETS", _TARGETS.validate_json),
+    _SecretFile("sql_self_url", "TICKGATE_SQL_SELF_URL", _dsn),
+)
+
+
+def with_secret_files(settings: Settings) -> Settings:
+    """`settings` with each secret setting given as a file read in. The files stay the
+    way child processes learn them, so no DSN is copied into an environment."""
+    update = {}
+    for secret in SECRET_FILES:
+        path = getattr(settings, f"{secret.field}_file")
+        if path is None:
+            continue
+        if getattr(settings, secret.field):
+            raise ConfigurationError(f"set {secret.variable} or {secret.variable}_FILE, not both")
+        update[secret.field] = secret.read(path)
+    return settings.model_copy(update=update)
 
 
 def token_scopes(settings: Settings) -> dict[str, frozenset[str]]:

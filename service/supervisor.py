@@ -143,8 +143,12 @@ def _shared_environment(settings: Settings) -> dict[str, str]:
     """This process's environment, with what both children must agree on fixed here.
     The jobs file is the API's to apply (once per pod, as PUT would)."""
     inherited = {k: v for k, v in os.environ.items() if k != "TICKGATE_APPLY_JOBS"}
-    shared = {"DATABASE_URL": str(settings.database_url), "TICKGATE_RUNNER_ID": settings.runner_id}
-    if settings.sql_self_url:  # the embedded server's role, made by this process
+    shared = {"TICKGATE_RUNNER_ID": settings.runner_id}
+    # A DSN read from a file reaches the children as that file, not in their environment;
+    # the embedded server's (made by this process) can only be passed on.
+    if settings.database_url_file is None:
+        shared["DATABASE_URL"] = str(settings.database_url)
+    if settings.sql_self_url and settings.sql_self_url_file is None:
         shared["TICKGATE_SQL_SELF_URL"] = settings.sql_self_url
     return inherited | shared
 

@@ -85,6 +85,26 @@ def env_of(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in entries}
 
 
+def secret_file(pod: dict[str, Any], setting: str) -> dict[str, str]:
+    """The Secret and key that the pod's (first) container reads as the file the setting
+    `setting` names: mounted read-only from a Secret volume, as
+    `{"name": <Secret>, "key": <key>}` (the shape of an env var's secretKeyRef)."""
+    main = pod["containers"][0]
+    path = env_of(main)[setting]["value"]
+    directory, _, filename = path.rpartition("/")
+    (mount,) = [m for m in main["volumeMounts"] if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (item,) = [i for i in volume["secret"]["items"] if i["path"] == filename]
+    return {"name": volume["secret"]["secretName"], "key": item["key"]}
+
+
+def pod_spec(manifests: Manifests) -> dict[str, Any]:
+    """The pod spec of the main Deployment."""
+    pod: dict[str, Any] = manifests[("Deployment", RELEASE)]["spec"]["template"]["spec"]
+    return pod
+
+
 def named_port(spec: dict[str, Any], name: str) -> int:
     ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
     return ports[name]

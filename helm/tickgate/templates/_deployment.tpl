@@ -79,13 +79,11 @@ spec:
               containerPort: {{ $v.containerPort }}
               protocol: TCP
           env:
-            - name: DATABASE_URL
-              valueFrom:
-                secretKeyRef:
-                  name: {{ include "tickgate.databaseSecretName" $root }}
-                  key: {{ include "tickgate.databaseSecretKey" $root }}
-            # A file rather than an env var: the tokens are not in the process environment
-            # (/proc/<pid>/environ, what child processes inherit, what a dump of it shows).
+            # Files rather than env vars: the DSN and the tokens are not in the process
+            # environment (/proc/<pid>/environ, what child processes inherit, what a dump
+            # of it shows).
+            - name: DATABASE_URL_FILE
+              value: {{ include "tickgate.databaseUrlFile" $root | quote }}
             - name: TICKGATE_API_TOKENS_FILE
               value: {{ include "tickgate.apiTokensFile" $root | quote }}
             - name: TICKGATE_RUNNER_ID
@@ -146,12 +144,20 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            - name: database
+              mountPath: {{ dir (include "tickgate.databaseUrlFile" $root) | quote }}
+              readOnly: true
             - name: api-tokens
               mountPath: {{ dir (include "tickgate.apiTokensFile" $root) | quote }}
               readOnly: true
             {{- if $v.tasks.http.signing.existingSecret }}
             - name: webhook-keys
               mountPath: {{ dir (include "tickgate.webhookKeysFile" $root) | quote }}
+              readOnly: true
+            {{- end }}
+            {{- if $v.tasks.sql.existingSecret }}
+            - name: sql-targets
+              mountPath: {{ dir (include "tickgate.sqlTargetsFile" $root) | quote }}
               readOnly: true
             {{- end }}
             {{- if $v.tasks.http.oauth.existingSecret }}
@@ -172,8 +178,23 @@ spec:
           {{- else }}
           emptyDir: {}
           {{- end }}
+        - name: database
+          {{- include "tickgate.databaseVolume" $root | nindent 10 }}
         - name: api-tokens
           {{- include "tickgate.apiTokensVolume" $root | nindent 10 }}
+        {{- with $v.tasks.sql.existingSecret }}
+        - name: sql-targets
+          secret:
+            secretName: {{ . | quote }}
+            defaultMode: {{ ternary 0440 0444 (hasKey $v.podSecurityContext "fsGroup") }}
+            items:
+              - key: {{ $v.tasks.sql.existingSecretKey | default "TICKGATE_SQL_TARGETS" }}
+                path: {{ base (include "tickgate.sqlTargetsFile" $root) }}
+              {{- if $v.tasks.sql.allowSelf }}
+              - key: {{ $v.tasks.sql.selfUrlKey | default "TICKGATE_SQL_SELF_URL" }}
+                path: {{ base (include "tickgate.sqlSelfUrlFile" $root) }}
+              {{- end }}
+        {{- end }}
         {{- with $v.tasks.http.signing.existingSecret }}
         - name: webhook-keys
           secret:

@@ -103,6 +103,33 @@ DATABASE_URL
 {{- end }}
 {{- end }}
 
+{{/*
+Where the pods read the DSN (DATABASE_URL_FILE): a file, like the tokens, so that no DSN
+is in a process environment (/proc/<pid>/environ, what child processes inherit).
+*/}}
+{{- define "tickgate.databaseUrlFile" -}}
+/var/run/secrets/tickgate-database/database-url
+{{- end }}
+
+{{/* The Secret volume of the DSN file, from the chart's Secret or database.existingSecret. */}}
+{{- define "tickgate.databaseVolume" -}}
+secret:
+  secretName: {{ include "tickgate.databaseSecretName" . }}
+  defaultMode: {{ ternary 0440 0444 (hasKey .Values.podSecurityContext "fsGroup") }}
+  items:
+    - key: {{ include "tickgate.databaseSecretKey" . }}
+      path: {{ base (include "tickgate.databaseUrlFile" .) }}
+{{- end }}
+
+{{/* Where the pods read the sql task's targets and `self` DSN, from tasks.sql.existingSecret. */}}
+{{- define "tickgate.sqlTargetsFile" -}}
+/var/run/secrets/tickgate-sql/targets.json
+{{- end }}
+
+{{- define "tickgate.sqlSelfUrlFile" -}}
+/var/run/secrets/tickgate-sql/self-url
+{{- end }}
+
 {{/* The ConfigMap of declarative jobs. */}}
 {{- define "tickgate.jobsConfigMapName" -}}
 {{- printf "%s-jobs" (include "tickgate.fullname" .) | trunc 63 | trimSuffix "-" }}
@@ -182,18 +209,13 @@ Settings of the serving pods only (the migration Job runs no scheduler and no ta
 - name: TICKGATE_SQL_ALLOW_SELF
   value: {{ .Values.tasks.sql.allowSelf | quote }}
 {{- if .Values.tasks.sql.allowSelf }}
-- name: TICKGATE_SQL_SELF_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ required "tasks.sql.allowSelf needs tasks.sql.existingSecret, holding TICKGATE_SQL_SELF_URL" .Values.tasks.sql.existingSecret }}
-      key: {{ .Values.tasks.sql.selfUrlKey | default "TICKGATE_SQL_SELF_URL" }}
+{{- $_ := required "tasks.sql.allowSelf needs tasks.sql.existingSecret, holding TICKGATE_SQL_SELF_URL" .Values.tasks.sql.existingSecret }}
+- name: TICKGATE_SQL_SELF_URL_FILE
+  value: {{ include "tickgate.sqlSelfUrlFile" . | quote }}
 {{- end }}
-{{- with .Values.tasks.sql.existingSecret }}
-- name: TICKGATE_SQL_TARGETS
-  valueFrom:
-    secretKeyRef:
-      name: {{ . }}
-      key: {{ $.Values.tasks.sql.existingSecretKey | default "TICKGATE_SQL_TARGETS" }}
+{{- if .Values.tasks.sql.existingSecret }}
+- name: TICKGATE_SQL_TARGETS_FILE
+  value: {{ include "tickgate.sqlTargetsFile" . | quote }}
 {{- end }}
 {{- with .Values.hooks.defaults }}
 - name: TICKGATE_DEFAULT_HOOKS

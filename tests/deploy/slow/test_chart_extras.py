@@ -29,6 +29,8 @@ from tests.deploy.chart import (
     container,
     env_of,
     only,
+    pod_spec,
+    secret_file,
 )
 from tests.deploy.conftest import NodeCheck
 
@@ -320,16 +322,17 @@ def test_task_settings_env(everything: Manifests, render: Callable[..., Manifest
     assert env["TICKGATE_TASK_MODULES"]["value"] == "acme_tasks.billing,acme_tasks.reports"
     assert env["TICKGATE_HTTP_ALLOW"]["value"] == "10.20.0.0/16,reports.internal"
     assert env["TICKGATE_SQL_ALLOW_SELF"]["value"] == "true"
-    assert env["TICKGATE_SQL_TARGETS"]["valueFrom"] == {
-        "secretKeyRef": {"name": "sql-targets", "key": "TICKGATE_SQL_TARGETS"}
-    }
+    # Files from the Secret, not env vars (#42): no DSN in the process environment.
+    assert not {"TICKGATE_SQL_TARGETS", "TICKGATE_SQL_SELF_URL"} & set(env)
+    pod = pod_spec(everything)
+    targets = secret_file(pod, "TICKGATE_SQL_TARGETS_FILE")
+    assert targets == {"name": "sql-targets", "key": "TICKGATE_SQL_TARGETS"}
     # `self` runs as a role of its own (#42), its DSN from the same Secret.
-    assert env["TICKGATE_SQL_SELF_URL"]["valueFrom"] == {
-        "secretKeyRef": {"name": "sql-targets", "key": "TICKGATE_SQL_SELF_URL"}
-    }
+    self_url = secret_file(pod, "TICKGATE_SQL_SELF_URL_FILE")
+    assert self_url == {"name": "sql-targets", "key": "TICKGATE_SQL_SELF_URL"}
     defaults = env_of(container(render(DEFAULTS)))
-    assert "TICKGATE_SQL_TARGETS" not in defaults
-    assert "TICKGATE_SQL_SELF_URL" not in defaults
+    assert not {"TICKGATE_SQL_TARGETS_FILE", "TICKGATE_SQL_SELF_URL_FILE"} & set(defaults)
+    assert "sql-targets" not in {v["name"] for v in pod_spec(render(DEFAULTS))["volumes"]}
     assert defaults["TICKGATE_TASK_MODULES"]["value"] == ""
     assert defaults["TICKGATE_HTTP_ALLOW"]["value"] == ""
     assert defaults["TICKGATE_SQL_ALLOW_SELF"]["value"] == "false"
@@ -382,7 +385,7 @@ def test_the_settings_the_chart_sets_exist(render: Callable[..., Manifests]) -> 
     """Each TICKGATE_* variable the chart sets is a real setting of service/config.py."""
     from service.config import Settings
 
-    known = {f"TICKGATE_{name.upper()}" for name in Settings.model_fields} | {"DATABASE_URL"}
+    known = {f"TICKGATE_{name.upper()}" for name in Settings.model_fields} | {"DATABASE_URL_FILE"}
     known |= set(TRACING_ENV)  # what the OpenTelemetry SDK reads itself
     for manifests in (render(DEFAULTS), render(EVERYTHING_ON)):
         for (kind, name), obj in manifests.items():

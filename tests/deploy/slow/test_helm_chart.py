@@ -24,6 +24,8 @@ from tests.deploy.chart import (
     env_of,
     named_port,
     only,
+    pod_spec,
+    secret_file,
     validate_kubernetes,
 )
 from tests.deploy.conftest import NodeCheck
@@ -344,7 +346,9 @@ def test_extra_env_cannot_repeat_the_charts_own(helm: ModuleType, chart: Any) ->
 
 def test_database_url_from_the_charts_secret(scenario: Callable[[str], Manifests]) -> None:
     manifests = scenario("defaults")
-    reference = env_of(container(manifests))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    # A file, not an env var (#42): no DSN in the pods' process environment.
+    assert "DATABASE_URL" not in env_of(container(manifests))
+    reference = secret_file(pod_spec(manifests), "DATABASE_URL_FILE")
     secret = manifests[("Secret", reference["name"])]
     assert base64.b64decode(secret["data"][reference["key"]]).decode() == DSN
     annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
@@ -356,10 +360,10 @@ def test_database_url_from_an_existing_secret(
 ) -> None:
     manifests = scenario("existing-secret")
     assert [key for key in manifests if key[0] == "Secret"] == [("Secret", f"{RELEASE}-auth")]
-    reference = env_of(container(manifests))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    reference = secret_file(pod_spec(manifests), "DATABASE_URL_FILE")
     assert reference == {"name": "pg-credentials", "key": "dsn"}
     default_key = render({"database": {"existingSecret": "pg-credentials"}})
-    reference = env_of(container(default_key))["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    reference = secret_file(pod_spec(default_key), "DATABASE_URL_FILE")
     assert reference == {"name": "pg-credentials", "key": "DATABASE_URL"}
 
 
@@ -393,7 +397,8 @@ def test_optional_migration_hook_job(scenario: Callable[[str], Manifests], name:
     assert migrate["securityContext"]["readOnlyRootFilesystem"] is True
     # Hooks run before the release's ServiceAccount and Secret exist.
     assert "serviceAccountName" not in pod
-    reference = env_of(migrate)["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert "DATABASE_URL" not in env_of(migrate)
+    reference = secret_file(pod, "DATABASE_URL_FILE")
     if name == "hook-job-existing-secret":
         assert reference == {"name": "pg-credentials", "key": "DATABASE_URL"}
         return
@@ -493,7 +498,11 @@ def test_scheduler_deployment_splits_the_roles(scenario: Callable[[str], Manifes
     # The API pods apply the jobs file; the scheduler pods neither mount nor apply it.
     assert "TICKGATE_APPLY_JOBS" in api_env
     assert "TICKGATE_APPLY_JOBS" not in scheduler_env
-    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {"tmp", "api-tokens"}
+    assert {m["name"] for m in scheduler_container["volumeMounts"]} == {
+        "tmp",
+        "database",
+        "api-tokens",
+    }
     # The autoscaler owns the API pods' count; the scheduler pods have their own.
     assert "replicas" not in api["spec"]
     assert scheduler["spec"]["replicas"] == 2
