@@ -3,7 +3,8 @@ PostgreSQL and two replicas in process (each with its scheduler), with the invar
 checked after every step.
 
 Rules: create (cron, interval, daily, once; every overlap policy; retries; skip and
-misfire hooks; start and end windows; jitter), patch (schedule, window, args, overlap),
+misfire hooks with a secret header; start and end windows; jitter; outputs big enough to
+trim), patch (schedule, window, args, overlap, the hook's URL sent back with `***`),
 pause, resume, delete, create again under a deleted name, trigger with args, backfill a
 range ending at a skip or misfire row, cancel a run, cancel a queued tick; and faults: a
 lock session terminated, the process stalled, a replica restarted, every replica down.
@@ -17,7 +18,10 @@ judge uses too):
   with args of its own keeps them through an edit);
 - a `queue_one` tick due while a run of its job was in flight is not a misfire, unless a
   fault came near it;
-- every answer is below 500;
+- every answer is below 500, and none shows a secret header's value;
+- a hook's secret header reaches only the origin it was stored for (#42);
+- each job keeps no more output than `TICKGATE_OUTPUT_BYTES_PER_JOB` beyond a
+  retention round (#42), and trimming removes no row;
 - no job lock is held (for longer than a claim or a finish takes) with no `running` row.
 
 `make check` runs a few examples of a few steps (`SEAMS_EXAMPLES`, `SEAMS_STEPS`);
@@ -31,6 +35,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from hypothesis import HealthCheck, Phase, note, seed, settings
@@ -66,6 +71,19 @@ PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + [Phase.shrink] * (
 IGNORED = frozenset(filter(None, os.environ.get("SEAMS_IGNORE", "").split(",")))
 FAULT_SHADOW_SECONDS = 10.0  # a misfire this near a fault may be the fault's
 LOCK_PATIENCE_SECONDS = 5.0  # a claim's lock before its row, a finish's before its unlock
+OUTPUT_BOUND = 3000  # bytes of output a job keeps: two or three padded runs
+TRIM_PATIENCE_SECONDS = 6.0  # a few retention rounds (one a second, on one replica)
+# A hook's secret header, by the host it was stored for: a hook moved to another origin
+# must restate it (`***` there is a 422), and each secret may arrive at its host only.
+SECRETS = {"127.0.0.1": "Bearer seams-hook-secret-1", "localhost": "Bearer seams-hook-secret-2"}
+
+# The runs whose output and log, with those of their job's newer runs, pass the bound:
+# what the retention round trims (chores_sql.TRIM_OUTPUTS, from the other side).
+OVER_BOUND = """SELECT run_id FROM (
+    SELECT o.run_id, sum(coalesce(pg_column_size(o.output), 0) + coalesce(pg_column_size(o.log), 0))
+        OVER (PARTITION BY r.job ORDER BY r.scheduled_for DESC, r.id DESC) AS with_newer
+    FROM tickgate_runs r JOIN tickgate_run_outputs o ON o.run_id = r.id
+    WHERE o.output IS NOT NULL OR o.log IS NOT NULL) sized WHERE with_newer > $1"""
 
 SCHEDULES = ("cron1", "cron2", "every1", "every3", "once", "daily")
 SHAPES = st.fixed_dictionaries(
@@ -77,11 +95,12 @@ SHAPES = st.fixed_dictionaries(
         # A run longer than the grace and the period, often: ticks wait behind it.
         "sleep": st.sampled_from((0.0, 0.3, 2.5, 2.5)),
         "fail": st.integers(0, 2),
-        "hook": st.sampled_from((None, "skip", "misfire")),
+        "hook": st.sampled_from(("skip", None, "misfire")),
         "start": st.sampled_from((None, -30, 2, 3600)),
         "end": st.sampled_from((None, 4, 3600)),
         "jitter": st.sampled_from((0, 1)),
         "grace": st.sampled_from((1, 1, 3)),
+        "pad": st.sampled_from((1200, 0)),
     }
 )
 PATCHES = st.one_of(
@@ -90,6 +109,7 @@ PATCHES = st.one_of(
     st.tuples(st.just("end_at"), st.sampled_from((None, 3, 3600))),
     st.tuples(st.just("overlap"), st.sampled_from(("skip", "allow", "queue_one"))),
     st.tuples(st.just("sleep"), st.sampled_from((0.0, 0.3, 2.5))),
+    st.tuples(st.just("hook"), st.sampled_from(("same", "path", "moved", "restated"))),
 )
 
 
@@ -157,7 +177,7 @@ class Seams(RuleBasedStateMachine):
         # A cluster default hook on skips and misfires: every skip row a backfill crosses
         # has a delivery that refers to it (finding 2 needed only that).
         action = {"kind": "http", "args": {"url": receiver.url_for("/default-hook")}}
-        return Settings(
+        settings = Settings(
             database_url=url,
             scheduler=True,
             runner_id=runner,
@@ -166,6 +186,9 @@ class Seams(RuleBasedStateMachine):
             shutdown_grace_seconds=0,
             default_hooks=[{"on": ["skip", "misfire"], "action": action}],
         )
+        # Below the setting's floor (1 MiB), so that a few runs pass it: trimming meets
+        # retries, backfills and edits within a short example.
+        return settings.model_copy(update={"output_bytes_per_job": OUTPUT_BOUND})
 
     def teardown(self) -> None:
         try:
@@ -186,6 +209,8 @@ class Seams(RuleBasedStateMachine):
         note(f"{method} {path} {body} -> {answer.status_code} {answer.text[:300]}")
         if "answers" not in IGNORED:
             assert answer.status_code < 500, f"{method} {path}: {answer.status_code} {answer.text}"
+            shown = [secret for secret in SECRETS.values() if secret in answer.text]
+            assert not shown, f"{method} {path} answered a secret: {answer.text}"
         return answer
 
     def write(self, name: str, method: str, path: str, body: Any = None) -> httpx.Response:
@@ -220,7 +245,12 @@ class Seams(RuleBasedStateMachine):
             "name": name,
             "schedule": schedule_of(shape["schedule"]),
             "task": "probe",
-            "args": {"tag": self._tag(name), "sleep": shape["sleep"], "fail": shape["fail"]},
+            "args": {
+                "tag": self._tag(name),
+                "sleep": shape["sleep"],
+                "fail": shape["fail"],
+                "pad": shape["pad"],
+            },
             "overlap": shape["overlap"],
             "retry": {
                 "max_attempts": shape["attempts"],
@@ -240,8 +270,29 @@ class Seams(RuleBasedStateMachine):
     def _hooks(self, event: str | None) -> list[dict[str, Any]]:
         if event is None:
             return []
-        action = {"kind": "http", "args": {"url": self.receiver.url_for("/hook")}}
-        return [{"on": [event], "action": action}]
+        return [{"on": [event], "action": self._hook_action("/hook", "127.0.0.1")}]
+
+    def _hook_action(self, path: str, host: str, secret: str | None = None) -> dict[str, Any]:
+        """An http hook action to the receiver under `host`, with its secret header (or
+        `secret` in its place: `***` to keep the stored one)."""
+        url = self.receiver.url_for(path).replace("127.0.0.1", host, 1)
+        headers = {"Authorization": secret or SECRETS[host]}
+        args = {"url": url, "headers": headers, "secret_headers": ["Authorization"]}
+        return {"kind": "http", "args": args}
+
+    def _hook_patch(self, name: str, move: str) -> dict[str, Any] | None:
+        """The job's hook as `GET` shows it (`***`): at its URL, at another path, at the
+        other origin; or at the other origin with that origin's secret restated."""
+        hooks = self.jobs[name]["hooks"]
+        if not hooks:
+            return None
+        url = urlsplit(hooks[0]["action"]["args"]["url"])
+        host = url.hostname or ""
+        other = next(h for h in SECRETS if h != host)
+        path = url.path if move == "same" else f"/hook-{next(self.tags)}"
+        where = other if move in ("moved", "restated") else host
+        secret = SECRETS[other] if move == "restated" else "***"
+        return {"hooks": [{"on": hooks[0]["on"], "action": self._hook_action(path, where, secret)}]}
 
     @rule(index=st.integers(0, 2), change=PATCHES)
     def patch(self, index: int, change: tuple[str, Any]) -> None:
@@ -250,6 +301,10 @@ class Seams(RuleBasedStateMachine):
         field, value = change
         args = self.jobs[name]["args"] | {"tag": self._tag(name)}
         body: dict[str, Any] = {"args": args}
+        if field == "hook":
+            if (hooks := self._hook_patch(name, value)) is None:
+                return
+            body |= hooks
         if field == "schedule":
             body["schedule"] = schedule_of(value)
         elif field in ("start_at", "end_at"):
@@ -260,8 +315,11 @@ class Seams(RuleBasedStateMachine):
             body[field] = value
         before = self.jobs[name]
         self.jobs[name] = before | body
-        if not self.write(name, "PATCH", f"/v1/jobs/{name}", body).is_success:
+        answer = self.write(name, "PATCH", f"/v1/jobs/{name}", body)
+        if not answer.is_success:
             self.jobs[name] = before
+        if field == "hook":  # `***` keeps a hook's secret for its own URL only
+            assert answer.status_code == (422 if value in ("path", "moved") else 200), answer.text
 
     @rule(index=st.integers(0, 2))
     def pause(self, index: int) -> None:
@@ -433,6 +491,32 @@ class Seams(RuleBasedStateMachine):
             and not any(fault > row["at"] - FAULT_SHADOW_SECONDS for fault in self.faults)
         ]
         assert not wrong, wrong
+
+    @invariant()
+    def secrets_reach_their_own_origin_only(self) -> None:
+        if "secrets_reach_their_own_origin_only" in IGNORED:
+            return
+        wrong = [
+            f"{receipt.path} on {receipt.headers.get('host')} got the secret of {host}"
+            for receipt in self.receiver.receipts()
+            for host, secret in SECRETS.items()
+            if receipt.headers.get("authorization") == secret
+            and receipt.headers.get("host", "").rsplit(":", 1)[0] != host
+        ]
+        assert not wrong, wrong
+
+    @invariant()
+    def outputs_stay_within_their_bound(self) -> None:
+        """Each run whose output is past its job's bound now is trimmed within a few
+        retention rounds (its row stays: the accounting invariant sees to that). A run
+        ending meanwhile only pushes more past it, so the check waits for these."""
+        if "outputs_stay_within_their_bound" in IGNORED:
+            return
+        over = {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}
+        deadline = time.monotonic() + TRIM_PATIENCE_SECONDS
+        while over := over & {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}:
+            assert time.monotonic() < deadline, f"outputs kept past the bound: {sorted(over)}"
+            time.sleep(0.2)
 
     @invariant()
     def no_lock_is_held_without_its_run(self) -> None:

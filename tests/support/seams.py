@@ -4,6 +4,7 @@ between steps), a task that says which definition each attempt ran, and the reco
 which definition was stored when, against which each attempt is judged."""
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Coroutine
@@ -51,6 +52,7 @@ class ProbeArgs(BaseModel):
     tag: str  # which definition this is: unique per stored version of a job
     sleep: float = 0
     fail: int = 0  # the attempts that fail, the first `fail` of each run
+    pad: int = 0  # characters of output each attempt keeps: outputs to trim
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class Probe:
     async def __call__(self, args: ProbeArgs, context: TaskContext) -> JsonValue:
         seen = Attempt(context.job, context.run_id, args.tag, context.attempt, time.time())
         self.attempts.append(seen)  # from the loop's thread; a list append is atomic
+        if args.pad:  # random, so that PostgreSQL's compression leaves it its size
+            context.output.keep({"pad": os.urandom(args.pad // 2).hex()})
         await asyncio.sleep(args.sleep)
         if context.attempt <= args.fail:
             raise RuntimeError(f"attempt {context.attempt} of {args.tag} fails on purpose")
