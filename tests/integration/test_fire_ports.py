@@ -730,7 +730,13 @@ async def test_blocks_share_a_session_and_one_left_holding_a_lock_is_closed(
         # Left by its last block still holding the lock (a bug the pool survives):
         # closed, and the lock with it; the next block gets a new session.
         assert session.closed
-        assert await backend.locks_on(job.lock_key) == 0
+
+        async def released() -> bool:
+            return await backend.locks_on(job.lock_key) == 0
+
+        # The server ends the backend (and drops its locks) a moment after the client's
+        # goodbye, not before the close returns: under load it was seen still held.
+        await eventually_async(released, 10, "the closed session's lock released")
         async with pool.session(5) as replacement:
             assert replacement is not session
             assert not replacement.closed
