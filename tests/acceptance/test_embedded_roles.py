@@ -14,10 +14,9 @@ import asyncpg
 import httpx
 
 from harness.cluster import serve
-from harness.replicas import Replica
-from harness.waiting import eventually
 from service.embedded import SELF_ROLE, SERVICE_ROLE, start_embedded
 from service.store import Store
+from tests.support.cluster import triggered_run
 from tests.support.fire import add_job
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
@@ -28,18 +27,6 @@ SECRET = "Bearer never-read-by-sql"
 def sql_job(name: str, statement: str) -> dict[str, Any]:
     args = {"target": "self", "statement": statement, "output_rows": 5}
     return {"name": name, "schedule": NEVER, "task": "sql", "args": args}
-
-
-def run_of(replica: Replica, name: str) -> dict[str, Any]:
-    started = httpx.post(f"{replica.url}/v1/jobs/{name}/trigger", timeout=10)
-    assert started.status_code == 202, started.text
-    url = f"{replica.url}/v1/runs/{started.json()['id']}"
-
-    def over() -> dict[str, Any] | None:
-        run: dict[str, Any] = httpx.get(url, timeout=10).json()
-        return run if run["status"] not in {"running", "pending"} else None
-
-    return eventually(over, 30, f"the run of {name}")
 
 
 async def roles_of_sessions(superuser_url: str) -> dict[str, bool]:
@@ -82,7 +69,7 @@ def test_the_service_and_self_statements_run_as_roles_of_their_own(tmp_path: Pat
         for job in jobs:
             made = httpx.post(f"{replica.url}/v1/jobs", json=job, timeout=10)
             assert made.status_code == 201, made.text
-        runs = {name: run_of(replica, name) for name in ("who", "steal", "shell")}
+        runs = {name: triggered_run(replica, name) for name in ("who", "steal", "shell")}
         embedded = start_embedded(tmp_path / "data")
         try:
             sessions = asyncio.run(roles_of_sessions(embedded.url))

@@ -13,7 +13,7 @@ import psutil
 
 from harness.cluster import serve
 from harness.replicas import Replica
-from harness.waiting import eventually
+from tests.support.cluster import triggered_run
 from tests.support.db import role_url
 
 NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
@@ -29,18 +29,6 @@ def environments(replica: Replica) -> dict[str, str]:
         for key, value in process.environ().items():
             seen[key] = f"{seen.get(key, '')}\n{value}"
     return seen
-
-
-def finished_run(replica: Replica, name: str) -> dict[str, object]:
-    started = httpx.post(f"{replica.url}/v1/jobs/{name}/trigger", timeout=10)
-    assert started.status_code == 202, started.text
-    url = f"{replica.url}/v1/runs/{started.json()['id']}"
-
-    def over() -> dict[str, object] | None:
-        run: dict[str, object] = httpx.get(url, timeout=10).json()
-        return run if run["status"] not in {"running", "pending"} else None
-
-    return eventually(over, 30, f"the run of {name}")
 
 
 def test_dsns_from_files_serve_and_stay_out_of_every_environment(
@@ -69,7 +57,7 @@ def test_dsns_from_files_serve_and_stay_out_of_every_environment(
             }
             made = httpx.post(f"{replica.url}/v1/jobs", json=job, timeout=10)
             assert made.status_code == 201, made.text
-        runs = [finished_run(replica, f"who-{name}") for name in ("app", "self")]
+        runs = [triggered_run(replica, f"who-{name}") for name in ("app", "self")]
         environment = environments(replica)
     for run in runs:
         assert run["status"] == "succeeded", run

@@ -97,6 +97,18 @@ def run_by_id(replica: Replica, run_id: str) -> dict[str, Any]:
     return run
 
 
+def triggered_run(replica: Replica, name: str, deadline_seconds: float = 30) -> dict[str, Any]:
+    """Trigger the job on the replica and wait for its run to end: the run as answered."""
+    started = httpx.post(f"{replica.url}/v1/jobs/{name}/trigger", timeout=10)
+    assert started.status_code == 202, started.text
+
+    def over() -> dict[str, Any] | None:
+        run = run_by_id(replica, started.json()["id"])
+        return run if run["status"] not in {"running", "pending"} else None
+
+    return eventually(over, deadline_seconds, f"the run of {name}")
+
+
 def job_lock_keys(replica: Replica) -> list[int]:
     response = httpx.get(f"{replica.url}/v1/jobs", params={"limit": 1000}, timeout=10)
     assert response.status_code == 200, response.text
