@@ -42,11 +42,11 @@ def configuration_page() -> str:
 
 
 def _setting_row(name: str, field: FieldInfo) -> str:
-    cells = (f"`{_variable(name, field)}`", _default(field), _allowed(field), field.description)
+    cells = (f"`{variable_of(name, field)}`", _default(field), _allowed(field), field.description)
     return "| " + " | ".join(_cell(str(cell or "")) for cell in cells) + " |"
 
 
-def _variable(name: str, field: FieldInfo) -> str:
+def variable_of(name: str, field: FieldInfo) -> str:
     alias = field.validation_alias
     choices = getattr(alias, "choices", None)
     if choices:  # the first alias is the documented name (DATABASE_URL)

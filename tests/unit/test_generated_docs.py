@@ -5,7 +5,7 @@ from pathlib import Path
 
 from service.config import Settings
 from tools import figures
-from tools.gendocs import ROOT, configuration_page, stale_pages
+from tools.gendocs import ROOT, configuration_page, stale_pages, variable_of
 
 
 def test_no_generated_page_is_stale() -> None:
@@ -15,7 +15,7 @@ def test_no_generated_page_is_stale() -> None:
 def test_the_configuration_page_names_every_setting_with_its_meaning() -> None:
     page = configuration_page()
     for name, field in Settings.model_fields.items():
-        variable = "DATABASE_URL" if name == "database_url" else f"TICKGATE_{name.upper()}"
+        variable = variable_of(name, field)  # DATABASE_URL, DATABASE_URL_FILE: their aliases
         row = next(line for line in page.splitlines() if line.startswith(f"| `{variable}` |"))
         assert field.description, f"{variable} has no description to document"
         assert field.description.split("`")[0][:40] in row
