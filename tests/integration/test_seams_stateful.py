@@ -305,7 +305,7 @@ class Seams(RuleBasedStateMachine):
             if (hooks := self._hook_patch(name, value)) is None:
                 return
             body |= hooks
-        if field == "schedule":
+        elif field == "schedule":
             body["schedule"] = schedule_of(value)
         elif field in ("start_at", "end_at"):
             body[field] = _at(value)
