@@ -170,6 +170,7 @@ class Seams(RuleBasedStateMachine):
         self.jobs: dict[str, dict[str, Any]] = {}  # name -> its body as stored
         self.paused: set[str] = set()
         self.faults: list[float] = []
+        self.over_bound: set[Any] = set()  # the runs past their bound at the last check
         self.tags = count()
 
     @staticmethod
@@ -507,16 +508,21 @@ class Seams(RuleBasedStateMachine):
 
     @invariant()
     def outputs_stay_within_their_bound(self) -> None:
-        """Each run whose output is past its job's bound now is trimmed within a few
-        retention rounds (its row stays: the accounting invariant sees to that). A run
-        ending meanwhile only pushes more past it, so the check waits for these."""
+        """A run whose output is past its job's bound is trimmed within a few retention
+        rounds (its row stays: the accounting invariant sees to that). The runs past it
+        at the previous check have had a step: those are waited for, the new ones are
+        left to the next check (waiting for every run past the bound at each step made
+        the soak's 800 steps 40 % longer)."""
         if "outputs_stay_within_their_bound" in IGNORED:
             return
-        over = {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}
         deadline = time.monotonic() + TRIM_PATIENCE_SECONDS
-        while over := over & {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}:
-            assert time.monotonic() < deadline, f"outputs kept past the bound: {sorted(over)}"
+        while overdue := self.over_bound & self._over_bound():
+            assert time.monotonic() < deadline, f"outputs kept past the bound: {sorted(overdue)}"
             time.sleep(0.2)
+        self.over_bound = self._over_bound()
+
+    def _over_bound(self) -> set[Any]:
+        return {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}
 
     @invariant()
     def no_lock_is_held_without_its_run(self) -> None:
