@@ -118,6 +118,8 @@ class DueTick:
     deadline: datetime
     patience_until: datetime
     queued: bool = False
+    # When a claim last found another run of the job in progress (the database's clock).
+    busy_at: datetime | None = None
     # When the window handed it over (wall clock, ns): its trace starts there.
     handed_over: int = field(default_factory=now_ns)
 
@@ -390,7 +392,7 @@ class Runner:
         elif claim.outcome is ClaimOutcome.CONTENDED:
             self._again([tick], RETRY_SECONDS, _CONTENDED)
         elif claim.outcome is ClaimOutcome.BUSY:
-            self._overlapped(tick)
+            self._overlapped(replace(tick, busy_at=claim.seen_at))
         elif claim.outcome is ClaimOutcome.STALE:
             self._spawn(self._judge_again(tick))
         elif claim.outcome is ClaimOutcome.CAPPED:
@@ -497,8 +499,19 @@ class Runner:
     def _skip(self, ticks: Sequence[DueTick], reason: SkipReason, note: str) -> None:
         for tick in ticks:
             self._settled(tick)
+        # An overlap skip's row says when the claim saw the run it gave way to, not when
+        # the row is written: by then (a crowd, a slow database) that run may have ended.
+        overlap = reason is SkipReason.OVERLAP
         skips = [
-            Skip(t.job, t.scheduled_for, t.claim.trigger, reason, note, following=t.claim.following)
+            Skip(
+                t.job,
+                t.scheduled_for,
+                t.claim.trigger,
+                reason,
+                note,
+                following=t.claim.following,
+                at=t.busy_at if overlap else None,
+            )
             for t in ticks
         ]
         self._spawn(self._submit_skips(skips))

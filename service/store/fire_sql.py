@@ -211,7 +211,8 @@ def claim_statement(*, counted: bool) -> str:
            COALESCE(g.got AND NOT c.locked, false) AS contended,
            CASE WHEN g.got AND g.locking AND claimed.id IS NULL
                 THEN pg_advisory_unlock(g.lock_key) ELSE false END AS released,
-           CASE WHEN claimed.id IS NOT NULL THEN c.stored END AS stored_job, claimed.*
+           CASE WHEN claimed.id IS NOT NULL THEN c.stored END AS stored_job,
+           statement_timestamp() AS seen_at, claimed.*
     FROM gated g LEFT JOIN looked c ON c.name = g.job
         LEFT JOIN claimed ON claimed.job = g.job AND claimed.scheduled_for = g.scheduled_for
     -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
@@ -366,9 +367,9 @@ RECORD_SKIPS = f"""WITH skips AS (
         SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
                              $5::text[], $6::text[], $7::uuid[], $9::int[],
                              $10::timestamptz[], $11::boolean[], $12::timestamptz[],
-                             $13::jsonb[])
+                             $13::jsonb[], $14::timestamptz[])
             WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
-                                 missed_ticks, following, opens, fence, calls, n)
+                                 missed_ticks, following, opens, fence, calls, at, n)
     ), jobs AS MATERIALIZED (
         SELECT {_CURSORED_JOB}, j.lock_key
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
@@ -376,7 +377,8 @@ RECORD_SKIPS = f"""WITH skips AS (
     ), recordable AS (
         -- Each of these ends the statement with a row: this one, or the one already there.
         SELECT s.id, s.job, s.scheduled_for, s.trigger, s.reason, s.note, s.missed_ticks,
-            s.following, s.opens, j.fire_after, s.fence = j.fire_after AS same_fence,
+            s.following, s.opens, COALESCE(s.at, clock_timestamp()) AS at, j.fire_after,
+            s.fence = j.fire_after AS same_fence,
             j.version AS job_version, j.lock_key
         FROM skips s JOIN jobs j ON j.name = s.job AND j.incarnation = s.incarnation
         WHERE NOT {_passed("s", "j")}
@@ -385,7 +387,7 @@ RECORD_SKIPS = f"""WITH skips AS (
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
             lock_key, locked, backend_pid, backend_start)
         SELECT id, job, scheduled_for, trigger, 'skipped', reason, note, missed_ticks,
-            clock_timestamp(), clock_timestamp(), 0, 0, $8, job_version, lock_key, false,
+            at, at, 0, 0, $8, job_version, lock_key, false,
             pg_backend_pid(), {OWN_BACKEND_START}
         FROM recordable
         ORDER BY job, scheduled_for
@@ -420,6 +422,7 @@ def skip_arguments(
         [opens for _, opens in moves],
         [skip.job.fire_after for skip in skips],
         [encoded_calls(_skip_calls(skip, plan)) for skip in skips],
+        [skip.at for skip in skips],
     )
 
 

@@ -146,6 +146,7 @@ class _Statement:
     began: Mapping["_Tick", Run]
     runner: str
     counted: bool
+    seen_at: datetime
 
     def counts(self, run: Run) -> bool:
         return self.counted and not run.trigger.on_demand
@@ -313,6 +314,7 @@ class MemoryDatabase:
         _check_batch(ticks)
         session.check_open()
         began = dict(self._runs)  # what `ticked` and `busy` are judged on
+        seen_at = self.clock()
         # A claim never takes a lock its session holds already (for another run of
         # the job): re-entered, it would let two runs of the job through.
         got = [
@@ -331,7 +333,8 @@ class MemoryDatabase:
             await self.hooks.before_deciding(taken)
         session.check_open()  # a session closed meanwhile failed its statement
         counted = any(tick.counted for tick in ticks)
-        statement = _Statement(session.id, began, ticks[0].runner if ticks else "", counted)
+        runner = ticks[0].runner if ticks else ""
+        statement = _Statement(session.id, began, runner, counted, seen_at)
         current = {tick.job.name: self._jobs.get(tick.job.name) for tick in ticks}
         return [
             self._gate(statement, tick, took, current[tick.job.name])
@@ -366,6 +369,7 @@ class MemoryDatabase:
             released=released,
             run=run,
             stored_job=job if run is not None and tick.any_version else None,
+            seen_at=statement.seen_at,
         )
         return facts.claim(tick)
 
@@ -590,7 +594,7 @@ class MemoryDatabase:
             if same_fence:
                 self._advance(skip.job, tick[1], skip.trigger, opens=True)
             return None
-        started, finished = self.clock(), self.clock()  # two readings, as in the statement
+        started = finished = skip.at or self.clock()
         run = self._write(
             Run(
                 id=uuid4(),

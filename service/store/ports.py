@@ -83,6 +83,9 @@ class Claim:
     run: Run | None = None
     holds_lock: bool = False
     stored_job: Job | None = None
+    # When the gate looked (the database's clock): for BUSY, a moment the other run was
+    # in progress, which an overlap skip's row then names.
+    seen_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,7 @@ class GateFacts:
     claimed tick that takes any version. contended: the lock was taken, but the job's
     rows were held by another statement (the audit, a skip, an edit, a claim
     elsewhere), which the claim does not wait for: the lock was given back; ask again.
+    seen_at: when the claim began (the database's clock), what `ticked` and `busy` say of.
     """
 
     got: bool
@@ -198,10 +202,11 @@ class GateFacts:
     stored_job: Job | None = None
     inactive: bool = False
     contended: bool = False
+    seen_at: datetime | None = None
 
     def claim(self, tick: TickClaim) -> Claim:
         holds = tick.lock and self.got and not self.released
-        return Claim(self._outcome(tick), self.run, holds, self.stored_job)
+        return Claim(self._outcome(tick), self.run, holds, self.stored_job, self.seen_at)
 
     def _outcome(self, tick: TickClaim) -> ClaimOutcome:  # noqa: PLR0911
         # One answer per condition of the gate, in the order they apply.

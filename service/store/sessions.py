@@ -401,6 +401,7 @@ def _claim_of(row: Mapping[str, Any], tick: TickClaim) -> Claim:
         busy=bool(row["busy"]),
         released=bool(row["released"]),
         contended=bool(row["contended"]),
+        seen_at=row["seen_at"],
         run=run_from_row(row) if row["id"] else None,
         stored_job=job_from_row({"job": row["stored_job"]}) if row["stored_job"] else None,
     )

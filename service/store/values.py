@@ -105,6 +105,10 @@ class Skip:
     note: str
     missed_ticks: int | None = None
     following: NextTick = Following.UNKNOWN
+    # The moment the row says it was skipped (the database's clock), when not the
+    # moment it is written: an overlap skip names when the claim saw the other run in
+    # progress, which may have ended before the skip's row is written.
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)

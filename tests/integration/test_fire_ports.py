@@ -1037,6 +1037,53 @@ async def test_a_misfire_the_database_refused_is_recorded_once_it_answers(
     assert ledger.refusals == 0
 
 
+class HeldSkips:
+    """The backend's ledger, but skip records wait until `release` is set (a crowd, a slow
+    database): `reached` is set once one waits."""
+
+    def __init__(self, inner: Ledger) -> None:
+        self._inner = inner
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        self.reached.set()
+        await self.release.wait()
+        return await self._inner.record_skips(skips, runner)
+
+
+async def test_an_overlap_skip_written_after_the_run_ended_names_when_it_was_in_progress(
+    backend: Backend, gates: Gates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second tick finds the first still running and is skipped; its row is written
+    only after that run has ended. The row's time is when the claim saw the run in
+    progress, not when it was written: a reader of the ledger finds a run in progress at
+    the skip's moment (it used to find the skip after the run's end)."""
+    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    job = await backend.add_job("overlapped")
+    first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
+    ledger = HeldSkips(backend.ledger)
+    async with (
+        backend.lock_pool() as pool,
+        running(ledger, pool, gates, Metrics(), runner_id="a") as runner,
+    ):
+        runner.fire(job, first, RunTrigger.SCHEDULE)
+        await eventually_async(lambda: gates.started == ["default"], 30, "the first run")
+        runner.fire(job, second, RunTrigger.SCHEDULE)
+        await asyncio.wait_for(ledger.reached.wait(), 30)
+        gates["default"].set()
+        [ran] = await _finished_runs(backend, "overlapped", 1)
+        ledger.release.set()
+        ran, skip = await _finished_runs(backend, "overlapped", 2)
+    assert (skip.scheduled_for, skip.skip_reason) == (second, SkipReason.OVERLAP)
+    assert ran.finished_at is not None
+    assert ran.started_at <= skip.started_at <= ran.finished_at
+    assert skip.finished_at == skip.started_at
+
+
 # --- many runs on a few long-lived sessions -------------------------------------------
 
 
