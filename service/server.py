@@ -20,6 +20,12 @@ from service.store.pooling import refuse_shared_sessions
 
 log = logging.getLogger(__name__)
 
+# How long an idle HTTP connection stays open. Longer than a client's pool keeps one
+# (httpx: 5 s) and than a load balancer's idle timeout (AWS ALB: 60 s): whoever reuses
+# it must be the one to close it first. uvicorn's 5 s raced httpx's 5 s, and a request
+# sent as the replica closed the connection was lost.
+KEEP_ALIVE_SECONDS = 65
+
 
 def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
     """The API, or the scheduler with its probes and metrics, until a signal stops it.
@@ -41,6 +47,7 @@ def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
         uds=None if listen.uds is None else str(listen.uds),
         log_level=settings.log_level.lower(),
         log_config=None,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     _Server(config, app, stop).run()
 

@@ -1,11 +1,15 @@
 """Real `tickgate serve` processes sharing one database."""
 
+import socket
+import time
 from pathlib import Path
 
 import httpx
 
 from harness.cluster import serve
 from harness.waiting import eventually
+
+IDLE_SECONDS = 6  # past uvicorn's default keep-alive (5 s), well within the replica's
 
 JOB = {
     "schedule": {"kind": "cron", "expression": "*/5 * * * *"},
@@ -45,3 +49,19 @@ def test_embedded_postgres_is_shared_by_replicas_in_one_directory(tmp_path: Path
     assert c.process.returncode == 0, c.log()
     postmaster = tmp_path / "data" / "pgdata" / "postmaster.pid"
     eventually(lambda: not postmaster.exists(), 30, "the last replica to stop the embedded server")
+
+
+def test_an_idle_kept_alive_connection_is_still_served(database_url: str, tmp_path: Path) -> None:
+    """A client's pool (httpx: 5 s), or a load balancer's (60 s on AWS), reuses a
+    connection after it idled: the replica must not close it first, or a request sent
+    as it closes is lost ("Server disconnected without sending a response", seen in CI
+    after a 5 s pause). The replica keeps an idle one for 65 s (service/server.py)."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with serve(tmp_path, database_url=database_url) as replica:
+        port = int(replica.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(request)
+            assert connection.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(IDLE_SECONDS)  # the idle time is what is tested
+            connection.sendall(request)
+            assert connection.recv(4096).startswith(b"HTTP/1.1 200")
