@@ -6,13 +6,14 @@ must not leak into a replica under test), plus its data directory, runner id and
 for the `http` task to call the loopback receiver; the caller's `env` goes on top.
 """
 
+import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +40,35 @@ ANSWERS_PATH = "/v1/tasks"
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A loopback port nothing listens on, below the kernel's ephemeral range.
+
+    A port the kernel hands out (bind to 0) is one any outgoing connection may take as
+    its own while nothing listens on it: a replica killed and started again on its
+    slot's port may then fail to listen, and exit (as one did under CI's load).
+    Below the ephemeral range only a listener takes a port, and each process walks its
+    own block (by pytest-xdist worker, else by PID), so two never pick the same one."""
+    for _ in range(_BLOCK):
+        port = next(_ports)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_BLOCK} tries")
+
+
+def _own_ports() -> Iterator[int]:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    blocks = max(1, (low - _FIRST) // _BLOCK)  # one, where the range starts lower
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") else os.getpid()
+    first = _FIRST + (index % blocks) * _BLOCK
+    return itertools.cycle(range(first, first + _BLOCK))
+
+
+_FIRST, _BLOCK = 10_000, 1_000  # blocks of ports from 10000 up to the ephemeral range
+_ports = _own_ports()
 
 
 @dataclass
