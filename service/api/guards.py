@@ -7,7 +7,7 @@ import hmac
 import ipaddress
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -147,8 +147,9 @@ def _cross_site(scope: Scope, host: str) -> bool:
 class BodyLimits:
     """413 for bodies over `max_bytes` (declared or streamed), or over the limit of their
     route in `larger`; 422 for JSON nested deeper than MAX_JSON_DEPTH, before any parser
-    recurses into it, and for a body that is not UTF-8 (which FastAPI would answer with a
-    400 of its own, unlike every other unparseable body); 415 for a body sent as something
+    recurses into it, for a body that is not UTF-8 (which FastAPI would answer with a
+    400 of its own, unlike every other unparseable body) and for strings PostgreSQL
+    cannot store (`_unstorable_text`); 415 for a body sent as something
     else than JSON."""
 
     def __init__(
@@ -174,6 +175,8 @@ class BodyLimits:
             await _answer_invalid(send, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         elif not _is_utf8(body):
             await _answer_invalid(send, "not UTF-8 text, as JSON must be", "json_invalid")
+        elif _unstorable_text(body):
+            await _answer_invalid(send, _UNSTORABLE)
         elif not _json_or_nothing(body, _header(scope, b"content-type")):
             await _answer(send, 415, _NOT_JSON)
         else:
@@ -184,6 +187,48 @@ _NOT_JSON = (
     "the body must be JSON: send Content-Type: application/json (or, for PATCH, "
     "application/merge-patch+json)"
 )
+
+
+_UNSTORABLE = (
+    "a string holds a NUL character (\\u0000) or half of a UTF-16 surrogate pair, "
+    "which is no text PostgreSQL can store"
+)
+
+
+def _unstorable_text(body: bytes) -> bool:
+    """Whether a JSON string of the body escapes a NUL or a lone surrogate: valid JSON,
+    but neither is text PostgreSQL stores, and the write that meets one fails with a 500.
+    Only an escape (`\\u`) can write either in UTF-8 JSON, so most bodies are not parsed."""
+    if b"\\u" not in body:
+        return False
+    try:
+        document = json.loads(body)
+    except ValueError:  # not JSON: the route's parser answers that
+        return False
+    return any("\x00" in text or not _encodable(text) for text in _strings(document))
+
+
+def _strings(document: object) -> Iterator[str]:
+    """Every string of a parsed JSON document, its keys included (no recursion: the
+    depth was checked, yet a loop costs no stack at all)."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def _json_or_nothing(body: bytes, content_type: str | None) -> bool:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -156,3 +157,36 @@ def test_serve_refuses_a_public_address_without_tokens(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "refusing to serve on 0.0.0.0 without API tokens" in result.stderr
+
+
+@pytest.mark.parametrize("escaped", ["\\u0000", "\\udb68", "\\ude01x", "\\udb68\\udb68"], ids=repr)
+async def test_a_string_postgresql_cannot_store_is_422_and_changes_nothing(
+    client: httpx.AsyncClient, escaped: str
+) -> None:
+    """A NUL or half a surrogate pair is valid JSON but no text PostgreSQL stores: the
+    write that met one failed with a 500 (the fuzzer's cancel `reason`). Anywhere in a
+    body, a key included, it is a 422 that names it; a whole pair is text like any."""
+    created = await client.post("/v1/jobs", json=JOB)
+    assert created.status_code == 201, created.text
+    version = created.json()["version"]
+    bodies = [
+        ("POST", f"/v1/jobs/{JOB['name']}/pause", '{"note": "%s"}'),
+        ("PATCH", f"/v1/jobs/{JOB['name']}", '{"description": "%s"}'),
+        ("POST", "/v1/jobs", '{"name": "other", "labels": {"%s": "x"}}'),
+        ("POST", f"/v1/runs/{uuid4()}/cancel", '{"reason": "%s", "by": "me"}'),
+    ]
+    for method, path, body in bodies:
+        answer = await client.request(
+            method, path, content=body % escaped, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 422, (path, answer.text)
+        assert "NUL character" in answer.json()["errors"][0]["msg"], answer.text
+    stored = (await client.get(f"/v1/jobs/{JOB['name']}")).json()
+    assert (stored["version"], stored["state"]) == (version, "active")
+    pair = await client.patch(
+        f"/v1/jobs/{JOB['name']}",
+        content='{"description": "\\ud83d\\ude00"}',
+        headers={"content-type": "application/merge-patch+json"},
+    )
+    assert pair.status_code == 200, pair.text
+    assert pair.json()["description"] == "\U0001f600"
