@@ -179,7 +179,9 @@ async def test_the_ticks_undecided_at_a_schedule_change_are_recorded_superseded(
     assert {run.skip_reason and run.skip_reason.value for run in skips} == {"superseded"}
     assert sum(run.missed_ticks or 1 for run in skips) >= 19
     last = max(run.scheduled_for for run in skips)
-    assert last <= edited.fire_after + SECOND  # the edit's moment, read under the lock
+    # Through the moment the edit locked the cursor (when its rows are written): on a
+    # starved machine that can be seconds after the moment its new definition starts.
+    assert all(run.scheduled_for <= run.started_at for run in skips)
     assert edited.fire_after - last < SECOND  # the last old tick before the edit
     period = {"changed": 1}
     old = [{"job": "changed", "threshold": made.timestamp(), "cursor": last.timestamp() + 0.5}]
