@@ -340,6 +340,26 @@ def test_the_job_page_shows_runs_and_its_actions_work(
     assert api.get("/v1/jobs/act-every-second").status_code == 404
 
 
+def test_pause_and_resume_wait_for_the_job_s_state(
+    url: str, api: httpx.Client, page_as: Callable[..., Page]
+) -> None:
+    """Until the page knows whether the job is paused, it offers neither: a click on a
+    Pause shown before the state arrived raced the page's own first read."""
+    create(api, "state-unknown")
+    page = page_as(WRITE)
+    # The job's own read never answers; whoami and everything else do.
+    page.route(f"{url}/v1/jobs/state-unknown", lambda route: route.abort())
+    page.goto(f"{url}/ui/jobs/state-unknown")
+    expect(page.locator("#actions")).to_have_attribute("data-scopes", "read write")
+    expect(page.locator("#trigger")).to_be_visible()
+    expect(page.locator("#pause")).to_be_hidden()
+    expect(page.locator("#resume")).to_be_hidden()
+    page.unroute(f"{url}/v1/jobs/state-unknown")
+    page.reload()
+    expect(page.locator("#pause")).to_be_visible()
+    expect(page.locator("#resume")).to_be_hidden()
+
+
 def test_the_job_page_charts_lateness_and_duration_of_each_run(
     url: str, api: httpx.Client, page_as: Callable[..., Page]
 ) -> None:
