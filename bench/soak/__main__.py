@@ -243,7 +243,7 @@ def soak(
     log = EventLog(began)
     window = window_seconds(args.minutes)
     planned = timeline(args.minutes, killable=[0, 1])
-    accountant = Accountant(fleet, url, receiver, began, window)
+    accountant = Accountant(fleet, url, receiver, began, window, faults=log.session_faults)
     accountant.end = int(end)
     sampler = Sampler(slots, url, began)
     churn = Churn(

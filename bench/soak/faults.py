@@ -32,6 +32,9 @@ PG_DOWN_SECONDS = 5.0
 BLACKHOLE_SECONDS = 75.0
 PG_RESTART_AT = 0.4  # share of the run
 BLACKHOLE_AT = 0.6
+# The events at which a fault may take sessions away (and locks with them), noted as the
+# fault begins.
+SESSION_FAULTS = ("kill", "pg_stop", "blackhole")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ class EventLog:
         with self._lock:
             return list(self.events)
 
+    def session_faults(self) -> list[float]:
+        """When a fault could have taken sessions away: a kill, PostgreSQL's stop, a cut
+        link (time.time())."""
+        return [event["at"] for event in self.snapshot() if event["kind"] in SESSION_FAULTS]
+
 
 class Faults(Worker):
     """Plays the timeline from `began` (time.time()); `error` holds what stopped it."""
@@ -123,8 +131,8 @@ class Faults(Worker):
         assert event.slot is not None
         slot = self._slots[event.slot]
         runner = slot.incarnations[-1].runner_id
-        slot.kill()
         self._log.note("kill", slot=slot.index, runner=runner)
+        slot.kill()
         self._halt.wait(event.seconds)
         slot.start()
         self._log.note("restart", slot=slot.index, runner=slot.incarnations[-1].runner_id)

@@ -65,8 +65,9 @@ def _skips_table(accounted: dict[str, Any]) -> list[str]:
     intro = (
         "Skips by the fault whose span (until ready again, plus 30 s) their window "
         "overlaps; `quiet`: in no fault's span; the `overlap:` columns split the overlap "
-        "skips by the run each was behind: in progress (the policy's), gone (an abandoned "
-        "or fenced run still counted: detection delay), or none found "
+        "skips by the run each was behind when its claim found the job busy: in progress "
+        "(the policy's), gone (abandoned or fenced, its session taken by a fault before "
+        "that moment: detection delay), or none found "
         "(`bench/soak/attribution.py`):"
     )
     return [intro, "", *table(("fault", *reasons), rows)]

@@ -26,7 +26,7 @@ any, over every job of the window, changed or not.
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,19 +55,25 @@ SELECT count(*) FROM (
     WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
     GROUP BY job, scheduled_for HAVING count(*) > 1) AS twice
 """
-# What each overlap skip of the window's jobs was behind: the latest run of its job begun
-# before its tick and not ended by it, by how that run ended. A run that ended well (or
-# still runs) was in progress: the policy's skip. One `abandoned`, or fenced (lock lost),
-# was gone while its lock or row still counted it: the skip is detection delay.
+# What each overlap skip of the window's jobs was behind: the latest run of its job in
+# progress when the claim found it busy (an overlap skip's row bears that moment), by how
+# that run ended. A run that ended well (or still runs) was in progress: the policy's
+# skip. One `abandoned`, or fenced (lock lost), whose session a fault ($4: the moments
+# the soak killed a replica, stopped PostgreSQL or cut a link) could have taken between
+# its start and that moment, was gone while its lock or row still counted it: the skip
+# is detection delay. One lost only after the skip was judged was still in progress.
 _OVERLAP_BEHIND = """
 SELECT CASE WHEN b.status IS NULL THEN 'no run'
-            WHEN b.status = 'abandoned' OR b.error LIKE 'lock lost%' THEN 'run gone'
+            WHEN (b.status = 'abandoned' OR b.error LIKE 'lock lost%')
+                 AND EXISTS (SELECT 1 FROM unnest($4::float8[]) AS f(at)
+                             WHERE to_timestamp(f.at) BETWEEN b.started_at AND s.started_at)
+                THEN 'run gone'
             ELSE 'run in progress' END AS behind, count(*) AS n
 FROM tickgate_runs s LEFT JOIN LATERAL (
-    SELECT r.status, r.error FROM tickgate_runs r
+    SELECT r.status, r.error, r.started_at FROM tickgate_runs r
     WHERE r.job = s.job AND r.scheduled_for < s.scheduled_for AND r.status <> 'skipped'
-      AND r.started_at < s.scheduled_for + interval '5 seconds'
-      AND (r.finished_at IS NULL OR r.finished_at > s.scheduled_for)
+      AND r.started_at <= s.started_at
+      AND (r.finished_at IS NULL OR r.finished_at > s.started_at)
     ORDER BY r.scheduled_for DESC LIMIT 1) AS b ON true
 WHERE s.job = ANY($1::text[]) AND s.skip_reason = 'overlap'
   AND s.scheduled_for >= to_timestamp($2) AND s.scheduled_for < to_timestamp($3)
@@ -97,15 +103,18 @@ def _spans(gaps: Iterable[asyncpg.Record], jobs: dict[str, Stable]) -> dict[str,
     return found
 
 
-def read_ledger(url: str, jobs: dict[str, Stable], start: int, end: int) -> Ledger:
+def read_ledger(
+    url: str, jobs: dict[str, Stable], start: int, end: int, faults: Sequence[float] = ()
+) -> Ledger:
     """The rows of `jobs` for ticks in [start, end), their gap rows, and the window's
-    duplicate (job, tick) rows of any job."""
+    duplicate (job, tick) rows of any job; `faults`: when a session could have been
+    taken away (POSIX seconds), for what each overlap skip was behind."""
     sql = Sql(url)
     try:
         rows = ledger_rows(sql, list(jobs), start, end - 1)
         gaps = sql.fetch(_GAPS, list(jobs), start)
         duplicates = int(sql.value(_DUPLICATES, start, end))
-        behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end)
+        behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end, list(faults))
     finally:
         sql.close()
     keyed = {(row["job"], float(row["at"])): row for row in rows}
@@ -234,10 +243,18 @@ class Accountant(Worker):
     """Judges each window [start + k * length, ...) once it has settled, until `end`."""
 
     def __init__(
-        self, fleet: Fleet, database_url: str, receiver: ReceiverProcess, start: int, length: int
+        self,
+        fleet: Fleet,
+        database_url: str,
+        receiver: ReceiverProcess,
+        start: int,
+        length: int,
+        *,
+        faults: Callable[[], list[float]] = list,
     ) -> None:
         super().__init__("soak-accountant")
         self._fleet = fleet
+        self._faults = faults  # when a session could have been taken away, so far
         self._url = database_url
         self._receiver = receiver
         self._next = start
@@ -271,7 +288,7 @@ class Accountant(Worker):
     def check(self, start: int, end: int) -> Window:
         asked = time.time()
         jobs = {job.name: job for job in self._stable(start, end, asked)}
-        ledger = read_ledger(self._url, jobs, start, end)
+        ledger = read_ledger(self._url, jobs, start, end, self._faults())
         # A job whose deletion began while the ledger was read may have lost its rows.
         still = {job.name for job in self._stable(start, end, time.time())}
         jobs = {name: job for name, job in jobs.items() if name in still}

@@ -1,6 +1,7 @@
-"""The soak tells its overlap skips apart by what each was behind (bench/soak/windows.py):
-a run in progress (the policy's skip), or a run whose replica or session was already gone
-while its lock or row still counted it (detection delay). On real PostgreSQL rows."""
+"""The soak tells its overlap skips apart by what each was behind when its claim found the
+job busy (bench/soak/windows.py): a run in progress (the policy's skip), or a run whose
+session a fault had already taken while its lock or row still counted it (detection
+delay). On real PostgreSQL rows."""
 
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
@@ -28,6 +29,8 @@ def run(sql: Sql, tick: float, status: str, ended: float | None, error: str | No
 
 
 def overlap_skip(sql: Sql, tick: float) -> None:
+    """An overlap skip whose claim found the job busy half a second after its tick (the
+    row's time)."""
     noted = at(tick + 0.5)
     sql.fetch(INSERT, uuid4(), JOB.name, at(tick), "skipped", noted, noted, "overlap", None)
 
@@ -35,17 +38,32 @@ def overlap_skip(sql: Sql, tick: float) -> None:
 def test_overlap_skips_are_told_apart_by_the_run_they_were_behind(
     database_url: str, sql: Sql
 ) -> None:
-    run(sql, 0, "succeeded", 2.5)  # a long run: the skips at 1 and 2 are the policy's
+    run(sql, 0, "succeeded", 2.8)  # a long run: the skips at 1 and 2 are the policy's
     overlap_skip(sql, 1)
     overlap_skip(sql, 2)
-    run(sql, 10, "abandoned", 30)  # its replica died; the orphan sweep ended it
+    run(sql, 10, "abandoned", 30)  # its replica was killed at 10.8; the sweep ended it
     overlap_skip(sql, 11)
-    run(sql, 20, "cancelled", 40, LOCK_LOST)  # fenced: its session was gone
+    run(sql, 20, "cancelled", 40, LOCK_LOST)  # fenced: PostgreSQL stopped at 20.2
     overlap_skip(sql, 21)
+    run(sql, 30, "cancelled", 45, LOCK_LOST)  # judged at 31.5, before the cut at 32
+    overlap_skip(sql, 31)
     run(sql, 50, "succeeded", 50.2)  # ended before the next tick: behind nothing
     overlap_skip(sql, 51)
     run(sql, 55, "running", None)  # still running when judged: in progress too
     overlap_skip(sql, 56)
     start = int(T0.timestamp())
+    faults = [at(moment).timestamp() for moment in (10.8, 20.2, 32.0)]
+    ledger = read_ledger(database_url, {JOB.name: JOB}, start, start + 60, faults)
+    assert ledger.overlap_behind == {"run in progress": 4, "run gone": 2, "no run": 1}
+
+
+def test_without_a_fault_a_run_that_ended_badly_was_in_progress(
+    database_url: str, sql: Sql
+) -> None:
+    """A run fenced or abandoned with no fault before the skip was judged was alive then
+    (the skip is the policy's, whatever became of the run later)."""
+    run(sql, 0, "abandoned", 30)
+    overlap_skip(sql, 1)
+    start = int(T0.timestamp())
     ledger = read_ledger(database_url, {JOB.name: JOB}, start, start + 60)
-    assert ledger.overlap_behind == {"run in progress": 3, "run gone": 2, "no run": 1}
+    assert ledger.overlap_behind == {"run in progress": 1}
