@@ -21,12 +21,12 @@ test: lint types test-only
 # own and a test module on one worker (module fixtures such as a shared cluster stay
 # whole). The fast tests mostly wait on PostgreSQL: CHECK_WORKERS of them. The slow
 # folders start real replicas (about 3 s of CPU each) and then mostly wait on their
-# windows: on 2 cores (2026-12-07, 303 slow tests) SLOW_WORKERS=4 took 604 s of pytest and
-# 3 took 688 s (earlier, with fewer tests, 2 took 683 s and one process 1,415 s). Running
-# both tiers at once starved the 1 s jobs of the accounting tests into overlap skips.
-# Set them higher on a bigger box (0: in the pytest process itself).
+# windows: on 2 cores SLOW_WORKERS=3 took 515 s of pytest, 2 took 683 s and one process
+# 1,415 s (3 workers on the whole suite, fast tests included, starved the 1 s jobs of the
+# accounting tests into overlap skips). Set them higher on a bigger box (0: in the pytest
+# process itself).
 CHECK_WORKERS ?= 4
-SLOW_WORKERS  ?= 4
+SLOW_WORKERS  ?= 3
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 TIMES   = .test-times
 # The tree's own bytecode, written once: this environment may set PYTHONDONTWRITEBYTECODE,
