@@ -11,11 +11,12 @@ for the skips that lag it); the CPU spells of the box (`box_cpu_percent` at or a
 `SATURATED_PERCENT` in consecutive samples) count as a fault too. A window that overlaps
 none is `quiet`.
 
-Each window's overlap skips are also told apart by what they were behind
-(`windows._OVERLAP_BEHIND`): `overlap: run in progress` (a run that ended well, or runs
-still: the policy), `overlap: run gone` (an `abandoned` or fenced run: its lock or row
-outlived it, detection delay) and `overlap: no run` (none found: pruned, or the run's
-job changed).
+Each window's overlap skips are also told apart by the run they were behind when their
+claim found the job busy (`windows._OVERLAP_BEHIND`): `overlap: run in progress` (a run
+that ended well, or runs still: the policy), `overlap: run ending` (its end written, not
+yet committed), `overlap: run gone` (an `abandoned` or fenced run whose session a fault
+had already taken: its lock or row outlived it, detection delay) and `overlap: no run`
+(none found: pruned, or the run's job changed).
 """
 
 from collections import Counter

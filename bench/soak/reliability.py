@@ -66,8 +66,8 @@ def _skips_table(accounted: dict[str, Any]) -> list[str]:
         "Skips by the fault whose span (until ready again, plus 30 s) their window "
         "overlaps; `quiet`: in no fault's span; the `overlap:` columns split the overlap "
         "skips by the run each was behind when its claim found the job busy: in progress "
-        "(the policy's), gone (abandoned or fenced, its session taken by a fault before "
-        "that moment: detection delay), or none found "
+        "(the policy's), ending (its end not yet committed), gone (abandoned or fenced, "
+        "its session taken by a fault before that moment: detection delay), or none found "
         "(`bench/soak/attribution.py`):"
     )
     return [intro, "", *table(("fault", *reasons), rows)]

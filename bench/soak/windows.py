@@ -55,26 +55,34 @@ SELECT count(*) FROM (
     WHERE scheduled_for >= to_timestamp($1) AND scheduled_for < to_timestamp($2)
     GROUP BY job, scheduled_for HAVING count(*) > 1) AS twice
 """
-# What each overlap skip of the window's jobs was behind: the latest run of its job in
-# progress when the claim found it busy (an overlap skip's row bears that moment), by how
-# that run ended. A run that ended well (or still runs) was in progress: the policy's
-# skip. One `abandoned`, or fenced (lock lost), whose session a fault ($4: the moments
-# the soak killed a replica, stopped PostgreSQL or cut a link) could have taken between
-# its start and that moment, was gone while its lock or row still counted it: the skip
-# is detection delay. One lost only after the skip was judged was still in progress.
+# What each overlap skip of the window's jobs was behind: the run of its job (of any
+# other tick: after an outage a later tick may be claimed first) in progress when the
+# claim found the job busy (an overlap skip's row bears that moment), the latest begun
+# (a later run of the job got its lock, so an earlier one no longer held it).
+# A run's `finished_at` is taken as its end is written, before that commits: one ended
+# up to ENDING_SECONDS ($5) before that moment may still have read as running
+# (`run ending`).
+# A run that ended well (or still runs) was in progress: the policy's skip. One
+# `abandoned`, or fenced (lock lost), whose session a fault ($4: the moments the soak
+# killed a replica, stopped PostgreSQL or cut a link) could have taken between its start
+# and that moment, was gone while its lock or row still counted it: the skip is
+# detection delay. One lost only after the skip was judged was still in progress.
+ENDING_SECONDS = 2.0
 _OVERLAP_BEHIND = """
 SELECT CASE WHEN b.status IS NULL THEN 'no run'
             WHEN (b.status = 'abandoned' OR b.error LIKE 'lock lost%')
                  AND EXISTS (SELECT 1 FROM unnest($4::float8[]) AS f(at)
                              WHERE to_timestamp(f.at) BETWEEN b.started_at AND s.started_at)
                 THEN 'run gone'
+            WHEN b.finished_at <= s.started_at THEN 'run ending'
             ELSE 'run in progress' END AS behind, count(*) AS n
 FROM tickgate_runs s LEFT JOIN LATERAL (
-    SELECT r.status, r.error, r.started_at FROM tickgate_runs r
-    WHERE r.job = s.job AND r.scheduled_for < s.scheduled_for AND r.status <> 'skipped'
+    SELECT r.status, r.error, r.started_at, r.finished_at FROM tickgate_runs r
+    WHERE r.job = s.job AND r.scheduled_for <> s.scheduled_for AND r.status <> 'skipped'
       AND r.started_at <= s.started_at
-      AND (r.finished_at IS NULL OR r.finished_at > s.started_at)
-    ORDER BY r.scheduled_for DESC LIMIT 1) AS b ON true
+      AND (r.finished_at IS NULL
+           OR r.finished_at > s.started_at - make_interval(secs => $5))
+    ORDER BY r.started_at DESC LIMIT 1) AS b ON true
 WHERE s.job = ANY($1::text[]) AND s.skip_reason = 'overlap'
   AND s.scheduled_for >= to_timestamp($2) AND s.scheduled_for < to_timestamp($3)
 GROUP BY 1
@@ -114,7 +122,7 @@ def read_ledger(
         rows = ledger_rows(sql, list(jobs), start, end - 1)
         gaps = sql.fetch(_GAPS, list(jobs), start)
         duplicates = int(sql.value(_DUPLICATES, start, end))
-        behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end, list(faults))
+        behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end, list(faults), ENDING_SECONDS)
     finally:
         sql.close()
     keyed = {(row["job"], float(row["at"])): row for row in rows}

@@ -23,15 +23,23 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def run(sql: Sql, tick: float, status: str, ended: float | None, error: str | None = None) -> None:
+def run(
+    sql: Sql,
+    tick: float,
+    status: str,
+    ended: float | None,
+    error: str | None = None,
+    began: float | None = None,
+) -> None:
     finished = at(ended) if ended is not None else None
-    sql.fetch(INSERT, uuid4(), JOB.name, at(tick), status, at(tick), finished, None, error)
+    started = at(tick if began is None else began)
+    sql.fetch(INSERT, uuid4(), JOB.name, at(tick), status, started, finished, None, error)
 
 
-def overlap_skip(sql: Sql, tick: float) -> None:
-    """An overlap skip whose claim found the job busy half a second after its tick (the
-    row's time)."""
-    noted = at(tick + 0.5)
+def overlap_skip(sql: Sql, tick: float, seen: float | None = None) -> None:
+    """An overlap skip whose claim found the job busy at `seen` (the row's time), by
+    default half a second after its tick."""
+    noted = at(tick + 0.5 if seen is None else seen)
     sql.fetch(INSERT, uuid4(), JOB.name, at(tick), "skipped", noted, noted, "overlap", None)
 
 
@@ -47,14 +55,24 @@ def test_overlap_skips_are_told_apart_by_the_run_they_were_behind(
     overlap_skip(sql, 21)
     run(sql, 30, "cancelled", 45, LOCK_LOST)  # judged at 31.5, before the cut at 32
     overlap_skip(sql, 31)
-    run(sql, 50, "succeeded", 50.2)  # ended before the next tick: behind nothing
-    overlap_skip(sql, 51)
+    run(sql, 50, "succeeded", 50.2)  # ended well before the skip was judged: behind nothing
+    overlap_skip(sql, 53)
     run(sql, 55, "running", None)  # still running when judged: in progress too
     overlap_skip(sql, 56)
+    # After an outage a later tick may be claimed first: an earlier one is skipped behind it.
+    run(sql, 59, "succeeded", 65, began=60)
+    overlap_skip(sql, 58, seen=60.2)
+    run(sql, 70, "succeeded", 71.4)  # its end written at 71.4, committed after 71.5
+    overlap_skip(sql, 71)
     start = int(T0.timestamp())
     faults = [at(moment).timestamp() for moment in (10.8, 20.2, 32.0)]
-    ledger = read_ledger(database_url, {JOB.name: JOB}, start, start + 60, faults)
-    assert ledger.overlap_behind == {"run in progress": 4, "run gone": 2, "no run": 1}
+    ledger = read_ledger(database_url, {JOB.name: JOB}, start, start + 80, faults)
+    assert ledger.overlap_behind == {
+        "run in progress": 5,
+        "run ending": 1,
+        "run gone": 2,
+        "no run": 1,
+    }
 
 
 def test_without_a_fault_a_run_that_ended_badly_was_in_progress(
