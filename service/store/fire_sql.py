@@ -216,9 +216,11 @@ def claim_statement(*, counted: bool) -> str:
     FROM gated g LEFT JOIN looked c ON c.name = g.job
         LEFT JOIN claimed ON claimed.job = g.job AND claimed.scheduled_for = g.scheduled_for
     -- One index probe per tick (LIMIT 1 keeps the planner from hashing the whole ledger).
+    -- A skip is no outcome to a backfill, which may claim it once it has the lock.
     LEFT JOIN LATERAL (
         SELECT true AS found FROM tickgate_runs r
-        WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for LIMIT 1) AS ticked ON true
+        WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for
+          AND (r.status <> 'skipped' OR g.trigger <> 'backfill') LIMIT 1) AS ticked ON true
     LEFT JOIN LATERAL (
         -- A backfill gives way to the scheduled ticks: one due during a backfill run
         -- waits for it within its grace, not judged by the overlap policy; but

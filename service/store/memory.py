@@ -363,7 +363,7 @@ class MemoryDatabase:
             same_revision=job is not None and job.revision == tick.job.revision,
             capped=_capped(tick, job),
             inactive=_inactive(tick, job),
-            ticked=run is None and (_tick_of(tick) in statement.began or passed),
+            ticked=run is None and (_has_outcome(tick, statement.began) or passed),
             busy=(not got and (_busy(tick, statement.began.values()) or self._detached_holds(tick)))
             or (run is None and queued_before),
             released=released,
@@ -936,6 +936,14 @@ def _busy(tick: TickClaim, runs: Iterable[Run]) -> bool:
 
 def _tick_of(tick: TickClaim) -> _Tick:
     return tick.job.name, _utc(tick.scheduled_for)
+
+
+def _has_outcome(tick: TickClaim, ledger: Mapping[_Tick, Run]) -> bool:
+    """The tick has a row that is its outcome; a skip is none to a backfill, which may
+    claim it once it has the lock."""
+    row = ledger.get(_tick_of(tick))
+    backfill = tick.trigger is RunTrigger.BACKFILL
+    return row is not None and not (backfill and row.status is RunStatus.SKIPPED)
 
 
 def _count(missed: int) -> int | None:

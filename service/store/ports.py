@@ -179,7 +179,8 @@ class GateFacts:
     there. same_incarnation / same_revision: of the tick's incarnation / (incarnation,
     version). capped: its run cap is used up, for a tick that counts. inactive: a tick
     claimed `while_active` found the job not active. ticked: not
-    claimed, and the tick had a row when the claim began. busy: not claimed, and either
+    claimed, and the tick had a row when the claim began (for a backfill, a row other
+    than a skip, which it may claim). busy: not claimed, and either
     the lock was not taken while another run of the job, not a backfill, was in
     progress when the claim began, or an earlier tick of the job holds its queue_one
     slot. released: the lock was taken and given back, the tick not being claimed.

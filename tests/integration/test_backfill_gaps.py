@@ -7,14 +7,17 @@ import asyncio
 from datetime import datetime, timedelta
 
 import asyncpg
+import pytest
 
 from harness.accounting import CURSORS, OUTCOMES, judge_cursors
 from harness.waiting import eventually_async
 from service.domain.cursors import Takeover
+from service.domain.errors import Conflict
 from service.domain.gaps import Outcome, split_gaps
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.scheduler import Runner
+from service.scheduler import runner as runner_module
 from service.store import Store, backfill_sql
 from service.store.ports import Skip
 from tests.support.db import blocks_someone
@@ -124,6 +127,29 @@ async def test_two_backfills_into_one_run_at_once_split_it_once(
         ticks[4]: 1,
         ticks[5]: 1,
     }
+
+
+async def test_a_backfill_waits_for_the_lock_of_a_tick_with_a_skip_row(
+    runner: Runner, store: Store, gates: Gates, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backfilled tick whose row is a skip (its own, once split off), while the job's
+    lock is held elsewhere (another backfill running the tick before it): the backfill
+    waits for the lock, and gives up with a 409 if it stays held. It took the skip for
+    the tick's outcome and returned at once without running it, so of two overlapping
+    backfills at once neither ran the tick they shared."""
+    monkeypatch.setattr(runner_module, "BACKFILL_WAIT_SECONDS", 1.0)
+    job, ticks = await _missed_five(store, gates, database_url, "waits")
+    holder = await asyncpg.connect(database_url)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", job.lock_key)
+        with pytest.raises(Conflict, match="lock stayed held"):
+            await runner.backfill(job, ticks[1:2])
+    finally:
+        await holder.close()
+    [made] = await runner.backfill(job, ticks[1:2])
+    assert made.scheduled_for == ticks[1]
+    assert await _backfilled(store, "waits", 1) == ticks[1:2]
+    assert await _problems(database_url, "waits") == []
 
 
 async def test_a_split_that_meets_another_one_changes_nothing_and_reads_again(
