@@ -6,6 +6,7 @@ must not leak into a replica under test), plus its data directory, runner id and
 for the `http` task to call the loopback receiver; the caller's `env` goes on top.
 """
 
+import contextlib
 import itertools
 import os
 import signal
@@ -21,6 +22,7 @@ import httpx
 import psutil
 
 from harness.waiting import eventually
+from service.supervisor import PROCESS_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 # The tree whose `tickgate serve` the replicas run: this checkout, or another one with a
@@ -126,12 +128,13 @@ class Replica:
         return self.stop(signal.SIGKILL, deadline_seconds=10)
 
     def children(self) -> dict[str, psutil.Process]:
-        """The scheduler and API processes `tickgate serve` supervises, by role."""
+        """The scheduler and API processes `tickgate serve` supervises, by role, once
+        each has named itself (a moment after it is forked)."""
         found = {}
         for child in psutil.Process(self.pid).children():
-            command = child.cmdline()
-            if "serve" in command:
-                found["scheduler" if "--uds" in command else "api"] = child
+            with contextlib.suppress(psutil.NoSuchProcess):  # exited since the listing
+                if (role := _role_of(child)) is not None:
+                    found[role] = child
         return found
 
     def cpu_seconds(self) -> float:
@@ -142,6 +145,20 @@ class Replica:
     def rss_bytes(self) -> int:
         """RSS of the server and its descendants."""
         return tree_rss_bytes(self.pid)
+
+
+_ROLES = {name: role for role, name in PROCESS_NAMES.items()}
+
+
+def _role_of(child: psutil.Process) -> str | None:
+    """The role a child of `tickgate serve` names itself; a child of a release that
+    exec'd its children (`bench.versus` serves older ones) is known by its command."""
+    if (role := _ROLES.get(child.name())) is not None:
+        return role
+    command = child.cmdline()
+    if "serve" in command and "-m" in command:
+        return "scheduler" if "--uds" in command else "api"
+    return None
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

@@ -27,7 +27,8 @@ from service.stopping import StopRequest
 from service.supervisor import supervise
 
 # The web stack (service.app, service.server, uvicorn) is imported where a command needs
-# it: the supervisor of `tickgate serve` serves nothing, and stays small in memory.
+# it: the client commands never load it. (The supervisor of `tickgate serve` does, once,
+# for the children it forks.)
 
 log = logging.getLogger("tickgate")
 

@@ -4,9 +4,15 @@ The scheduler (window and runner: the fire path) runs in a process of its own be
 API's, so API load never delays a fire: they share no event loop and no interpreter
 lock, and the kernel schedules them apart. This process only prepares and supervises:
 
-- each child is `tickgate serve` with one role: the scheduler listening on a unix
-  socket in a private directory, the API on the pod's port, asking the scheduler over
-  that socket for liveness, readiness and metrics;
+- it imports the server once, then forks each child (no exec), which serves one role as
+  `tickgate serve` would with that role alone: the scheduler listening on a unix socket
+  in a private directory, the API on the pod's port, asking the scheduler over that
+  socket for liveness, readiness and metrics. Importing the web stack costs about 0.7 s
+  of CPU, which two exec'd children each paid again (a pod started on about 2.3 CPU
+  seconds); the children share those pages with this process until they write them;
+- each child names itself (`tickgate-sched`, `tickgate-api`: `ps -o comm`, `top`), and
+  starts as an exec would leave it: SIGTERM and SIGINT at their defaults, and none of
+  this process's exit handlers (they would stop the embedded PostgreSQL it holds);
 - the API runs TICKGATE_API_NICENESS nicer than the scheduler: when the pod's CPU is
   short (a busy API, a CPU limit), the fire path is served first;
 - both get the same database URL (the embedded server this process holds, if any) and
@@ -19,18 +25,20 @@ lock, and the kernel schedules them apart. This process only prepares and superv
 """
 
 import ctypes
+import gc
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+import traceback
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from service.config import Listen, Settings
 from service.stopping import StopRequest
@@ -41,21 +49,44 @@ log = logging.getLogger(__name__)
 # PostgreSQL's helpers are children of this process too.
 POLL_SECONDS = 0.1
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# What each child calls itself (/proc/<pid>/comm: at most 15 bytes).
+PROCESS_NAMES = {"scheduler": "tickgate-sched", "api": "tickgate-api"}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Child:
+    """A forked child, reaped by its pid alone (the embedded PostgreSQL's helpers are
+    children of this process too). `returncode` as subprocess has it: -n when signal n
+    killed it."""
+
     role: str
-    process: subprocess.Popen[bytes]
+    pid: int
+    returncode: int | None = None
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.poll() is None
+
+    def poll(self) -> int | None:
+        return self._reap(os.WNOHANG)
+
+    def wait(self) -> int:
+        returncode = self._reap(0)
+        assert returncode is not None
+        return returncode
 
     def signal(self, signum: int) -> None:
         if self.alive:
-            self.process.send_signal(signum)
+            os.kill(self.pid, signum)
+
+    def _reap(self, options: int) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, options)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 @dataclass
@@ -85,13 +116,13 @@ class Pod:
             return 0  # stopped before any was started
         first = self.first_exit()
         unasked = not self.stopping
+        first_status = exit_status(first.wait())
         if unasked:
-            status = exit_status(first.process.returncode)
-            log.error("the %s process exited unasked (%s): stopping", first.role, status)
+            log.error("the %s process exited unasked (%s): stopping", first.role, first_status)
             self.stop()
-        statuses = [exit_status(child.process.wait()) for child in self.children]
+        statuses = [exit_status(child.wait()) for child in self.children]
         if unasked:
-            return exit_status(first.process.returncode) or 1
+            return first_status or 1
         return max(statuses)
 
 
@@ -110,11 +141,21 @@ def supervise(settings: Settings, listen: Listen, stop: StopRequest) -> int:
     ):
         socket = Path(private) / "scheduler.sock"
         environment = _shared_environment(settings)
+        _import_the_server()
         for role in _roles(settings, listen, socket):
             if not pod.stopping:
                 pod.children.append(_start(role, environment))
-        log.info("serving: %s", ", ".join(f"{c.role} pid {c.process.pid}" for c in pod.children))
+        log.info("serving: %s", ", ".join(f"{c.role} pid {c.pid}" for c in pod.children))
         return pod.wait()
+
+
+def _import_the_server() -> None:
+    """What every child needs, imported here once: a forked child finds it loaded. Then
+    frozen, so that no collection in a child writes to the pages it shares with this
+    process and the other child."""
+    import service.server  # noqa: F401 - imported for the children
+
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -154,37 +195,74 @@ def _shared_environment(settings: Settings) -> dict[str, str]:
 
 
 def _start(role: Role, environment: Mapping[str, str]) -> Child:
-    # A process group of its own: a terminal's Ctrl-C reaches this process only, which
-    # passes it on once, as SIGTERM (a second SIGINT would make uvicorn skip the grace).
-    # Not a session of its own: Linux shares CPU between sessions first (autogroups)
-    # and niceness counts only within one, so the API's would be void.
-    process = subprocess.Popen(  # noqa: S603 - our own interpreter and package
-        [sys.executable, "-m", "service", "serve", *role.arguments],
-        env=dict(environment) | dict(role.settings),
-        process_group=0,
-        preexec_fn=_before_exec(role.niceness),  # noqa: PLW1509 - no thread runs here
-    )
-    return Child(role.name, process)
+    """Fork the child of `role`; in the child, serve it and never return here."""
+    parent = os.getpid()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # or the child would write what this process had buffered
+    pid = os.fork()
+    if pid == 0:
+        _serve_role(role, environment, parent)
+    return Child(role.name, pid)
 
 
-def _before_exec(niceness: int) -> Callable[[], None]:
-    """Run in the child before exec: lower its priority by `niceness` (the API's: a
-    busy API then yields the CPU to the fire path), and have it SIGKILLed when this
-    process dies (Linux only; elsewhere a supervisor killed with -9 leaves it running)."""
+def _serve_role(role: Role, environment: Mapping[str, str], parent: int) -> NoReturn:
+    """The child's life: set up as an exec would have left it, then `tickgate serve`
+    with the role's arguments and settings; exit with its status. Only `os._exit`
+    leaves: returning, or exiting through this process's frames and exit handlers,
+    would run the supervisor's cleanups (the private directory, the embedded server)."""
+    status = 1
+    try:
+        _become(role, parent)
+        os.environ.clear()
+        os.environ.update(dict(environment) | dict(role.settings))
+        from service.cli import main
+
+        main(["serve", *role.arguments])
+        status = 0
+    except SystemExit as exited:
+        status = _exit_code(exited.code)
+    except BaseException:  # noqa: BLE001 - reported as an uncaught one would be, status 1
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(status)
+
+
+def _become(role: Role, parent: int) -> None:
+    """A process group of its own: a terminal's Ctrl-C reaches the supervisor only, which
+    passes it on once, as SIGTERM (a second SIGINT would make uvicorn skip the grace).
+    Not a session of its own: Linux shares CPU between sessions first (autogroups) and
+    niceness counts only within one, so the API's would be void. Then the role's
+    niceness, its name, and SIGKILL when the supervisor dies."""
+    for signum in _STOPPING_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    os.nice(role.niceness)
+    _prctl(_PR_SET_NAME, PROCESS_NAMES[role.name].encode())
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+
+
+def _prctl(option: int, value: int | bytes) -> None:
+    """Linux's prctl; elsewhere nothing (a supervisor killed with -9 then leaves its
+    children running, and they keep its name)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        prctl = None
-    parent = os.getpid()
+        return
+    prctl(option, value)
 
-    def prepare() -> None:
-        os.nice(niceness)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the death signal was armed
-            os._exit(1)
 
-    return prepare
+def _exit_code(code: object) -> int:
+    """SystemExit's code as the interpreter would exit with it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 @contextmanager

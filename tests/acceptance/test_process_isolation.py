@@ -144,10 +144,10 @@ def test_liveness_says_alive_from_spawn_while_readiness_waits_for_the_scheduler(
     database_url: str, tmp_path: Path
 ) -> None:
     """Kubernetes restarts a pod whose liveness fails: a starting pod must not fail it.
-    The scheduler process is held (SIGSTOP) the moment it is exec'd, long before it can
-    be ready (its imports alone take a second of CPU), so the pod's start is certain to
-    be slow: every /healthz answer from spawn is 200, and /readyz says "not yet" (503)
-    until the scheduler is let go and has synced."""
+    The scheduler process is held (SIGSTOP) the moment it names itself, long before it
+    can be ready (it has still to check the database and build the app), so the pod's
+    start is certain to be slow: every /healthz answer from spawn is 200, and /readyz
+    says "not yet" (503) until the scheduler is let go and has synced."""
     replica = start_replica(tmp_path, database_url=database_url)
     answers: list[tuple[int, int]] = []
 
@@ -181,14 +181,13 @@ def scheduler_process(replica: Replica) -> psutil.Process | None:
 
 
 def role_process(replica: Replica, role: str) -> psutil.Process | None:
-    """The replica's process of `role` once exec'd (until then, a child forked by the
-    supervisor still shows the supervisor's command)."""
+    """The replica's process of `role` once it has named itself (a moment after the
+    supervisor forked it)."""
     assert replica.alive, replica.log_tail()
     try:
-        child = replica.children().get(role)
-        return child if child is not None and "-m" in child.cmdline() else None
+        return replica.children().get(role)
     except psutil.Error:
-        return None  # a child that is being exec'd or has just exited
+        return None  # a child that has just exited
 
 
 def handles_sigterm(process: psutil.Process) -> bool:

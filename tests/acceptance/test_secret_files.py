@@ -21,7 +21,9 @@ NEVER = {"kind": "cron", "expression": "0 0 1 1 *"}
 
 def environments(replica: Replica) -> dict[str, str]:
     """Every variable of the replica's supervisor and its two children, with the values
-    each process has, as one text."""
+    each process has, as one text. (The children are forked: /proc shows each the
+    environment the supervisor started with; what they add in memory is checked in
+    tests/unit/test_secret_files.py.)"""
     processes = [psutil.Process(replica.pid), *replica.children().values()]
     assert len(processes) == 3, processes
     seen: dict[str, str] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.config import ConfigurationError, Settings, with_secret_files
+from service.supervisor import _shared_environment
 
 DSN = "postgresql://tickgate:s3cr%22et@db:5432/tickgate"
 
@@ -62,3 +63,21 @@ def test_a_file_that_holds_the_wrong_thing_is_refused_without_quoting_it(
     with pytest.raises(ConfigurationError, match="does not hold what") as refused:
         with_secret_files(settings)
     assert "s3cr" not in str(refused.value)
+
+
+def test_the_children_learn_a_dsn_from_a_file_as_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tickgate serve` forks its children, which set their environment in memory, where
+    /proc does not show it (the acceptance test reads /proc): what the supervisor gives
+    them holds the files' names, never the DSNs read from them."""
+    (tmp_path / "dsn").write_text(DSN)
+    monkeypatch.setenv("DATABASE_URL_FILE", str(tmp_path / "dsn"))
+    monkeypatch.setenv("TICKGATE_SQL_SELF_URL_FILE", str(tmp_path / "dsn"))
+    read = with_secret_files(
+        _settings(database_url_file=tmp_path / "dsn", sql_self_url_file=tmp_path / "dsn")
+    )
+    environment = _shared_environment(read)
+    assert environment["DATABASE_URL_FILE"] == str(tmp_path / "dsn")
+    assert not {"DATABASE_URL", "TICKGATE_SQL_SELF_URL"} & set(environment)
+    assert DSN not in "\n".join(environment.values())
