@@ -20,11 +20,12 @@ test: lint types test-only
 # pytest-xdist runs the tests on several processes, each with an embedded PostgreSQL of its
 # own and a test module on one worker (module fixtures such as a shared cluster stay
 # whole). The fast tests mostly wait on PostgreSQL: CHECK_WORKERS of them. The slow
-# folders start real replicas (about 3 s of CPU each) and then mostly wait on their
-# windows: on 2 cores SLOW_WORKERS=3 took 515 s of pytest, 2 took 683 s and one process
-# 1,415 s (3 workers on the whole suite, fast tests included, starved the 1 s jobs of the
-# accounting tests into overlap skips). Set them higher on a bigger box (0: in the pytest
-# process itself).
+# folders start real replicas (about 1 CPU-second each since abada45 forks
+# their children; 2.3 before, when the slow folders took 590-638 s on 3 workers and 464 s
+# after) and then mostly wait on their windows. 4 workers were no faster than 3 (627 s
+# then) and starved a takeover bound; 3 workers on the whole suite, fast tests included,
+# starved the 1 s jobs of the accounting tests into overlap skips. Set them higher on a
+# bigger box (0: in the pytest process itself).
 CHECK_WORKERS ?= 4
 SLOW_WORKERS  ?= 3
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
