@@ -31,8 +31,8 @@ from service.scheduler.clock import ReplicaClock
 from service.scheduler.departure import Departure
 from service.scheduler.hooks import HookSender
 from service.scheduler.membership import Membership
+from service.scheduler.on_demand import SIDE_SESSIONS
 from service.scheduler.remote import SchedulerProcess
-from service.scheduler.runner import SIDE_SESSIONS
 from service.store import Store
 from service.store.link import Link
 from service.store.sessions import LockSessions

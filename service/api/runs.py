@@ -58,7 +58,7 @@ async def trigger(
     if body.args is not None:
         args = merge_secret_headers(body.args, job.args)
         services.tasks.check_args(job.task, args)
-    run = await services.runner.trigger_now(job, args, body.note)
+    run = await services.runner.on_demand.trigger_now(job, args, body.note)
     return RunOut.model_validate(run, from_attributes=True)
 
 
@@ -84,7 +84,7 @@ async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep)
     # a tick found missing above because it was pruned is found covered here.
     _refuse_pruned(body, await services.store.pruned_through(name))
     todo = [tick for tick in ticks if (name, tick) in unrun]
-    runs = await services.runner.backfill(job, todo)
+    runs = await services.runner.on_demand.backfill(job, todo)
     return RunList(items=[RunOut.model_validate(run, from_attributes=True) for run in runs])
 
 
@@ -204,7 +204,7 @@ async def cancel_queued(
     and never runs. 404 if no tick waits (or it has started: cancel its run)."""
     job = await existing_job(services, name)
     asked = CancelRequest(uuid4(), caller(request, body.by), body.reason)
-    skipped = await services.runner.cancel_queued(job, asked)
+    skipped = await services.runner.on_demand.cancel_queued(job, asked)
     if skipped is None:
         raise NotFound(f"no tick of {name!r} is waiting")
     return RunOut.model_validate(skipped, from_attributes=True)

@@ -128,7 +128,9 @@ class HookSender:
             if action.args is not None:
                 self.tasks.check_args(jobs[0].task, action.args)
             note = f"{sending.delivery.event.value} of {sending.run.job} (run {sending.run.id})"
-            run = await self.runner.trigger_now(jobs[0], action.args, note, RunTrigger.CHAIN)
+            run = await self.runner.on_demand.trigger_now(
+                jobs[0], action.args, note, RunTrigger.CHAIN
+            )
         except Conflict:
             raise  # the job is running somewhere: tried again after a backoff
         except DomainError as error:

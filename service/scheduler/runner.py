@@ -21,31 +21,28 @@ save work, and a replica that gets them wrong costs time, never a tick.
 import asyncio
 import logging
 import random
-import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
 
 import httpx
-from pydantic import JsonValue
 
 from service.domain.cursors import OwedTick
-from service.domain.errors import Conflict, NotFound
 from service.domain.hooks import HookPlan
-from service.domain.jobs import Job, JobState, Overlap
-from service.domain.runs import CancelRequest, Run, RunTrigger, SkipReason
+from service.domain.jobs import Job, Overlap
+from service.domain.runs import RunTrigger, SkipReason
 from service.metrics import Metrics
 from service.scheduler.admission import Admission
 from service.scheduler.attempts import Attempts
-from service.scheduler.backoff import Backoff
+from service.scheduler.background import Background, log_failure
 from service.scheduler.clock import ReplicaClock
-from service.scheduler.running import RECORD_ELSEWHERE_SECONDS, RunExecutor
+from service.scheduler.on_demand import CONTENDED, OnDemand
+from service.scheduler.orphans import Orphans
+from service.scheduler.running import RunExecutor
 from service.scheduler.shielding import run_to_completion
-from service.store.coalesce import Coalescer
-from service.store.errors import is_unavailable
+from service.scheduler.skips import Skips
 from service.store.ports import (
     Claim,
     ClaimOutcome,
@@ -53,7 +50,6 @@ from service.store.ports import (
     Ledger,
     LockPool,
     NextTick,
-    Orphan,
     PinnedSession,
     Skip,
     TickClaim,
@@ -77,36 +73,13 @@ OVERLAP_PATIENCE = timedelta(seconds=0.5)
 # How long a claim waits for an open lock session (only while sessions are being
 # replaced: the database went away) before it gives up; the ticks go round again.
 ACQUIRE_SECONDS = 5.0
-# Manual runs and backfills claim outside the room, on lock sessions of their own, so
-# the schedule never delays them and they never take a scheduled claim's turn; the
-# same wait there ends in a TimeoutError (503).
-SIDE_SESSIONS = 1
-# Orphans one resume statement takes over at most.
-RESUME_BATCH = 200
-SIDE_WAIT_SECONDS = 10.0
-# A backfill tick waits this long for the job's lock, then the backfill stops.
-BACKFILL_WAIT_SECONDS = 30.0
-# How often a backfill reads the runs of missed ticks it splits again, when another
-# backfill changed them meanwhile, before it gives up (409).
-SPLIT_ATTEMPTS = 3
 # Ticks waiting for room here, at most. The window hands over no more while this many
 # wait (the rest stay filed there, in its bounded heap, until room frees or their
 # deadline passes); ticks that arrive from elsewhere past it (retries, takeovers) are
 # let go, undecided, rather than queued without bound: the audit hands them over again.
 WAITING_LIMIT = 20_000
-SKIP_LINGER_SECONDS = 0.01
-# A replica that lost a run's session (not its life) records the run's end itself, trying
-# for RECORD_ELSEWHERE_SECONDS; the orphan sweep leaves the run to it this long.
-ORPHAN_GRACE_SECONDS = RECORD_ELSEWHERE_SECONDS + 5.0
-# How long an orphan whose runner is not a member now is given for it to come back as one
-# (a PostgreSQL restart ends every member's session too); a dead replica never does.
-REJOIN_GRACE_SECONDS = 5.0
-# Skips whose record waits for the database to come back, at most (a bound on memory
-# through a long outage; what is past it is logged).
-UNRECORDED_SKIPS = 100_000
 _RETRY_AFTER_FAILURE_SECONDS = 0.5
 _HELD_BY_NO_RUN = "the job's lock stayed held by a session that ran no tick of it"
-_CONTENDED = "the job's rows stayed held by other statements (edits, skips, the audit)"
 
 
 @dataclass(frozen=True)
@@ -165,7 +138,6 @@ class Runner:
         hooks: HookPlan | None = None,
     ) -> None:
         self._sessions = sessions
-        self._side_sessions = side_sessions
         self._store = store
         self._runner_id = runner_id
         self._fire_delay = fire_delay
@@ -185,19 +157,48 @@ class Runner:
             room, claims=sessions.size, limit=waiting_limit
         )
         self._waiting_limit = waiting_limit
-        self._skips = Coalescer(self._record_skips, lambda: SKIP_LINGER_SECONDS)
-        self._tasks_in_flight: set[asyncio.Task[None]] = set()
+        self._background = Background()
+        self._skips = Skips(
+            store=store,
+            runner_id=runner_id,
+            executor=self._executor,
+            metrics=metrics,
+            tracing=self._tracing,
+            background=self._background,
+        )
         # Ticks arrived since the last dispatch.
         self._arrived: list[DueTick] = []
         self._dispatch_planned = False
         self._takeover = timedelta(seconds=takeover_seconds)
         self.takeover_seconds = takeover_seconds
-        # How often the orphan sweep runs: twice per takeover period.
-        self.orphan_sweep_seconds = takeover_seconds / 2
-        self._room = room
-        self._resuming: set[UUID] = set()  # orphans being resumed here
-        self._unrecorded_skips = 0  # skips waiting for the database to come back
-        self.accepting = True
+        self.on_demand = OnDemand(
+            skips=self._skips,
+            side_sessions=side_sessions,
+            store=store,
+            executor=self._executor,
+            clock=self._clock,
+            runner_id=runner_id,
+            background=self._background,
+        )
+        self.orphans = Orphans(
+            sessions=sessions,
+            store=store,
+            executor=self._executor,
+            clock=self._clock,
+            runner_id=runner_id,
+            room=room,
+            takeover_seconds=takeover_seconds,
+            background=self._background,
+        )
+
+    @property
+    def accepting(self) -> bool:
+        """False once a shutdown began: nothing new is claimed or started here."""
+        return self._background.accepting
+
+    @accepting.setter
+    def accepting(self, accepting: bool) -> None:
+        self._background.accepting = accepting
 
     def job_deleted(self, name: str) -> None:
         """The job is gone from the database: forget what this replica knew of it."""
@@ -361,7 +362,7 @@ class Runner:
             return [run for run in runs if run is not None]
         except Exception as error:  # noqa: BLE001 - logged; the ticks go round again
             # A failed claim decided nothing: no tick of it may be lost to it.
-            _log_failure(f"claim of {len(undecided)} ticks", error)
+            log_failure(f"claim of {len(undecided)} ticks", error)
             self._again(undecided, _RETRY_AFTER_FAILURE_SECONDS, "its claims kept failing")
             return []
         finally:
@@ -390,7 +391,7 @@ class Runner:
         if claim.outcome is ClaimOutcome.LOCKED:
             self._again([tick], RETRY_SECONDS, _HELD_BY_NO_RUN)
         elif claim.outcome is ClaimOutcome.CONTENDED:
-            self._again([tick], RETRY_SECONDS, _CONTENDED)
+            self._again([tick], RETRY_SECONDS, CONTENDED)
         elif claim.outcome is ClaimOutcome.BUSY:
             self._overlapped(replace(tick, busy_at=claim.seen_at))
         elif claim.outcome is ClaimOutcome.STALE:
@@ -455,7 +456,7 @@ class Runner:
         try:
             yield
         except Exception as error:  # noqa: BLE001 - logged; the tick goes round again
-            _log_failure(f"{what} for {tick.job_name}", error)
+            log_failure(f"{what} for {tick.job_name}", error)
             self._again([tick], _RETRY_AFTER_FAILURE_SECONDS, f"{what} kept failing")
 
     # --- run ----------------------------------------------------------------------
@@ -467,7 +468,7 @@ class Runner:
             await self._executor.run(session, job, claim, claimed=claimed)
         except Exception as error:  # noqa: BLE001 - logged with its traceback
             # One broken run must never take the scheduler down with it.
-            _log_failure(f"run of {job.name}", error)
+            log_failure(f"run of {job.name}", error)
         finally:
             self._room_freed()
 
@@ -514,52 +515,7 @@ class Runner:
             )
             for t in ticks
         ]
-        self._spawn(self._submit_skips(skips))
-
-    async def _submit_skips(self, skips: list[Skip]) -> None:
-        """Record the skips, again and again while the database is away (an outage is
-        when misfires pile up): the ledger's uniqueness makes a repeat harmless, and a
-        tick settled here has no other way to its row. At most UNRECORDED_SKIPS wait
-        for the database at once; past that, and on any other error, they are logged."""
-        backoff = Backoff()
-        while True:
-            try:
-                await asyncio.gather(*(self._skips.submit(skip) for skip in skips))
-                return
-            except Exception as error:  # noqa: BLE001 - retried while the database is away
-                if not self._may_retry_skips(skips, error):
-                    _log_failure(f"record of {len(skips)} skipped ticks", error)
-                    return
-            self._unrecorded_skips += len(skips)
-            try:
-                await backoff.pause()
-            finally:
-                self._unrecorded_skips -= len(skips)
-
-    def _may_retry_skips(self, skips: list[Skip], error: Exception) -> bool:
-        fits = self._unrecorded_skips + len(skips) <= UNRECORDED_SKIPS
-        return is_unavailable(error) and self.accepting and fits
-
-    async def _record_skips(self, skips: Sequence[Skip]) -> list[None]:
-        await self._recorded_skips(skips)
-        return [None] * len(skips)
-
-    async def _recorded_skips(self, skips: Sequence[Skip]) -> list[Run]:
-        """Record the skips; those recorded now (a tick with a row already records none)."""
-        jobs = {skip.job.name: skip.job for skip in skips}
-        recorded = await self._store.record_skips(skips, self._runner_id)
-        for run in recorded:
-            reason = run.skip_reason or SkipReason.MISFIRE
-            self._metrics.ticks_skipped.labels(reason.value).inc()
-            self._tracing.skipped(run)
-            # A misfire is a tick nobody could run; the others are the job's policies.
-            level = logging.WARNING if reason is SkipReason.MISFIRE else logging.INFO
-            at = run.scheduled_for.isoformat()
-            log.log(level, "tick %s of %s skipped: %s (%s)", at, run.job, reason, run.error)
-        await asyncio.gather(
-            *(self._executor.tick_ended(jobs[run.job], run.scheduled_for) for run in recorded)
-        )
-        return recorded
+        self._skips.submit(skips)
 
     # --- cancels ------------------------------------------------------------------
 
@@ -567,271 +523,17 @@ class Runner:
         """A cancel was asked of some run (NOTIFY): look whether it runs here, now."""
         self._executor.cancels.asked()
 
-    async def cancel_queued(self, job: Job, request: CancelRequest) -> Run | None:
-        """Drop the tick waiting under queue_one: it is recorded skipped, `cancelled`,
-        and its slot freed. None if no tick waits, or it was claimed meanwhile (its
-        run is then the one to cancel). The replica that holds it finds its row."""
-        tick = await self._store.pending_tick(job.name)
-        if tick is None:
-            return None
-        note = request.error()
-        skip = Skip(job, tick, RunTrigger.SCHEDULE, SkipReason.CANCELLED, note)
-        recorded = await self._recorded_skips([skip])
-        await self._store.release_pending(job.name, tick)
-        return recorded[0] if recorded else None
-
-    # --- manual runs and backfills ------------------------------------------------
-
-    async def trigger_now(
-        self,
-        job: Job,
-        args: dict[str, JsonValue] | None = None,
-        note: str | None = None,
-        trigger: RunTrigger = RunTrigger.MANUAL,
-    ) -> Run:
-        """A manual run (or a hook's `chain` run) through the same gate, with `args`
-        instead of the job's if given (checked already) and the caller's `note`, both kept
-        on its row; returns once the row exists and leaves the run going. Conflict if a
-        "skip" job is running anywhere."""
-        assert trigger.on_demand, "a tick's run is claimed by the loop, not asked for"
-        decided: asyncio.Future[Claim] = asyncio.get_running_loop().create_future()
-        now = self._clock.now()
-        tick = self._claim_of(job, now, trigger, any_version=True)
-        tick = replace(tick, args=args, note=note)
-        task = self._spawn(self._discard(self._on_the_side(tick, decided.set_result)))
-        either: set[asyncio.Future[Any]] = {decided, task}
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not decided.done():
-            task.result()  # the gate failed before deciding: raise its error
-            raise Conflict(f"job {job.name!r} could not be started")
-        return _claimed_run(job, decided.result())
-
-    async def backfill(self, job: Job, ticks: Sequence[datetime]) -> list[Run]:
-        """Run each tick that has no run yet, in order, one after another; return the
-        runs this call made. Scheduled ticks of the job go first. A job active when it
-        began that is paused or completed meanwhile stops it (Conflict): the gate claims
-        no tick for it after that. Another replica backfilling the same range at once
-        takes some ticks itself: the ledger lets each through exactly once."""
-        made = []
-        while_active = job.state is JobState.ACTIVE  # a pause meanwhile stops the rest
-        await self._split_missed(job, ticks)
-        for at in ticks:
-            tick = self._claim_of(job, at, RunTrigger.BACKFILL, any_version=True)
-            run = await self._backfill_one(replace(tick, while_active=while_active))
-            if run is not None:
-                made.append(run)
-        return made
-
-    async def _split_missed(self, job: Job, ticks: Sequence[datetime]) -> None:
-        """Give each tick a misfire row counts among its run of missed ticks a row of its
-        own first, so it keeps exactly one outcome whether or not the backfill gets to
-        it. Another backfill splitting the same run at once makes this one read again."""
-        for _ in range(SPLIT_ATTEMPTS):
-            if await self._store.split_missed(job, ticks):
-                return
-        raise Conflict(f"backfill of {job.name!r}: its missed ticks kept changing; try again")
-
-    async def _backfill_one(self, tick: TickClaim) -> Run | None:
-        """Claim and run one backfill tick, giving way to the job's scheduled ticks and
-        waiting a bounded time for its lock."""
-        deadline = time.monotonic() + BACKFILL_WAIT_SECONDS
-        while True:
-            await self._give_way(tick.job, deadline)
-            claims: list[Claim] = []
-            run = await self._on_the_side(tick, claims.append)
-            if claims[0].outcome is ClaimOutcome.JOB_GONE:
-                raise NotFound(f"no job named {tick.job.name!r}")
-            if claims[0].outcome is ClaimOutcome.INACTIVE:
-                raise Conflict(
-                    f"backfill of {tick.job.name!r} stopped at {tick.scheduled_for.isoformat()}:"
-                    " the job was paused or completed meanwhile; the ticks before it ran"
-                )
-            if claims[0].outcome not in {
-                ClaimOutcome.LOCKED,
-                ClaimOutcome.CONTENDED,
-                ClaimOutcome.BUSY,
-            }:
-                return run
-            if time.monotonic() > deadline or not self.accepting:
-                raise Conflict(
-                    f"backfill of {tick.job.name!r} stopped at {tick.scheduled_for.isoformat()}:"
-                    f" the job's lock stayed held for {BACKFILL_WAIT_SECONDS:g}s"
-                )
-            await asyncio.sleep(RETRY_SECONDS)
-
-    async def _give_way(self, job: Job, deadline: float) -> None:
-        """Wait, until `deadline`, while the job has a scheduled tick due now and still
-        without a ledger row: the scheduler is claiming it, and goes first. The ledger
-        says so wherever the scheduler runs (backfills run in the API's process, or on
-        another replica), so it is polled, like the lock."""
-        while time.monotonic() < deadline and await self._scheduled_tick_waits(job):  # noqa: ASYNC110
-            await asyncio.sleep(RETRY_SECONDS)
-
-    async def _scheduled_tick_waits(self, job: Job) -> bool:
-        now = self._clock.now()
-        tick = job.tick_in_grace(now)
-        if tick is None or not job.is_tick(tick) or job.due(tick) > now:
-            return False
-        return bool(await self._store.ticks_without_runs([(job.name, tick)]))
-
-    async def _claimed_on_the_side(self, session: PinnedSession, tick: TickClaim) -> Claim:
-        """The gate's answer, asked again while another statement holds the job's rows
-        (a moment, as a claim would have waited for them), for up to SIDE_WAIT_SECONDS."""
-        deadline = time.monotonic() + SIDE_WAIT_SECONDS
-        [claim] = await session.claim([tick])
-        while claim.outcome is ClaimOutcome.CONTENDED and time.monotonic() < deadline:
-            await asyncio.sleep(RETRY_SECONDS)
-            [claim] = await session.claim([tick])
-        return claim
-
-    async def _on_the_side(self, tick: TickClaim, on_claim: Callable[[Claim], None]) -> Run | None:
-        """Claim one tick on a side session, outside the room, and run it if claimed;
-        `on_claim` hears the claim as soon as there is one."""
-        if not self.accepting:
-            on_claim(Claim(ClaimOutcome.LOCKED))
-            return None
-        async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
-            sent = now_ns()
-            claim = await self._claimed_on_the_side(session, tick)
-            claimed = Claimed(sent, sent, now_ns(), 1)
-            on_claim(claim)
-            if claim.run is None:
-                return None
-            # The job as the claim read it: an edit since the caller read it applies.
-            job = claim.stored_job or tick.job
-            return await self._executor.run(session, job, claim, claimed=claimed)
-
-    async def _discard(self, work: Coroutine[Any, Any, object]) -> None:
-        await work
-
-    # --- orphans ------------------------------------------------------------------
-
-    async def sweep_orphans(self) -> float | None:
-        """Runs whose replica died: each whose retry policy allows another attempt gets
-        it here, the same run (id, Idempotency-Key) moved to this replica; the others
-        end `abandoned`. A run whose runner is alive (it lost only the run's session) is
-        left to it for ORPHAN_GRACE_SECONDS, and one whose runner is not a member now
-        for REJOIN_GRACE_SECONDS (see `Orphan.awaits_its_replica`). Replicas sweep at
-        once and each takes a share, the row's compare-and-set deciding; at most `_room`
-        resumed runs go at a time here, and the rest wait for the next sweep. Returns
-        in how many seconds the first orphan left to its replica may be taken (None:
-        none is), for the next sweep to come no later."""
-        room = self._room - len(self._resuming)
-        found = await self._store.orphans(max(room, 1) * 4)
-        graces = (REJOIN_GRACE_SECONDS, ORPHAN_GRACE_SECONDS)
-        left = [orphan.grace_left(*graces) for orphan in found]
-        orphans = [orphan for orphan, grace in zip(found, left, strict=True) if grace < 0]
-        waiting = [grace for grace in left if grace >= 0]
-        now = self._clock.now()
-        for run in await self._store.abandon([o for o in orphans if not o.resumable(now)]):
-            log.warning("run %s of %s abandoned by runner %s", run.id, run.job, run.runner)
-        resumable = [o for o in orphans if o.resumable(now) and o.run.id not in self._resuming]
-        random.shuffle(resumable)  # racing replicas each win a share, not the same ones
-        if self.accepting:
-            for batch in _resume_batches(resumable[: max(room, 0)]):
-                self._resuming.update(orphan.run.id for orphan in batch)
-                self._spawn(self._resume(batch, now))
-        return min(waiting, default=None)
-
-    async def _resume(self, batch: list[Orphan], now: datetime) -> None:
-        """Take the orphans' runs over on a lock session, in one statement, and make their
-        next attempts there; one another replica took first, or that ended meanwhile, is
-        left alone. (A crash mid-crowd leaves a thousand orphans: a statement each kept
-        the last of them waiting for seconds.)"""
-        try:
-            async with self._sessions.session(SIDE_WAIT_SECONDS) as session:
-                claims = await session.resume(batch, self._runner_id)
-                answers = list(zip(batch, claims, strict=True))
-                resumed = [(orphan, claim) for orphan, claim in answers if claim.run is not None]
-                # Those not taken here may be found again by the next sweep.
-                self._resuming.difference_update(o.run.id for o, c in answers if c.run is None)
-                await asyncio.gather(*(self._resumed(session, o, c, now) for o, c in resumed))
-        except Exception as error:  # noqa: BLE001 - logged; the next sweep finds them again
-            _log_failure(f"taking over {len(batch)} orphaned runs", error)
-        finally:
-            self._resuming.difference_update(orphan.run.id for orphan in batch)
-
-    async def _resumed(
-        self, session: PinnedSession, orphan: Orphan, claim: Claim, now: datetime
-    ) -> None:
-        """Make the next attempts of an orphan's run this session took over."""
-        assert claim.run is not None
-        log.warning(
-            "run %s resumed here at attempt %d: runner %s stopped mid-run",
-            claim.run.id,
-            claim.run.attempts,
-            orphan.run.runner,
-            extra={"job": orphan.run.job},
-        )
-        try:
-            spent = (now - orphan.run.started_at).total_seconds()
-            await self._executor.run(session, orphan.job, claim, spent)
-        except Exception as error:  # noqa: BLE001 - logged; the batch's other runs go on
-            _log_failure(f"resumed run {orphan.run.id}", error)
-        finally:
-            self._resuming.discard(orphan.run.id)
-
     # --- shared -------------------------------------------------------------------
 
-    def _claim_of(
-        self, job: Job, scheduled_for: datetime, trigger: RunTrigger, *, any_version: bool = False
-    ) -> TickClaim:
-        lock = job.overlap is not Overlap.ALLOW
-        return TickClaim(job, scheduled_for, trigger, self._runner_id, uuid4(), lock, any_version)
+    def _claim_of(self, job: Job, scheduled_for: datetime, trigger: RunTrigger) -> TickClaim:
+        return TickClaim.of(job, scheduled_for, trigger, self._runner_id)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(work)
-        self._tasks_in_flight.add(task)
-        task.add_done_callback(self._tasks_in_flight.discard)
-        return task
+        return self._background.spawn(work)
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Start nothing new; give runs in flight `grace_seconds`, then cancel them.
         A cancelled run still records `cancelled` and unlocks before its task ends.
         Ticks still waiting here are left to the other replicas."""
-        self.accepting = False
-        pending = set(self._tasks_in_flight)
-        if pending:
-            log.info("waiting up to %ss for %d runs in flight", grace_seconds, len(pending))
-            _, pending = await asyncio.wait(pending, timeout=grace_seconds)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        await self._background.land(grace_seconds)
         await self._executor.cancels.close()
-
-
-def _log_failure(what: str, error: Exception) -> None:
-    if is_unavailable(error):
-        log.warning("%s failed: database unavailable (%r)", what, error)
-    else:
-        log.exception("%s failed", what, exc_info=error)
-
-
-def _resume_batches(orphans: list[Orphan]) -> Iterator[list[Orphan]]:
-    """The orphans in batches of at most RESUME_BATCH, one orphan per lock key each
-    (a session's locks are re-entrant: a key taken twice in one statement would let
-    two runs of a job through)."""
-    while orphans:
-        batch: list[Orphan] = []
-        keys: set[int] = set()
-        rest = []
-        for orphan in orphans:
-            if len(batch) == RESUME_BATCH or (orphan.locked and orphan.lock_key in keys):
-                rest.append(orphan)
-                continue
-            batch.append(orphan)
-            if orphan.locked:
-                keys.add(orphan.lock_key)
-        yield batch
-        orphans = rest
-
-
-def _claimed_run(job: Job, claim: Claim) -> Run:
-    if claim.run is not None:
-        return claim.run
-    if claim.outcome is ClaimOutcome.JOB_GONE:
-        raise NotFound(f"no job named {job.name!r}")
-    if claim.outcome is ClaimOutcome.CONTENDED:
-        raise Conflict(f"job {job.name!r} could not be started: {_CONTENDED}")
-    raise Conflict(f"job {job.name!r} is running somewhere; overlap is '{job.overlap.value}'")

@@ -163,7 +163,7 @@ class Window:
         self._refill_now = asyncio.Event()
         self._members_changed = asyncio.Event()
         self._peer_left = asyncio.Event()
-        self._next_orphan_sweep = runner.orphan_sweep_seconds
+        self._next_orphan_sweep = runner.orphans.sweep_seconds
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
         # Held by each read from the database to its last change of the window: applied
@@ -470,9 +470,9 @@ class Window:
             await self._guarded(self._sweep_orphans(), "sweeping orphaned runs")
 
     async def _sweep_orphans(self) -> None:
-        period = self._runner.orphan_sweep_seconds
+        period = self._runner.orphans.sweep_seconds
         self._next_orphan_sweep = period  # unless the sweep says sooner
-        grace_left = await self._runner.sweep_orphans()
+        grace_left = await self._runner.orphans.sweep()
         if grace_left is not None:
             self._next_orphan_sweep = min(period, max(grace_left, 0.0) + ORPHAN_SLACK_SECONDS)
 

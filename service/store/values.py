@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Literal
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from pydantic import JsonValue
 
 from service.domain.hooks import Action, HookCall, HookEvent
-from service.domain.jobs import Job
+from service.domain.jobs import Job, Overlap
 from service.domain.retry import RetryPolicy
 from service.domain.runs import (
     AttemptTimes,
@@ -56,6 +56,21 @@ class TickClaim:
     # A manual run's own arguments (None: the job's), and why it was triggered.
     args: dict[str, JsonValue] | None = None
     note: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        job: Job,
+        scheduled_for: datetime,
+        trigger: RunTrigger,
+        runner: str,
+        *,
+        any_version: bool = False,
+    ) -> "TickClaim":
+        """A new claim of the tick, with a run id of its own: it takes the job's lock
+        unless the job allows overlapping runs."""
+        lock = job.overlap is not Overlap.ALLOW
+        return cls(job, scheduled_for, trigger, runner, uuid4(), lock, any_version)
 
     @property
     def counted(self) -> bool:

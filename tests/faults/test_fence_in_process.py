@@ -144,7 +144,7 @@ async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
     )
     runner = make_runner(store, sessions, blocker, http)
     job = await add_job(store, "fenced")
-    run = await runner.trigger_now(job)
+    run = await runner.on_demand.trigger_now(job)
     await asyncio.wait_for(blocker.started.wait(), 10)
     assert await advisory_locks_on(database_url, job.lock_key) == 1
 
@@ -160,7 +160,7 @@ async def test_a_run_whose_session_dies_is_cancelled_and_recorded(
     # The dead connection is never handed out again: the next runs get live sessions.
     blocker.release.set()
     for _ in range(3):
-        again = await runner.trigger_now(job)
+        again = await runner.on_demand.trigger_now(job)
         await eventually_async(_is(store, again.id, RunStatus.SUCCEEDED), 10, "next run")
         reran = await store.get_run(again.id)
         assert reran is not None
@@ -184,7 +184,7 @@ async def test_a_fenced_run_the_database_cannot_record_is_left_to_the_orphan_swe
     unreachable = await UnreachableRecords.open(database_url, max_size=2)
     runner = make_runner(unreachable, sessions, blocker, http)
     job = await add_job(store, "unrecorded")
-    run = await runner.trigger_now(job)
+    run = await runner.on_demand.trigger_now(job)
     await asyncio.wait_for(blocker.started.wait(), 10)
     await kill_session_of(database_url, run.id)
     await eventually_async(lambda: runner.runs_in_flight == 0, 10, "the run to stop")

@@ -16,8 +16,7 @@ from service.domain.errors import Conflict
 from service.domain.gaps import Outcome, split_gaps
 from service.domain.jobs import Job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
-from service.scheduler import Runner
-from service.scheduler import runner as runner_module
+from service.scheduler import Runner, on_demand
 from service.store import Store, backfill_sql
 from service.store.ports import Skip
 from tests.support.db import blocks_someone
@@ -33,7 +32,7 @@ async def test_a_backfill_of_a_run_s_last_ticks_leaves_the_ticks_before_counted(
     """A misfire row at t5 counts t1..t5; a backfill of [t4, t5] runs both, and t1..t3
     stay counted (they were left with no outcome: the claim cleared the count)."""
     job, ticks = await _missed_five(store, gates, database_url, "tail")
-    made = await runner.backfill(job, ticks[3:5])
+    made = await runner.on_demand.backfill(job, ticks[3:5])
     assert [run.scheduled_for for run in made] == ticks[3:5]
     assert await _backfilled(store, "tail", 2) == ticks[3:5]
     assert await _problems(database_url, "tail") == []
@@ -51,7 +50,7 @@ async def test_a_backfill_inside_a_run_counts_its_tick_once(
     """A misfire row at t5 counts t1..t5; a backfill of t2 alone runs it, and t2 is not
     counted by the misfire row too (it was, twice)."""
     job, ticks = await _missed_five(store, gates, database_url, "middle")
-    [made] = await runner.backfill(job, ticks[1:2])
+    [made] = await runner.on_demand.backfill(job, ticks[1:2])
     assert made.scheduled_for == ticks[1]
     assert await _backfilled(store, "middle", 1) == ticks[1:2]
     assert await _problems(database_url, "middle") == []
@@ -115,7 +114,9 @@ async def test_two_backfills_into_one_run_at_once_split_it_once(
     other finds it changed (its compare-and-set misses), reads again and splits what is
     left; every tick is run once and counted once."""
     job, ticks = await _missed_five(store, gates, database_url, "raced")
-    made = await asyncio.gather(runner.backfill(job, ticks[1:3]), runner.backfill(job, ticks[2:4]))
+    made = await asyncio.gather(
+        runner.on_demand.backfill(job, ticks[1:3]), runner.on_demand.backfill(job, ticks[2:4])
+    )
     assert sorted(run.scheduled_for for runs in made for run in runs) == ticks[1:4]
     assert await _backfilled(store, "raced", 3) == ticks[1:4]
     assert await _problems(database_url, "raced") == []
@@ -137,16 +138,16 @@ async def test_a_backfill_waits_for_the_lock_of_a_tick_with_a_skip_row(
     waits for the lock, and gives up with a 409 if it stays held. It took the skip for
     the tick's outcome and returned at once without running it, so of two overlapping
     backfills at once neither ran the tick they shared."""
-    monkeypatch.setattr(runner_module, "BACKFILL_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(on_demand, "BACKFILL_WAIT_SECONDS", 1.0)
     job, ticks = await _missed_five(store, gates, database_url, "waits")
     holder = await asyncpg.connect(database_url)
     try:
         await holder.execute("SELECT pg_advisory_lock($1)", job.lock_key)
         with pytest.raises(Conflict, match="lock stayed held"):
-            await runner.backfill(job, ticks[1:2])
+            await runner.on_demand.backfill(job, ticks[1:2])
     finally:
         await holder.close()
-    [made] = await runner.backfill(job, ticks[1:2])
+    [made] = await runner.on_demand.backfill(job, ticks[1:2])
     assert made.scheduled_for == ticks[1]
     assert await _backfilled(store, "waits", 1) == ticks[1:2]
     assert await _problems(database_url, "waits") == []

@@ -99,7 +99,7 @@ async def test_a_delete_cancels_the_run_in_flight_and_the_name_fires_again_at_on
     gates["reborn"].set()
     [fired] = await finished_runs(store, "doomed", 1)
     assert (fired.scheduled_for, fired.status) == (tick, RunStatus.SUCCEEDED)
-    manual = await runner.trigger_now(reborn)  # no 409: the lock is free
+    manual = await runner.on_demand.trigger_now(reborn)  # no 409: the lock is free
     assert manual.job == "doomed"
 
 
@@ -253,7 +253,7 @@ async def test_a_manual_run_of_a_job_paused_before_it_makes_its_retries(
     assert change.after is not None
     gates["attempt 1"].set()
     gates["attempt 2"].set()
-    await retrying.trigger_now(change.after)
+    await retrying.on_demand.trigger_now(change.after)
     # A pause records the ticks it leaves undecided as superseded skips: the run alone.
     [run] = [
         r for r in await finished_runs(store, "asleep", 1) if r.status is not RunStatus.SKIPPED

@@ -23,6 +23,7 @@ from service.domain.jobs import Job, Overlap, complete_job, pause_job
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
+from service.scheduler import on_demand
 from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
@@ -889,7 +890,7 @@ async def test_a_pause_during_a_backfill_stops_its_remaining_ticks(
     job = await backend.add_job("backfilled", schedule=yearly)
     ticks = [datetime(2025, 1, 1, tzinfo=UTC) + timedelta(days=366 * n) for n in range(3)]
     async with replicas(backend, gates, names="a") as [a]:
-        backfill = asyncio.create_task(a.runner.backfill(job, ticks))
+        backfill = asyncio.create_task(a.runner.on_demand.backfill(job, ticks))
         await eventually_async(lambda: gates.started == ["default"], 30, "the first run")
         await _pause(backend, "backfilled")
         gates["default"].set()
@@ -914,7 +915,7 @@ async def test_a_backfill_of_a_job_paused_before_it_began_runs_its_ticks(
     ticks = [datetime(2025, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)]
     gates["default"].set()
     async with replicas(backend, gates, names="a") as [a]:
-        made = await a.runner.backfill(job, ticks)
+        made = await a.runner.on_demand.backfill(job, ticks)
     assert [r.scheduled_for for r in made] == ticks
 
 
@@ -1174,8 +1175,8 @@ async def test_a_manual_trigger_gets_through_while_the_schedule_holds_every_sess
             runner.fire(crowd, at - timedelta(seconds=1), RunTrigger.SCHEDULE)
             runner.fire(crowd, at, RunTrigger.SCHEDULE)
             await held.reached(2)
-            async with asyncio.timeout(runner_module.SIDE_WAIT_SECONDS):
-                run = await runner.trigger_now(manual)
+            async with asyncio.timeout(on_demand.SIDE_WAIT_SECONDS):
+                run = await runner.on_demand.trigger_now(manual)
             assert (run.job, run.status) == ("manual", RunStatus.RUNNING)
             await eventually_async(lambda: gates.started == ["manual"], 30, "the manual run")
             assert await backend.runs_of("crowd") == []  # the schedule's claims still wait
@@ -1206,7 +1207,7 @@ async def test_a_job_never_runs_twice_at_once_on_a_replica_with_one_session(
             lambda: _has_run(backend, "one-at-a-time", second), 30, "the next tick"
         )
         with pytest.raises(Conflict):
-            await runner.trigger_now(job)
+            await runner.on_demand.trigger_now(job)
         gates["default"].set()
         runs = await _finished_runs(backend, "one-at-a-time", 2)
     assert [(r.scheduled_for, r.status, r.skip_reason) for r in runs] == [

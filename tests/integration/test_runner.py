@@ -14,7 +14,7 @@ from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner
-from service.scheduler.runner import ORPHAN_GRACE_SECONDS, REJOIN_GRACE_SECONDS
+from service.scheduler.orphans import ORPHAN_GRACE_SECONDS, REJOIN_GRACE_SECONDS
 from service.store import Store, members_sql
 from service.store.ports import Orphan
 from service.store.sessions import ClaimOutcome, LockSessions, RunEnd, TickClaim
@@ -445,7 +445,7 @@ async def test_a_run_whose_backend_s_pid_went_to_a_new_backend_is_an_orphan(
         for job, before in earlier.items():
             await new_backend.execute(_REUSED_PID_ROW, job, before)
         await new_backend.execute(_REUSED_PID_ROW, "legacy", None)
-        await runner.sweep_orphans()
+        await runner.orphans.sweep()
         [resumed] = await finished_runs(store, "retried", 1)
         assert (resumed.status, resumed.attempts, resumed.runner) == (
             RunStatus.SUCCEEDED,

@@ -15,8 +15,7 @@ from service.domain.jobs import Job, JobState, Overlap, close_window, replace_jo
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
-from service.scheduler import Runner
-from service.scheduler import runner as runner_module
+from service.scheduler import Runner, on_demand
 from service.store import Store
 from service.store.sessions import ClaimOutcome, LockSessions, TickClaim
 from service.tasks import TaskContext, TaskDefinition
@@ -117,7 +116,7 @@ async def test_a_tick_and_a_manual_run_whose_cursor_is_held_run_once_it_is_free(
                 ["ticked", "manual"],
             )
             runner.fire(ticked, tick, RunTrigger.SCHEDULE)
-            triggered = asyncio.create_task(runner.trigger_now(manual))
+            triggered = asyncio.create_task(runner.on_demand.trigger_now(manual))
             await asyncio.sleep(1)  # both asked, and asked again, meanwhile
             assert not triggered.done()
             assert await runs_of(store, "ticked") == []
@@ -181,7 +180,7 @@ async def test_a_manual_trigger_with_no_session_to_be_had_fails_in_time(
             session.terminate()
         async with refusing_connections(database_url), asyncio.timeout(60) as patience:
             with pytest.raises(TimeoutError):
-                await runner.trigger_now(job)
+                await runner.on_demand.trigger_now(job)
         assert not patience.expired(), "the trigger waited for a session without end"
 
 
@@ -211,13 +210,13 @@ async def test_a_tick_that_waited_past_its_grace_for_a_session_is_a_misfire(
 async def test_a_backfill_gives_up_on_a_lock_held_elsewhere(
     runner: Runner, store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner_module, "BACKFILL_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(on_demand, "BACKFILL_WAIT_SECONDS", 1.0)
     job = await add_job(store, "blocked")
     holder = await asyncpg.connect(database_url)
     try:
         await holder.execute("SELECT pg_advisory_lock($1)", job.lock_key)
         with pytest.raises(Exception, match="stopped at"):
-            await asyncio.wait_for(runner.backfill(job, [tick_now()]), timeout=30)
+            await asyncio.wait_for(runner.on_demand.backfill(job, [tick_now()]), timeout=30)
     finally:
         await holder.close()
 
@@ -368,7 +367,7 @@ async def test_scheduled_ticks_go_ahead_of_remaining_backfill_ticks(
         past = [due - timedelta(hours=n) for n in range(3, 0, -1)]
         # Handed over first, as the scheduler does: it arrives when due, whenever that is.
         runner.fire(job, due, RunTrigger.SCHEDULE)
-        backfilling = asyncio.create_task(runner.backfill(job, past))
+        backfilling = asyncio.create_task(runner.on_demand.backfill(job, past))
         await eventually_async(lambda: _started(store, "busy-history", 1), 30, "the first backfill")
         made = await asyncio.wait_for(backfilling, timeout=60)
         runs = sorted(await finished_runs(store, "busy-history", 4), key=lambda r: r.started_at)
@@ -449,7 +448,7 @@ async def test_a_counted_backfill_tick_that_waited_on_an_edit_runs_the_edited_jo
             job.name,
             '{"gate": "new"}',
         )
-        backfilling = asyncio.create_task(runner.backfill(job, [new_year]))
+        backfilling = asyncio.create_task(runner.on_demand.backfill(job, [new_year]))
         await eventually_async(
             lambda: blocks_someone(editor), 30, "the counted claim to wait on the edit"
         )

@@ -5,7 +5,7 @@ second run of a job would get through), and every orphan in exactly one batch.""
 from types import SimpleNamespace
 from typing import cast
 
-from service.scheduler.runner import RESUME_BATCH, _resume_batches
+from service.scheduler.orphans import RESUME_BATCH, resume_batches
 from service.store.ports import Orphan
 
 
@@ -16,7 +16,7 @@ def _orphan(n: int, key: int, locked: bool = True) -> Orphan:
 def test_a_crowd_of_orphans_goes_in_full_batches_each_key_once() -> None:
     orphans = [_orphan(n, key=n % 300) for n in range(450)]  # 150 keys twice
     orphans += [_orphan(450 + n, key=7, locked=False) for n in range(3)]  # lockless
-    batches = list(_resume_batches(orphans))
+    batches = list(resume_batches(orphans))
     assert sorted(o.n for b in batches for o in b) == list(range(453))  # type: ignore[attr-defined]
     assert all(len(batch) <= RESUME_BATCH for batch in batches)
     for batch in batches:
@@ -26,4 +26,4 @@ def test_a_crowd_of_orphans_goes_in_full_batches_each_key_once() -> None:
 
 
 def test_no_orphans_no_batches() -> None:
-    assert list(_resume_batches([])) == []
+    assert list(resume_batches([])) == []
