@@ -86,7 +86,7 @@ def _advance(decided: str) -> str:
 
 
 def claim_statement(*, counted: bool) -> str:
-    """Per tick: try the job's lock, unless this session holds it already ($11: the
+    """Per tick: try the job's lock, unless this session holds it already (`held`: the
     keys it holds, for other runs; a session's locks are re-entrant, so taking one
     again would let two runs of a job through); read the job under a row lock (a delete waits for
     the claim, and a job deleted first reads as gone, for its own ticks only); insert
@@ -113,9 +113,9 @@ def claim_statement(*, counted: bool) -> str:
     later, so one busy job never holds up a batch of ticks. Ticks not claimed are
     answered from the rows as the statement saw them. A scheduled tick before the
     cursor has its outcome (`ticked`), and an admitted one at the cursor moves it on to
-    the tick after ($12; `opens` $13: the tick is the job's first after its threshold,
+    the tick after (`following`; `opens`: the tick is the job's first after its threshold,
     where a cursor starts). Manual runs and backfills are no nominal ticks: they
-    neither wait for the cursor nor move it. A tick claimed `while_active` ($14) finds
+    neither wait for the cursor nor move it. A tick claimed `while_active` finds
     a job that is not active `inactive`.
     """
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
