@@ -154,7 +154,9 @@ def claim_statement(*, counted: bool) -> str:
         SELECT {_CURSORED_JOB}, CASE WHEN j.name IN (SELECT job FROM gated WHERE any_version)
                                      THEN {job_document("j", None)} END AS stored
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name IN (SELECT job FROM gated WHERE got)
+        -- An array, not IN (SELECT ...): probes by key, where a semi-join may hash
+        -- every job's cursor for each batch.
+        WHERE j.name = ANY (ARRAY(SELECT job FROM gated WHERE got))
         {row_lock} OF j FOR NO KEY UPDATE OF k SKIP LOCKED
     ), looked AS (
         -- The answers' view of each job: as locked, or else as this statement saw it.
@@ -221,19 +223,25 @@ def claim_statement(*, counted: bool) -> str:
         SELECT true AS found FROM tickgate_runs r
         WHERE r.job = g.job AND r.scheduled_for = g.scheduled_for
           AND (r.status <> 'skipped' OR g.trigger <> 'backfill') LIMIT 1) AS ticked ON true
+    -- Asked only of a tick that did not get its lock: `NOT g.got` in each WHERE, not in
+    -- ON, where it would be checked only after the probes had run for every tick.
     LEFT JOIN LATERAL (
         -- A backfill gives way to the scheduled ticks: one due during a backfill run
         -- waits for it within its grace, not judged by the overlap policy; but
         -- queue_one's waiting is its policy, which outlasts the grace.
         SELECT true AS found FROM tickgate_runs r
-        WHERE r.job = g.job AND r.status = 'running' AND r.scheduled_for <> g.scheduled_for
+        WHERE NOT g.got AND r.job = g.job AND r.status = 'running'
+          AND r.scheduled_for <> g.scheduled_for
           AND (r.trigger <> 'backfill' OR c.overlap = 'queue_one')
         UNION ALL
         -- A run of the name's deleted incarnation holds the key until its cancel has
         -- stopped it (migration 0031): a run of the job in progress, as the policy sees it.
-        SELECT true FROM tickgate_detached_runs d JOIN tickgate_runs r ON r.id = d.run_id
-        WHERE d.lock_key = g.lock_key AND g.locking AND r.status = 'running'
-        LIMIT 1) AS running ON NOT g.got
+        -- The run's status is a subquery, so the few detached rows drive the probe: a
+        -- join may be planned from every running run instead.
+        SELECT true FROM tickgate_detached_runs d
+        WHERE NOT g.got AND g.locking AND d.lock_key = g.lock_key
+          AND (SELECT r.status FROM tickgate_runs r WHERE r.id = d.run_id) = 'running'
+        LIMIT 1) AS running ON true
     ORDER BY g.n"""
 
 
