@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from bench.context import Context
-from harness.replicas import Replica, process_tree, tree_rss_bytes
+from harness.replicas import Replica, process_tree, tree_pss_bytes, tree_rss_bytes
 
 
 def _cpu_seconds(process: psutil.Process, *, with_reaped_children: bool) -> float:
@@ -64,19 +64,28 @@ class CpuMeter:
 
 
 class RssSampler:
-    """Peak RSS of some processes, sampled every `interval` s on a background thread
-    (start-up and sync included, not only the moment someone looks)."""
+    """Peak RSS of some process trees, sampled every `interval` s on a background thread
+    (start-up and sync included, not only the moment someone looks), and their peak PSS
+    (`tree_pss_bytes`) every `PSS_EVERY`th sample, as it costs more to read."""
+
+    PSS_EVERY = 5
 
     def __init__(self, pids: Sequence[int], interval: float = 0.2) -> None:
         self._pids = list(pids)
         self._interval = interval
         self.peaks = [0] * len(self._pids)
+        self.pss_peaks = [0] * len(self._pids)
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self) -> None:
+        pss = self._samples % self.PSS_EVERY == 0
+        self._samples += 1
         for index, pid in enumerate(self._pids):
             self.peaks[index] = max(self.peaks[index], tree_rss_bytes(pid))
+            if pss:
+                self.pss_peaks[index] = max(self.pss_peaks[index], tree_pss_bytes(pid))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -94,6 +103,9 @@ class RssSampler:
 
     def peaks_mib(self) -> list[float]:
         return [round(peak / 2**20, 1) for peak in self.peaks]
+
+    def pss_peaks_mib(self) -> list[float]:
+        return [round(peak / 2**20, 1) for peak in self.pss_peaks]
 
 
 def processes_of(pids: Iterable[int]) -> Callable[[], list[psutil.Process]]:

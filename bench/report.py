@@ -476,15 +476,18 @@ def _scale_out_section(result: Result, document: Result) -> list[str]:
         f"8. scale_out: {result['jobs']:,} jobs over {result['replicas']} owning replicas",
         "`TICKGATE_OWNERSHIP=on`; the replicas start together. Ready = first 200 of "
         "`GET /readyz` from process start; RSS is each process tree's peak from start to "
-        f"a few seconds after the last was ready. {result['available_mib_at_start']:,} MiB "
-        f"were available at the start.{note}",
-        ["", "ready after start s", "peak RSS MiB"],
+        "a few seconds after the last was ready, summed over its processes; PSS counts a "
+        "page they share once (sampled each second). "
+        f"{result['available_mib_at_start']:,} MiB were available at the start.{note}",
+        ["", "ready after start s", "peak RSS MiB", "peak PSS MiB"],
         [
-            (f"replica {i}", ready, rss)
-            for i, (ready, rss) in enumerate(
+            (f"replica {i}", ready, rss, pss)
+            for i, (ready, rss, pss) in enumerate(
                 zip(
                     result.get("replica_ready_s", []),
                     result.get("rss_peak_mib_each", []),
+                    result.get("pss_peak_mib_each")
+                    or ["-"] * len(result.get("rss_peak_mib_each", [])),
                     strict=True,
                 )
             )

@@ -129,9 +129,11 @@ def million_jobs(
     if "did_not_fit" in result:
         return f"{result['jobs']:,} jobs did not fit: {result['did_not_fit']}", False
     rss = [round(mib / MB) for mib in result["rss_peak_mib_each"]]
+    pss = [round(mib / MB) for mib in result.get("pss_peak_mib_each", [])]
     text = (
         f"{result['jobs']:,} jobs: all ready {fmt(result['all_ready_s'], 1)} s; "
         f"peak RSS each {' / '.join(map(str, rss))} MB"
+        + (f" (PSS {' / '.join(map(str, pss))} MB)" if pss else "")
     )
     if result.get("fits_note"):
         return f"{text} ({result['fits_note']})", None

@@ -180,6 +180,20 @@ def tree_rss_bytes(pid: int) -> int:
     return total
 
 
+def tree_pss_bytes(pid: int) -> int:
+    """The tree's proportional set size: each page counted once over the processes that
+    share it. Summed RSS counts a page the supervisor shares with its forked children
+    once per process; PSS is closer to what the pod's memory limit is charged. A read
+    costs about 1 ms per process (smaps_rollup), 25 times an RSS read."""
+    total = 0
+    for process in process_tree(pid):
+        try:
+            total += int(process.memory_full_info().pss)
+        except psutil.Error:
+            continue  # as above
+    return total
+
+
 def replica_env(
     workdir: Path, runner_id: str, database_url: str | None, env: Mapping[str, str]
 ) -> dict[str, str]:

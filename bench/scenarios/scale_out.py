@@ -4,8 +4,10 @@
 The jobs are cloned as in scenario 7 (scale: cron `0 0 1 1 *`, nothing fires during the
 run). The replicas start together, as in a rollout, and are timed from process start to
 the first 200 of `GET /readyz` (the scheduler's first sync); each replica's peak RSS
-(its process tree, sampled every 0.2 s) runs from start to `ownership_settle_seconds`
-after the last was ready, so the hand-over of jobs a replica no longer owns is inside it.
+(its process tree, sampled every 0.2 s; and its PSS, which counts the pages the
+supervisor shares with its forked children once, every second) runs from start to
+`ownership_settle_seconds` after the last was ready, so the hand-over of jobs a
+replica no longer owns is inside it.
 The same replicas with a single job, measured first, are what memory per job is judged
 against (`one_job`).
 
@@ -123,13 +125,15 @@ def measure(ctx: Context, count: int) -> dict[str, Any]:
         "replica_ready_s": ready,
         "all_ready_s": max(ready),
         "rss_peak_mib_each": rss.peaks_mib(),
+        "pss_peak_mib_each": rss.pss_peaks_mib(),
         "memory_guard_tripped_at_mib": guard.tripped_at_mib,
     }
 
 
 def _ready_and_rss(result: dict[str, Any]) -> dict[str, Any]:
     """The figures the memory per job is judged against: the same replicas with one job."""
-    return {key: result.get(key) for key in ("all_ready_s", "rss_peak_mib_each")}
+    keys = ("all_ready_s", "rss_peak_mib_each", "pss_peak_mib_each")
+    return {key: result.get(key) for key in keys}
 
 
 def run(ctx: Context) -> dict[str, Any]:
