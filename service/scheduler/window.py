@@ -258,11 +258,12 @@ class Window:
 
     async def _load(self, names: list[str]) -> None:
         """Bring these jobs, notified as changed, up to date in the window, if they are
-        held here or fall in a bucket read here. A job the runner remembers (it ran
-        one of its ticks, taken over) is read too, only to learn if it was deleted."""
+        held here or fall in a bucket read here. A job this replica keeps metric series of
+        (it ran one of its ticks, taken over) is read too, only to learn if it was
+        deleted: its deletion must take them away."""
         now = _monotonic()
         ours = {n for n in names if n in self._held or self._buckets.fires(_bucket(n), now)}
-        names = [n for n in names if n in ours or self._runner.remembers(n)]
+        names = [n for n in names if n in ours or self._runner.metrics.counts(n)]
         if not names:
             return
         async with self._loading:
@@ -456,7 +457,8 @@ class Window:
             await self._guarded(self._sweep(), "sweeping runs")
             await self._guarded(self._prune(), "pruning run history")
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
-            self._runner.owns(self._buckets.reading(_monotonic()))
+            # The metric series of jobs in buckets no longer read here go, after a while.
+            self._runner.metrics.forget_unowned(self._buckets.reading(_monotonic()))
 
     async def _sweep_orphans_forever(self) -> None:
         # Twice per takeover period, at once when a peer left the cluster, and again as

@@ -23,8 +23,8 @@ from service.domain.jobs import Job, Overlap, complete_job, pause_job
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import IntervalSchedule
 from service.metrics import Metrics
+from service.scheduler import due as due_module
 from service.scheduler import on_demand
-from service.scheduler import runner as runner_module
 from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
@@ -814,7 +814,7 @@ async def test_a_run_whose_end_is_recorded_late_leaves_the_next_tick_an_outcome(
     tick reaches B: B sees BUSY. Within its patience B asks again and runs the tick once
     the end is in; past it, the overlap policy records a skip. Never nothing."""
     patience = timedelta(seconds=60 if patient else 0)
-    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", patience)
+    monkeypatch.setattr(due_module, "OVERLAP_PATIENCE", patience)
     job = await backend.add_job("late-end")
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     async with replicas(backend, gates) as (a, b):
@@ -846,7 +846,7 @@ async def test_queue_one_across_two_replicas_runs_one_waiting_tick_after_the_run
     """Both replicas fire every tick. While the first runs, the second takes the job's
     one waiting slot (both replicas wait with it), the third finds the slot taken and is
     skipped, once. The second runs after the first has ended."""
-    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    monkeypatch.setattr(due_module, "OVERLAP_PATIENCE", timedelta(0))
     job = await backend.add_job("queued", overlap=Overlap.QUEUE_ONE)
     first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
     async with replicas(backend, gates) as both:
@@ -1063,7 +1063,7 @@ async def test_an_overlap_skip_written_after_the_run_ended_names_when_it_was_in_
     only after that run has ended. The row's time is when the claim saw the run in
     progress, not when it was written: a reader of the ledger finds a run in progress at
     the skip's moment (it used to find the skip after the run's end)."""
-    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    monkeypatch.setattr(due_module, "OVERLAP_PATIENCE", timedelta(0))
     job = await backend.add_job("overlapped")
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     ledger = HeldSkips(backend.ledger)
@@ -1193,7 +1193,7 @@ async def test_a_job_never_runs_twice_at_once_on_a_replica_with_one_session(
     """Every claim of this replica goes to its one session, which holds the running
     job's lock: the job's next tick is an overlap skip and a manual run a conflict,
     exactly as if the run held the lock elsewhere."""
-    monkeypatch.setattr(runner_module, "OVERLAP_PATIENCE", timedelta(0))
+    monkeypatch.setattr(due_module, "OVERLAP_PATIENCE", timedelta(0))
     job = await backend.add_job("one-at-a-time")
     first, second = tick_now() - timedelta(seconds=2), tick_now() - timedelta(seconds=1)
     async with (
