@@ -1,6 +1,6 @@
 """The fire path's ports over two backends, for tests that must hold on both: real
 PostgreSQL (LockSessions and Store on the test's database) and the in-memory fake
-(service/store/memory.py). Each backend also knows how to do, from the outside, what
+(harness/memory.py). Each backend also knows how to do, from the outside, what
 the tests need: write jobs, hold a lock as a foreign session would, let time pass, and
 hold a claim or a run's end mid-flight.
 
@@ -26,19 +26,19 @@ from uuid import UUID
 
 import asyncpg
 
-from harness.waiting import eventually_async
-from service.domain.jobs import Job, JobSpec, create_job, replace_job
-from service.domain.runs import AttemptTimes, CancelRequest, Run, RunTrigger
-from service.metrics import Metrics
-from service.scheduler import Runner
-from service.store import Store
-from service.store.memory import (
+from harness.memory import (
     MemoryDatabase,
     MemoryLedger,
     MemoryLockPool,
     NoSuchJobError,
     Pause,
 )
+from harness.waiting import eventually_async
+from service.domain.jobs import Job, JobSpec, create_job, replace_job
+from service.domain.runs import AttemptTimes, CancelRequest, Run, RunTrigger
+from service.metrics import Metrics
+from service.scheduler import Runner
+from service.store import Store
 from service.store.ports import (
     BackendId,
     Claim,
