@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from harness.faulty import FAULTS_VARIABLE
 from harness.waiting import eventually
 from service.supervisor import PROCESS_NAMES
 
@@ -244,7 +245,14 @@ def start_replica(
     runner_id = runner_id or f"r{port}"
     environment = replica_env(workdir, runner_id, database_url, env)
     log_path = workdir / f"{runner_id}.log"
-    return spawn([TICKGATE, "serve"], environment, log_path, runner_id, port)
+    return spawn(_serve_command(environment), environment, log_path, runner_id, port)
+
+
+def _serve_command(environment: Mapping[str, str]) -> list[str]:
+    """`tickgate serve`, through harness/faulty.py when the replica has faults injected."""
+    if FAULTS_VARIABLE in environment:
+        return [str(Path(TICKGATE).with_name("python")), "-m", "harness.faulty", "serve"]
+    return [TICKGATE, "serve"]
 
 
 def wait_ready(

@@ -5,7 +5,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import timedelta
 from importlib.metadata import version
 from typing import Any
 
@@ -25,6 +24,7 @@ from service.api.ui import install_ui
 from service.config import ConfigurationError, Settings, split_names, token_scopes
 from service.domain.hooks import HookPlan
 from service.domain.ownership import Heartbeat, Members
+from service.faults import NONE, Faults
 from service.metrics import Metrics
 from service.scheduler import Runner, Window
 from service.scheduler.clock import ReplicaClock
@@ -50,7 +50,10 @@ from service.tzdb import tz_database
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, registry: TaskRegistry | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, registry: TaskRegistry | None = None, faults: Faults = NONE
+) -> FastAPI:
+    """The service's ASGI app; `faults` only as the harness injects them (service/faults.py)."""
     if settings.database_url is None:
         raise ValueError("create_app needs settings.database_url (the CLI fills it in)")
     hosts = HostTally()  # the http task's connections, for the metrics
@@ -59,7 +62,7 @@ def create_app(settings: Settings, registry: TaskRegistry | None = None) -> Fast
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            services = await _open(stack, settings, tasks, hosts)
+            services = await _open(stack, settings, tasks, hosts, faults)
             app.state.services = services
             if settings.apply_jobs is not None:
                 await apply_job_file(services, settings.apply_jobs)
@@ -214,7 +217,11 @@ def begin_shutdown(app: FastAPI) -> None:
 
 
 async def _open(
-    stack: AsyncExitStack, settings: Settings, tasks: TaskRegistry, hosts: HostTally
+    stack: AsyncExitStack,
+    settings: Settings,
+    tasks: TaskRegistry,
+    hosts: HostTally,
+    faults: Faults,
 ) -> Services:
     """Open everything; `stack` closes it in reverse: ticks stop, runs get their grace,
     then the listener, the HTTP client and the pools close."""
@@ -243,9 +250,9 @@ async def _open(
     metrics.set_tzdata(tz_database())
     # Closed after the runner (pushed before it): the last runs' spans are exported.
     tracing = await stack.enter_async_context(tracing_from(os.environ, settings.runner_id))
-    clock = ReplicaClock(timedelta(milliseconds=settings.test_clock_offset_ms))
-    if clock.offset:
-        log.warning("test setting: this replica's scheduler clock is off by %s", clock.offset)
+    if faults != NONE:
+        log.warning("faults injected on purpose (a test's replica): %s", faults)
+    clock = ReplicaClock(faults.clock_offset)
     runner_sql = SqlTargetConnections(sql_target_dsns(settings))
     runner = Runner(
         sessions=sessions,
@@ -256,8 +263,8 @@ async def _open(
         sql=runner_sql,
         runner_id=settings.runner_id,
         metrics=metrics,
-        fire_delay=timedelta(milliseconds=settings.test_fire_delay_ms),
-        record_delay=timedelta(milliseconds=settings.test_record_delay_ms),
+        fire_delay=faults.fire_delay,
+        record_delay=faults.record_delay,
         clock=clock,
         room=settings.max_concurrent_runs,
         takeover_seconds=settings.takeover_seconds,
@@ -273,7 +280,7 @@ async def _open(
         metrics=metrics,
         sender=settings.runner_id,
         public_url=settings.public_url,
-        start_delay=timedelta(milliseconds=settings.test_hook_delay_ms),
+        start_delay=faults.hook_delay,
     )
     window = departure = None
     if settings.scheduler:

@@ -314,30 +314,6 @@ class Settings(BaseSettings):
         description="The same for `PUT /v1/jobs` (a whole set of jobs: 10,000 small jobs take "
         "about 1.5 MB).",
     )
-    test_clock_offset_ms: int = Field(
-        0,
-        ge=-60_000,
-        le=60_000,
-        description="Test only: this replica's scheduler behaves as if its clock ran this far "
-        "ahead (negative: behind), firing ticks that much early (late).",
-    )
-    test_hook_delay_ms: int = Field(
-        0,
-        ge=0,
-        le=3_600_000,
-        description="Test only: send no hook delivery from this replica for this long after "
-        "it starts (so a test can kill it before it sends one it recorded).",
-    )
-    test_record_delay_ms: int = Field(
-        0,
-        ge=0,
-        le=60_000,
-        description="Test only: hold every run's end record back this long after its task "
-        "returned (a GC pause or a slow commit, on purpose).",
-    )
-    test_fire_delay_ms: int = Field(
-        0, ge=0, le=60_000, description="Test only: hold every fire back this long."
-    )
 
 
 def process_role(settings: Settings) -> str | None:

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from service.app import begin_shutdown, create_app
 from service.config import Listen, Settings
+from service.faults import injected
 from service.gc_tuning import settle_after_startup
 from service.stopping import StopRequest
 from service.store.migrate import migrate_database
@@ -39,7 +40,7 @@ def serve_app(settings: Settings, listen: Listen, stop: StopRequest) -> None:
     asyncio.run(_prepare_database(str(settings.database_url)))
     if stop.asked:
         return
-    app = create_app(settings)
+    app = create_app(settings, faults=injected())
     config = uvicorn.Config(
         app,
         host=listen.host,

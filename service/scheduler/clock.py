@@ -1,9 +1,10 @@
 """This replica's wall clock, as its scheduler reads it.
 
-In production the offset is zero. Tests set `TICKGATE_TEST_CLOCK_OFFSET_MS` to make one
-replica behave as if its clock ran ahead (positive) or behind (negative): it then fires
-tick T when its own clock reads T, that is at true time T - offset, and judges lateness
-by its own clock. The ledger and the lock must still let each tick through once.
+In production the offset is zero. Tests inject one (`Faults.clock_offset`,
+service/faults.py) to make one replica behave as if its clock ran ahead (positive) or
+behind (negative): it then fires tick T when its own clock reads T, that is at true
+time T - offset, and judges lateness by its own clock. The ledger and the lock must
+still let each tick through once.
 
 Decisions the whole cluster must agree on (orphans, overdue jobs, retention, whether a
 job's window has closed, which missed tick to catch up) use the database's clock

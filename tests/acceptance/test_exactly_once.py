@@ -21,6 +21,7 @@ import httpx
 
 from harness.accounting import rfc3339
 from harness.cluster import serve_many
+from harness.faulty import faulty
 from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import Replica, stop_all
@@ -333,7 +334,7 @@ def test_changes_reach_every_replica_and_a_job_outlives_its_creator(
 def test_a_slow_replica_causes_no_duplicate(
     database_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:
-    slow = {"TICKGATE_TEST_FIRE_DELAY_MS": "300"}
+    slow = faulty(fire_delay=300)
     with serve_many(
         tmp_path, 3, database_url=database_url, each=[{}, {}, slow], env=FAST_ORPHAN_SWEEPS
     ) as replicas:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from harness.cluster import serve, serve_many
+from harness.faulty import faulty
 from harness.receiver import Receipt, Receiver
 from harness.waiting import eventually
 
@@ -120,7 +121,7 @@ def test_a_delivery_recorded_by_a_killed_replica_is_sent_once_by_a_survivor(
         "args": {"url": receiver.url_for("/down")},
         "hooks": [hook(receiver.url_for("/alerts"), "failure")],
     }
-    with serve(tmp_path, database_url=database_url, TICKGATE_TEST_HOOK_DELAY_MS="600000") as a:
+    with serve(tmp_path, database_url=database_url, **faulty(hook_delay=600_000)) as a:
         post(f"{a.url}/v1/jobs", job)
         run = ended(a.url, post(f"{a.url}/v1/jobs/doomed/trigger", {})["id"])
         recorded = httpx.get(f"{a.url}/v1/runs/{run['id']}/hooks", timeout=10).json()["items"]

@@ -19,6 +19,7 @@ import pytest
 
 from harness.accounting import await_accounting
 from harness.cluster import serve, serve_many
+from harness.faulty import faulty
 from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import START_DEADLINE_SECONDS, start_replica
@@ -200,7 +201,7 @@ RUN_STARTED_SINCE = """
 # while it lives (so the first run is on it), the survivor is up to sweep and takes the
 # ticks after the kill.
 EVERY_JOB_EVERYWHERE = FAST_ORPHAN_SWEEPS | {"TICKGATE_OWNERSHIP": "false"}
-A_SECOND_LATE = {"TICKGATE_TEST_FIRE_DELAY_MS": "1000"}
+A_SECOND_LATE = faulty(fire_delay=1000)
 
 
 @contextmanager

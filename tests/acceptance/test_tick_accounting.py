@@ -30,6 +30,7 @@ from harness.accounting import (
     unfounded_overlaps,
 )
 from harness.cluster import serve_many
+from harness.faulty import faulty
 from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import Replica
@@ -123,7 +124,7 @@ def test_a_replica_slow_to_record_ends_loses_no_tick(
     """One replica of three holds every run's end record (and so the job's lock) back
     1.5 s after the call returned. The next tick finds the job busy: it is recorded as
     an overlap skip, or runs once the end is recorded. Never no row, never twice."""
-    late = {"TICKGATE_TEST_RECORD_DELAY_MS": "1500"}
+    late = faulty(record_delay=1500)
     with serve_many(tmp_path, 3, database_url=database_url, each=[{}, {}, late]) as replicas:
         slow = replicas[2]
         # Twenty jobs: with ownership the slow replica owns about a third of them.

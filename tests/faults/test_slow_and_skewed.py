@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.cluster import serve_many
+from harness.faulty import faulty
 from harness.postgres import Sql
 from harness.receiver import Receiver
 from tests.faults.figures import FaultFigures, record
@@ -23,9 +24,9 @@ from tests.support.cluster import (
     sleep_until,
 )
 
-SLOW = {"TICKGATE_TEST_FIRE_DELAY_MS": "300"}
-AHEAD = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "2000"}
-BEHIND = {"TICKGATE_TEST_CLOCK_OFFSET_MS": "-2000"}
+SLOW = faulty(fire_delay=300)
+AHEAD = faulty(clock_offset=2000)
+BEHIND = faulty(clock_offset=-2000)
 
 
 def test_a_slow_replica_and_skewed_clocks_cause_no_duplicate(

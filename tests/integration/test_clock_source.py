@@ -10,6 +10,7 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
+from service.faults import Faults
 from service.store import Store
 
 AHEAD = timedelta(seconds=60)
@@ -20,8 +21,7 @@ CLOSE = timedelta(seconds=10)
 @pytest.fixture
 async def fast_clock_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The API, on a replica whose clock runs AHEAD of the database's."""
-    ahead = settings.model_copy(update={"test_clock_offset_ms": AHEAD // timedelta(milliseconds=1)})
-    app = create_app(ahead)
+    app = create_app(settings, faults=Faults(clock_offset=AHEAD))
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://localhost") as http,
