@@ -4,7 +4,7 @@ the machine's speed, for the same batch beside 100 and then 1,100 jobs with a ru
 in progress, on a database never analyzed: a burst outpaces autovacuum, so the plan
 must not need fresh statistics.
 
-Found by bench-versus (#41): a 10,000-job burst took 1.7-1.9 s against 1.35-1.6 s
+Found by bench-versus (#41): a 10,000-job burst took 1.66-1.95 s against 1.35-1.58 s
 before, because each tick whose lock was taken read every running run of the cluster
 (the probe for runs of a deleted incarnation, planned from `tickgate_runs`), and each
 batch hashed every job's cursor. Without the fix this test counts about 2,200 and then
