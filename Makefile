@@ -34,7 +34,7 @@ TIMES   = .test-times
 # and every replica a test starts would compile service/ again in each of its processes
 # (the venv's packages are compiled by uv at install, --compile-bytecode). Into the
 # ignored __pycache__ folders.
-BYTECODE = $(BIN)/python -m compileall -q service harness tests bench tools
+BYTECODE = $(BIN)/python -m compileall -q service harness tests bench reliability tools
 # The fast tests, as `make check` and the first session of `make test` both run them.
 FAST_TESTS = $(BIN)/python -m pytest $(call workers,$(CHECK_WORKERS)) -m "not acceptance"
 
@@ -47,8 +47,8 @@ check: lint types
 	$(FAST_TESTS) --durations=10
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check service tests tools bench harness
-	$(BIN)/ruff format --check service tests tools bench harness
+	$(BIN)/ruff check service tests tools bench harness reliability
+	$(BIN)/ruff format --check service tests tools bench harness reliability
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.subjects
 
@@ -155,7 +155,7 @@ soak: $(VENV)/.bench
 		-o timeout=1200 tests/acceptance/test_fault_accounting.py
 	SEAMS_EXAMPLES=20 SEAMS_STEPS=40 SEAMS_SHRINK=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		-o timeout=3600 tests/integration/test_seams_stateful.py
-	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
+	$(BIN)/python -m reliability.soak --minutes $(SOAK_MINUTES)
 
 ROOT    = [ "$$(id -u)" = 0 ]
 TS_CLIENT      = tests/ts-client

@@ -62,7 +62,7 @@ def write_reliability(log: Path, out: Path) -> None:
 
 
 def _soak_section(out: Path) -> list[str]:
-    """The soak section `out` already has (written by `python -m bench.soak`), if any."""
+    """The soak section `out` already has (written by `python -m reliability.soak`), if any."""
     text = out.read_text(encoding="utf-8") if out.exists() else ""
     begin, end = text.find(SOAK_BEGIN), text.find(SOAK_END)
     if begin < 0 or end < begin:

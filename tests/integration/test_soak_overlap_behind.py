@@ -1,14 +1,14 @@
 """The soak tells its overlap skips apart by what each was behind when its claim found the
-job busy (bench/soak/windows.py): a run in progress (the policy's skip), or a run whose
+job busy (reliability/soak/windows.py): a run in progress (the policy's skip), or a run whose
 session a fault had already taken while its lock or row still counted it (detection
 delay). On real PostgreSQL rows."""
 
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from bench.soak.plan import Stable
-from bench.soak.windows import read_ledger
 from harness.postgres import Sql
+from reliability.soak.plan import Stable
+from reliability.soak.windows import read_ledger
 from service.scheduler.running import LOCK_LOST
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)

@@ -1,9 +1,9 @@
 """No page names a module or a file of the tree that does not exist.
 
 Pages that say what is true now (the README, the docs, the reliability, security and
-benchmark pages, the bench guide) are read for paths such as `service/store/fire_sql.py`
-and dotted modules such as `service.scheduler.runner`. The CHANGELOG and the results'
-history keep the names of their day, and are not read.
+benchmark pages, the bench and soak guides) are read for paths such as
+`service/store/fire_sql.py` and dotted modules such as `service.scheduler.runner`. The
+CHANGELOG and the results' history keep the names of their day, and are not read.
 """
 
 import re
@@ -16,9 +16,10 @@ PAGES = [
     "SECURITY.md",
     "BENCHMARKS.md",
     "bench/README.md",
+    "reliability/README.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")),
 ]
-TOP = r"(?:service|harness|bench|tests|tools)"
+TOP = r"(?:service|harness|bench|reliability|tests|tools)"
 # A path, and what follows it: `-<date>`, `.*` or `*` make it a pattern of names.
 PATH = re.compile(rf"(?<![\w./-])({TOP}/[\w/.-]*\w)(-<|\.\*|\*)?")
 MODULE = re.compile(rf"(?<![\w./-]){TOP}(?:\.[A-Za-z_][A-Za-z0-9_]*)+")

@@ -3,8 +3,8 @@ so the skips of a kill, a restart or a CPU spell are told apart from the policy'
 
 from typing import Any
 
-from bench.soak.attribution import AFTERMATH_SECONDS, skips_by_fault
-from bench.soak.reliability import _skips_table
+from reliability.soak.attribution import AFTERMATH_SECONDS, skips_by_fault
+from reliability.soak.reliability import _skips_table
 
 
 def window(start: int, **reasons: int) -> dict[str, Any]:

@@ -3,8 +3,8 @@ last tick of a run of ticks nobody could start accounts for all of them."""
 
 from typing import Any, cast
 
-from bench.soak.plan import GRACE_SECONDS, Fleet, Stable
-from bench.soak.windows import Ledger, Window, _spans, judge_ledger
+from reliability.soak.plan import GRACE_SECONDS, Fleet, Stable
+from reliability.soak.windows import Ledger, Window, _spans, judge_ledger
 
 EVERY_SECOND = Stable("every-second", 1, "log")
 EVERY_FIVE = Stable("every-five", 5, "http")

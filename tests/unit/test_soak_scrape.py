@@ -3,7 +3,7 @@ the whole second): each incarnation's median under the bound."""
 
 from typing import Any
 
-from bench.soak.verdicts import SCRAPE_BETWEEN_BOUND_MS, scrape_between
+from reliability.soak.verdicts import SCRAPE_BETWEEN_BOUND_MS, scrape_between
 
 
 def document(between: list[list[float | None]]) -> dict[str, Any]:

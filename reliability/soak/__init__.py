@@ -1,4 +1,4 @@
-"""The soak run (issue #13, "months unattended"): `python -m bench.soak --minutes 30`.
+"""The soak run (issue #13, "months unattended"): `python -m reliability.soak --minutes 30`.
 
 Three real `tickgate serve` replicas run 2,000 jobs for a long while, under steady API
 churn and a schedule of faults, and the harness checks that nothing drifts:
@@ -16,7 +16,7 @@ churn and a schedule of faults, and the harness checks that nothing drifts:
 - `windows`: window by window, every nominal tick of every job that lived through the
   window unchanged has exactly one ledger row, and the receiver agrees with the ledger.
 - `verdicts`, `reliability`, `plot`: the judgement, the RELIABILITY.md section and the
-  PNG plot, each from the results JSON alone (`python -m bench.soak --report FILE`).
+  PNG plot, each from the results JSON alone (`python -m reliability.soak --report FILE`).
 """
 
 import threading

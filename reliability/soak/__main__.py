@@ -1,4 +1,4 @@
-"""`python -m bench.soak [--minutes 30] [--jobs 2000] [--churn 10]`, or `--report FILE`.
+"""`python -m reliability.soak [--minutes 30] [--jobs 2000] [--churn 10]`, or `--report FILE`.
 
 A run: the embedded PostgreSQL, the receiver, a TCP proxy, three replicas (the third
 through the proxy, all with `TICKGATE_RUN_HISTORY=50` and `TICKGATE_RECONCILE_SECONDS=10`
@@ -30,17 +30,17 @@ import asyncpg
 from bench.context import EMBEDDED_SETTINGS
 from bench.jobs import apply_jobs
 from bench.machine import machine_info, temp_workdir
-from bench.soak import plot, reliability, verdicts
-from bench.soak.faults import EventLog, Faults, timeline
-from bench.soak.plan import GRACE_SECONDS, Churn, Fleet, fires_per_second, initial_jobs
-from bench.soak.sampler import Sampler
-from bench.soak.windows import MARGIN_SECONDS, SETTLE_SECONDS, Accountant
 from harness.accounting import first_arrivals
 from harness.cluster import Slot, start_slots
 from harness.postgres import EmbeddedServer, execute, with_database
 from harness.receiver import ReceiverProcess
 from harness.replicas import REPO, stop_all, wait_ready
 from harness.tcpproxy import TcpProxy, Upstream
+from reliability.soak import plot, reliability, verdicts
+from reliability.soak.faults import EventLog, Faults, timeline
+from reliability.soak.plan import GRACE_SECONDS, Churn, Fleet, fires_per_second, initial_jobs
+from reliability.soak.sampler import Sampler
+from reliability.soak.windows import MARGIN_SECONDS, SETTLE_SECONDS, Accountant
 
 RUN_HISTORY = 50
 RECONCILE_SECONDS = 10
@@ -54,7 +54,7 @@ PROGRESS_SECONDS = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m reliability.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--churn", type=float, default=10.0, help="API changes per second")

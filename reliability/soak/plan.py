@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from bench.soak import Worker
 from bench.stats import latency_summary
+from reliability.soak import Worker
 
 ANCHOR = "2026-01-01T00:00:00Z"  # POSIX 1767225600, a multiple of every period below
 GRACE_SECONDS = 30  # each job's misfire grace: retention keeps runs younger than +300 s

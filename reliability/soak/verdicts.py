@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.soak.attribution import skips_by_fault
+from reliability.soak.attribution import skips_by_fault
 
 RSS_GROWTH_BOUND = 0.10
 LEDGER_GROWTH_BOUND = 0.10

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.soak import Worker
 from harness.cluster import Slot
 from harness.postgres import EmbeddedServer
 from harness.tcpproxy import TcpProxy
+from reliability.soak import Worker
 
 FULL_MINUTES = 30.0
 KILL_DOWN_SECONDS = 10.0

@@ -22,9 +22,9 @@ import asyncpg
 import httpx
 import psutil
 
-from bench.soak import Worker
 from harness.cluster import Slot
 from harness.replicas import tree_rss_bytes
+from reliability.soak import Worker
 
 INTERVAL_SECONDS = 10.0
 LAG_SECONDS = 10.0  # the sampled ticks are this old at least...

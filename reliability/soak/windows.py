@@ -32,11 +32,11 @@ from typing import Any
 
 import asyncpg
 
-from bench.soak import Worker
-from bench.soak.plan import GRACE_SECONDS, Fleet, Stable
 from harness.accounting import Tick, first_arrivals, ledger_rows, nominal_ticks
 from harness.postgres import Sql
 from harness.receiver import ReceiverProcess
+from reliability.soak import Worker
+from reliability.soak.plan import GRACE_SECONDS, Fleet, Stable
 
 MARGIN_SECONDS = 5.0  # a job changed this close to a window is not judged in it
 SETTLE_SECONDS = 60.0  # a window is judged this long after it ends (grace 30 s + slack)

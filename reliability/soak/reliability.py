@@ -1,5 +1,5 @@
 """The soak's section of RELIABILITY.md, between `<!-- soak:begin -->` and
-`<!-- soak:end -->`, rendered from a results document (`python -m bench.soak --report
+`<!-- soak:end -->`, rendered from a results document (`python -m reliability.soak --report
 FILE`). The rest of the file is the fault tests' (`tests/faults/report.py`, which keeps
 this section when it rewrites the file)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reading import fmt, table
-from bench.soak.verdicts import SCRAPE_BETWEEN_BOUND_MS
+from reliability.soak.verdicts import SCRAPE_BETWEEN_BOUND_MS
 
 BEGIN = "<!-- soak:begin -->"
 END = "<!-- soak:end -->"
@@ -56,7 +56,7 @@ def _accounted_text(accounted: dict[str, Any]) -> str:
 
 
 def _skips_table(accounted: dict[str, Any]) -> list[str]:
-    """The skips by reason in each fault's windows (bench/soak/attribution.py)."""
+    """The skips by reason in each fault's windows (reliability/soak/attribution.py)."""
     charged = accounted.get("skips_by_fault") or {}
     reasons = sorted({reason for counts in charged.values() for reason in counts})
     if not reasons:
@@ -68,7 +68,7 @@ def _skips_table(accounted: dict[str, Any]) -> list[str]:
         "skips by the run each was behind when its claim found the job busy: in progress "
         "(the policy's), ending (its end not yet committed), gone (abandoned or fenced, "
         "its session taken by a fault before that moment: detection delay), or none found "
-        "(`bench/soak/attribution.py`):"
+        "(`reliability/soak/attribution.py`):"
     )
     return [intro, "", *table(("fault", *reasons), rows)]
 
@@ -180,7 +180,7 @@ def render(document: dict[str, Any], plot: Path | None, markdown: Path) -> str:
         BEGIN,
         "## Soak run (issue #13, months unattended)",
         "",
-        f"`make soak` (`python -m bench.soak --minutes {meta['minutes']:g}`) on "
+        f"`make soak` (`python -m reliability.soak --minutes {meta['minutes']:g}`) on "
         f"{meta['date']}, commit `{meta['git_commit']}`: {meta['minutes']:g} minutes, 3 "
         f"`tickgate serve` replicas (one through a loopback TCP proxy), {fmt(meta['jobs'])} "
         f"jobs (every-second and every-5 s intervals, 5 s and 10 s crons; half `log`, half "
@@ -188,7 +188,7 @@ def render(document: dict[str, Any], plot: Path | None, markdown: Path) -> str:
         f"nominal), {fmt(meta['churn_per_s'])} API changes/s (create, `PATCH` schedule or "
         f"args, delete in turn; {fmt(sum(churn['asked'].values()))} in all), "
         f"`{meta['replica_env_text']}`. Faults: {_events(document)}. Results: "
-        f"`{meta['results']}`; the checks are explained in `bench/soak/verdicts.py`.",
+        f"`{meta['results']}`; the checks are explained in `reliability/soak/verdicts.py`.",
         "",
         *table(("check", "bound", "measured", "within bound"), _rows(document)),
         *_skips_table(v["accounted"]),
