@@ -5,8 +5,12 @@ whole seconds divisible by its period (true of every-N-seconds crons and of inte
 anchored at midnight UTC), so no cron parser is needed. `Accounting` holds, for each
 expected (job, tick), its row in Tickgate's run ledger (`tickgate_runs`) and the run ids
 the receiver saw delivered; the judgements (duplicates, misses, ticks with no row) are
-read from it. `analyze_delivery` is the receiver-only view (no ledger): what arrived,
-how late, against what should have.
+read from it. The ledger's per-tick rule (`judge_span`: each nominal tick has one
+outcome, or a gap row after it counts it) is written here once: `tick_problems` judges
+each job by it from its cursor's start to its cursor (the stateful test, the fault
+accounting test), and the soak (`reliability/soak/windows.py`) its windows by it.
+`analyze_delivery` is the receiver-only view (no ledger): what arrived, how late,
+against what should have.
 """
 
 import math
@@ -26,7 +30,7 @@ RUN_STATUSES_ENDED = ("succeeded", "failed", "timed_out", "cancelled", "abandone
 # Every row of the window, jobs `$1` (NULL: all jobs); `late`: started_at - scheduled_for.
 LEDGER_ROWS = """
     SELECT id::text AS id, job, extract(epoch FROM scheduled_for)::float8 AS at, trigger,
-           status, skip_reason, runner, attempts, started_at, finished_at,
+           status, skip_reason, missed_ticks, runner, attempts, started_at, finished_at,
            extract(epoch FROM started_at - scheduled_for)::float8 AS late
     FROM tickgate_runs
     WHERE ($1::text[] IS NULL OR job = ANY($1::text[]))
@@ -140,29 +144,79 @@ def judge_ticks(
 def _tick_problems(
     job: str, ticks: Ticks, threshold: float, cursor: float, outcomes: dict[float, Any]
 ) -> list[str]:
-    problems, rowless, nominal = [], 0, set()
-    for at in islice(ticks(threshold, cursor), MAX_TICKS):
-        nominal.add(at)
-        if (row := outcomes.get(at)) is not None:
-            if (counts := row["missed_ticks"] or 1) != rowless + 1:
-                problems.append(
-                    f"{job} tick {rfc3339(at)} counts {counts} ticks, not {rowless + 1}"
-                )
-            rowless = 0
-        else:
-            rowless += 1
-    if rowless:
+    judged = judge_span(islice(ticks(threshold, cursor), MAX_TICKS), outcomes)
+    problems = [
+        f"{job} tick {rfc3339(at)} counts {counts} ticks, not {should}"
+        for at, counts, should in judged.miscounts
+    ]
+    if judged.trailing:
         problems.append(
-            f"{job}: {rowless} ticks before its cursor {_moment(cursor)} have no outcome"
+            f"{job}: {len(judged.trailing)} ticks before its cursor {_moment(cursor)}"
+            " have no outcome"
         )
-    strays = [
+    if len(judged.ticks) < MAX_TICKS:  # past the last tick read, a row is no stray
+        strays = off_schedule(outcomes, judged.ticks, threshold, cursor)
+        problems += [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in strays]
+    return problems
+
+
+@dataclass
+class Judged:
+    """One job's nominal ticks, walked in order, each against its outcome (`judge_span`).
+
+    A tick has its row, or has none: then the gap row that ends its run of rowless ticks
+    (the audit's misfire row, whose `missed_ticks` sums up the ticks nobody could start,
+    itself included) counts it, or nothing does."""
+
+    ticks: list[float] = field(default_factory=list)  # every nominal tick walked
+    rows: dict[float, Any] = field(default_factory=dict)  # each tick with a row: its row
+    counted: list[float] = field(default_factory=list)  # rowless, summed up by a gap row
+    uncounted: list[float] = field(default_factory=list)  # rowless, before a row counting fewer
+    trailing: list[float] = field(default_factory=list)  # rowless, after the last row
+    # Each row counting other than its run of rowless ticks plus itself: (tick, counts, should).
+    miscounts: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def settle(self, at: float, counts: int, rowless: list[float], open_start: bool) -> None:
+        """The row at `at` counts `counts` ticks: itself and the rowless ticks before it."""
+        summed = len(rowless) - min(counts - 1, len(rowless))
+        self.counted += rowless[summed:]
+        self.uncounted += rowless[:summed]
+        if counts != len(rowless) + 1 and not (open_start and counts > len(rowless) + 1):
+            self.miscounts.append((at, counts, len(rowless) + 1))
+
+
+def judge_span(
+    nominal: Iterable[float], outcomes: Mapping[float, Any], *, open_start: bool = False
+) -> Judged:
+    """The per-tick rule, for one job (the stateful test, the fault tests and the soak
+    judge by it): each nominal tick (in order) has exactly one outcome in `outcomes` (its
+    row, keyed by tick; the ledger's key forbids two), or is one of the rowless ticks the
+    row after them counts (`missed_ticks`). `open_start`: the ticks are cut from a longer
+    run, so the first row may also count ticks before the first one walked."""
+    judged, rowless = Judged(), []
+    for at in nominal:
+        judged.ticks.append(at)
+        if (row := outcomes.get(at)) is None:
+            rowless.append(at)
+            continue
+        judged.rows[at] = row
+        judged.settle(at, row["missed_ticks"] or 1, rowless, open_start and len(judged.rows) == 1)
+        rowless = []
+    judged.trailing = rowless
+    return judged
+
+
+def off_schedule(
+    outcomes: Mapping[float, Any], nominal: Collection[float], after: float, before: float
+) -> list[float]:
+    """The rows strictly between `after` and `before` of a tick on the schedule (a backfill
+    may ask for any tick by name) that is none of the `nominal` ticks: a wrong schedule."""
+    known = set(nominal)
+    return sorted(
         at
         for at, row in outcomes.items()
-        if threshold < at < cursor and at not in nominal and row["trigger"] in _ON_SCHEDULE
-    ]
-    if len(nominal) < MAX_TICKS:  # past the last tick read, a row is no stray
-        problems += [f"{job} has a row at {rfc3339(t)}, no nominal tick" for t in sorted(strays)]
-    return problems
+        if after < at < before and at not in known and row["trigger"] in _ON_SCHEDULE
+    )
 
 
 def _moment(at: float) -> str:

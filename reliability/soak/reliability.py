@@ -50,7 +50,9 @@ def _accounted_text(accounted: dict[str, Any]) -> str:
         f"{accounted['windows']} windows ({statuses}; skips: {reasons or 'none'}); "
         f"no row {fmt(accounted['unaccounted'])}; summed up by a gap row: "
         f"{fmt(accounted['gap_covered_near_restart'])} near the restart, "
-        f"{fmt(accounted['gap_covered_elsewhere'])} elsewhere; rows off the schedule "
+        f"{fmt(accounted['gap_covered_elsewhere'])} elsewhere, "
+        f"{fmt(accounted.get('double_counted', 0))} with a row of their own too; "
+        "rows off the schedule "
         f"{fmt(accounted['unexpected_rows'])}"
     )
 

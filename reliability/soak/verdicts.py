@@ -5,9 +5,10 @@
   ledger row had as many attempts.
 - **ticks accounted**: in every window, every nominal tick of every job that lived
   through it unchanged has exactly one ledger row; a tick summed up by a gap row counts
-  only within `GAP_ALLOWANCE_SECONDS` of the PostgreSQL restart; no row at a tick that is
-  not nominal; and the receiver agrees with the ledger (no succeeded run undelivered, no
-  delivery of a skipped tick or of a tick without a row).
+  only within `GAP_ALLOWANCE_SECONDS` of the PostgreSQL restart, and only if it has no
+  row of its own; no row at a tick that is not nominal; and the receiver agrees with the
+  ledger (no succeeded run undelivered, no delivery of a skipped tick or of a tick
+  without a row).
 - **RSS flat**: for each incarnation of each replica that lived long enough (two bands
   past its warm-up), the median RSS over its last band (a fifteenth of the run: 2 minutes
   of 30) is under 10 % above the median over the band that starts at its warm-up (a sixth
@@ -99,6 +100,7 @@ def accounted(document: dict[str, Any]) -> dict[str, Any]:
                 into[key] = into.get(key, 0) + value
     unaccounted = _total(windows, lambda w: w["unaccounted"])
     unexpected = _total(windows, lambda w: w["unexpected_rows"])
+    double = _total(windows, lambda w: w.get("double_counted", 0))  # judged since #43
     problems = sum(http.get(name, 0) for name in HTTP_PROBLEMS)
     return {
         "windows": len(windows),
@@ -108,12 +110,14 @@ def accounted(document: dict[str, Any]) -> dict[str, Any]:
         "unaccounted": unaccounted,
         "gap_covered_near_restart": gap_near,
         "gap_covered_elsewhere": gap_far,
+        "double_counted": double,
         "unexpected_rows": unexpected,
         "http": http,
         "skips_by_fault": skips_by_fault(document),
         "ok": bool(windows)
         and unaccounted == 0
         and gap_far == 0
+        and double == 0
         and unexpected == 0
         and problems == 0,
     }

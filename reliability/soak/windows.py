@@ -1,24 +1,25 @@
-"""The soak's verdict, window by window, over `harness.accounting`'s ticks and ledger rows.
+"""The soak's verdict, window by window, by `harness.accounting`'s per-tick rule.
 
 The run is cut into windows (60 s in the full run). Once a window is `SETTLE_SECONDS`
 old (past every job's misfire grace, so a tick nobody could start has had its skip
-recorded), the accountant judges the jobs that lived through it unchanged
-(`Fleet.stable`, with `MARGIN_SECONDS` either side, and a misfire grace more after it:
-a changed schedule drops the ticks still undecided, by design): each nominal tick (a
-whole second divisible by the job's period) must have exactly one ledger row, a run of
-any status or a skip with its reason. Retention keeps every row younger than the misfire
-grace + 300 s, so the rows are all still there.
+recorded), the jobs that lived through it unchanged (`Fleet.stable`, with
+`MARGIN_SECONDS` either side, and a misfire grace more after it: a changed schedule
+drops the ticks still undecided, by design) are judged by `harness.accounting.judge_span`,
+the rule the stateful test and the fault tests judge by: each nominal tick (a whole
+second divisible by the job's period) has exactly one ledger row, a run of any status or
+a skip with its reason, or is one of the rowless ticks a *gap row* after them sums up
+(one `misfire` row with `missed_ticks`, written when the cluster comes back from a time
+nobody could record anything: here, the PostgreSQL restart). Retention keeps every row
+younger than the misfire grace + 300 s, so the rows are all still there.
 
-A tick with no row of its own may be inside the span a *gap row* sums up (one `misfire`
-row with `missed_ticks`, written when the cluster comes back from a time nobody could
-record anything: here, the PostgreSQL restart); such ticks are counted apart, and the
-verdict allows them only near the restart. A row at a tick that is not nominal for the
-job is counted too (it would mean a wrong schedule).
-
-For the `http` jobs the receiver's own records are held against the ledger: a tick the
-ledger has as `succeeded` must have arrived; one that arrived must not be recorded as
-skipped nor be missing from the ledger; none may arrive twice unless the ledger explains
-it (a run with more than one attempt; the soak's jobs make one).
+What is the soak's own: the window's bounds (a gap row after the window may sum up its
+last ticks, so the rows are read up to it; the first row may sum up ticks before the
+window), the counts kept per window (ticks summed up by a gap row are counted apart, and
+the verdict allows them only near the restart), and the receiver. For the `http` jobs the
+receiver's own records are held against the ledger: a tick the ledger has as `succeeded`
+must have arrived; one that arrived must not be recorded as skipped nor be missing from
+the ledger; none may arrive twice unless the ledger explains it (a run with more than one
+attempt; the soak's jobs make one).
 
 The ledger's unique key forbids two rows of one (job, tick); the accountant still counts
 any, over every job of the window, changed or not.
@@ -32,7 +33,15 @@ from typing import Any
 
 import asyncpg
 
-from harness.accounting import Tick, first_arrivals, ledger_rows, nominal_ticks
+from harness.accounting import (
+    Judged,
+    Tick,
+    first_arrivals,
+    judge_span,
+    ledger_rows,
+    nominal_ticks,
+    off_schedule,
+)
 from harness.postgres import Sql
 from harness.receiver import ReceiverProcess
 from reliability.soak import Worker
@@ -43,7 +52,8 @@ SETTLE_SECONDS = 60.0  # a window is judged this long after it ends (grace 30 s 
 RETRY_SECONDS = 5.0
 EXAMPLES = 5
 
-# A gap row lies at the last tick of the span it sums up, so at or after the window start.
+# A gap row lies at the last tick of the span it sums up: one summing up ticks of the
+# window lies at or after its start.
 _GAPS = """
 SELECT job, extract(epoch FROM scheduled_for)::float8 AS at, missed_ticks FROM tickgate_runs
 WHERE job = ANY($1::text[]) AND missed_ticks IS NOT NULL
@@ -89,45 +99,51 @@ GROUP BY 1
 """
 
 
-Span = tuple[float, float]  # [first, last] tick a gap row sums up (POSIX seconds)
-
-
 @dataclass(frozen=True)
 class Ledger:
-    rows: dict[tuple[str, float], asyncpg.Record]
-    gaps: dict[str, list[Span]]  # job -> the spans its gap rows sum up
+    rows: dict[str, dict[float, asyncpg.Record]]  # job -> tick -> its row
+    reach: dict[str, float]  # job -> the last tick read: a gap row summing up the window's
     duplicates: int
     overlap_behind: dict[str, int] = field(default_factory=dict)  # see _OVERLAP_BEHIND
 
+    def row(self, key: Tick) -> asyncpg.Record | None:
+        return self.rows.get(key[0], {}).get(key[1])
 
-def _spans(gaps: Iterable[asyncpg.Record], jobs: dict[str, Stable]) -> dict[str, list[Span]]:
-    """Each gap row's span: its `missed_ticks` consecutive nominal ticks, ending at its own
-    (the row, not its wording, says what it sums up)."""
-    found: dict[str, list[Span]] = {}
+
+def reaches(gaps: Iterable[Any], jobs: dict[str, Stable], end: int) -> dict[str, float]:
+    """Each job's last gap row summing up a tick before `end` (its `missed_ticks`
+    consecutive nominal ticks end at its own): how far to read the job's rows."""
+    found: dict[str, float] = {}
     for row in gaps:
-        period = jobs[row["job"]].period
-        first = row["at"] - (row["missed_ticks"] - 1) * period
-        found.setdefault(row["job"], []).append((first, row["at"]))
+        if row["at"] - (row["missed_ticks"] - 1) * jobs[row["job"]].period < end:
+            found[row["job"]] = max(row["at"], found.get(row["job"], row["at"]))
     return found
+
+
+def by_job(rows: Iterable[Any]) -> dict[str, dict[float, Any]]:
+    keyed: dict[str, dict[float, Any]] = {}
+    for row in rows:
+        keyed.setdefault(row["job"], {})[float(row["at"])] = row
+    return keyed
 
 
 def read_ledger(
     url: str, jobs: dict[str, Stable], start: int, end: int, faults: Sequence[float] = ()
 ) -> Ledger:
-    """The rows of `jobs` for ticks in [start, end), their gap rows, and the window's
-    duplicate (job, tick) rows of any job; `faults`: when a session could have been
-    taken away (POSIX seconds), for what each overlap skip was behind."""
+    """The rows of `jobs` for ticks in [start, end) and up to the gap rows that sum up
+    ticks of it, and the window's duplicate (job, tick) rows of any job; `faults`: when
+    a session could have been taken away (POSIX seconds), for what each overlap skip was
+    behind."""
     sql = Sql(url)
     try:
-        rows = ledger_rows(sql, list(jobs), start, end - 1)
-        gaps = sql.fetch(_GAPS, list(jobs), start)
+        reach = reaches(sql.fetch(_GAPS, list(jobs), start), jobs, end)
+        rows = ledger_rows(sql, list(jobs), start, max([end - 1, *reach.values()]))
         duplicates = int(sql.value(_DUPLICATES, start, end))
         behind = sql.fetch(_OVERLAP_BEHIND, list(jobs), start, end, list(faults), ENDING_SECONDS)
     finally:
         sql.close()
-    keyed = {(row["job"], float(row["at"])): row for row in rows}
     overlap_behind = {row["behind"]: int(row["n"]) for row in behind}
-    return Ledger(keyed, _spans(gaps, jobs), duplicates, overlap_behind)
+    return Ledger(by_job(rows), reach, duplicates, overlap_behind)
 
 
 def ticks_of(job: Stable, start: int, end: int) -> list[Tick]:
@@ -149,6 +165,7 @@ class Window:
     overlap_behind: Counter[str] = field(default_factory=Counter)
     unaccounted: int = 0
     gap_covered: int = 0
+    double_counted: int = 0  # ticks with a row of their own that a gap row sums up too
     unexpected_rows: int = 0
     ledger_duplicates: int = 0
     http: Counter[str] = field(default_factory=Counter)
@@ -172,6 +189,7 @@ class Window:
             "overlap_behind": dict(self.overlap_behind),
             "unaccounted": self.unaccounted,
             "gap_covered": self.gap_covered,
+            "double_counted": self.double_counted,
             "unexpected_rows": self.unexpected_rows,
             "ledger_duplicates": self.ledger_duplicates,
             "http": dict(self.http),
@@ -180,31 +198,39 @@ class Window:
         }
 
 
-def _covered(spans: list[Span], tick: float) -> bool:
-    return any(first <= tick <= last for first, last in spans)
-
-
 def judge_ledger(window: Window, jobs: dict[str, Stable], ledger: Ledger) -> None:
     window.ledger_duplicates = ledger.duplicates
     window.overlap_behind.update(ledger.overlap_behind)
-    for (name, tick), row in ledger.rows.items():
-        if name in jobs and tick % jobs[name].period:
-            window.unexpected_rows += 1
-            window.example("unexpected_rows", f"{name} @ {tick:.0f} ({row['status']})")
     for job in jobs.values():
-        for _, tick in ticks_of(job, window.start, window.end):
-            window.expected += 1
-            found = ledger.rows.get((job.name, tick))
-            if found is not None:
-                window.statuses[found["status"]] += 1
-                if found["skip_reason"]:
-                    window.skip_reasons[found["skip_reason"]] += 1
-            elif _covered(ledger.gaps.get(job.name, []), tick):
-                window.gap_covered += 1
-                window.example("gap_covered", f"{job.name} @ {tick}")
-            else:
-                window.unaccounted += 1
-                window.example("unaccounted", f"{job.name} @ {tick} (period {job.period})")
+        outcomes = ledger.rows.get(job.name, {})
+        last = max(window.end - 1, ledger.reach.get(job.name, window.start))
+        nominal = [at for _, at in nominal_ticks({job.name: job.period}, window.start, int(last))]
+        _count(window, job, judge_span(nominal, outcomes, open_start=True))
+        # The rows read begin at the window's start: none lies before it.
+        for at in off_schedule(outcomes, nominal, window.start - 1, window.end):
+            window.unexpected_rows += 1
+            window.example("unexpected_rows", f"{job.name} @ {at:.0f} ({outcomes[at]['status']})")
+
+
+def _count(window: Window, job: Stable, judged: Judged) -> None:
+    """The window's share of a job's judgement (the ticks read past its end only let a
+    gap row there sum up its last ticks)."""
+    window.expected += sum(at < window.end for at in judged.ticks)
+    for at, row in judged.rows.items():
+        if at < window.end:
+            window.statuses[row["status"]] += 1
+            if row["skip_reason"]:
+                window.skip_reasons[row["skip_reason"]] += 1
+    for at in (at for at in judged.counted if at < window.end):
+        window.gap_covered += 1
+        window.example("gap_covered", f"{job.name} @ {at}")
+    for at in (at for at in judged.uncounted + judged.trailing if at < window.end):
+        window.unaccounted += 1
+        window.example("unaccounted", f"{job.name} @ {at} (period {job.period})")
+    for at, counts, should in judged.miscounts:
+        if at < window.end and counts > should:
+            window.double_counted += counts - should
+            window.example("double_counted", f"{job.name} @ {at:.0f} counts {counts}, not {should}")
 
 
 def judge_deliveries(
@@ -217,7 +243,7 @@ def judge_deliveries(
     for job in http.values():
         for key in ticks_of(job, window.start, window.end):
             nominal.add(key)
-            _judge_delivery(window, key, ledger.rows.get(key), received[key])
+            _judge_delivery(window, key, ledger.row(key), received[key])
     for key, count in received.items():
         if key[0] in http and key not in nominal:
             window.http["unexpected_deliveries"] += count
