@@ -394,6 +394,99 @@ def await_accounting(
     return eventually(settled, deadline_seconds, "every tick accounted for", poll=0.2)
 
 
+@dataclass
+class Tally:
+    """Deliveries and ledger rows of the expected (job, tick) pairs in a window, for
+    tests that allow some ticks to be missed (`await_ticks`).
+
+    `overlap_skipped`: missing ticks the ledger records as skipped by the overlap policy
+    (an earlier run of the job was still in progress). `unaccounted`: expected ticks
+    with no ledger row at all, neither a run nor a recorded skip: a tick lost in silence.
+    """
+
+    expected: int = 0
+    ticks: list[Tick] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    missing: list[Tick] = field(default_factory=list)
+    overlap_skipped: set[Tick] = field(default_factory=set)
+    unaccounted: list[Tick] = field(default_factory=list)
+
+    def unexplained(self, may_miss: Callable[[Tick], bool]) -> list[str]:
+        """Every duplicate, every tick without a ledger row, and every missing tick
+        neither the requirement (`may_miss`) nor the overlap policy excuses."""
+        return (
+            self.duplicated
+            + [f"{job} tick {rfc3339(at)} has no ledger row" for job, at in self.unaccounted]
+            + [
+                f"{job} tick {rfc3339(at)} never arrived"
+                for job, at in self.missing
+                if not may_miss((job, at)) and (job, at) not in self.overlap_skipped
+            ]
+        )
+
+    def account(self, sql: Fetches) -> None:
+        """Read from the ledger which missing ticks are overlap skips, and which
+        expected ticks have no row."""
+        if not self.ticks:
+            return
+        first, last = min(at for _, at in self.ticks), max(at for _, at in self.ticks)
+        rows = ledger_rows(sql, sorted({job for job, _ in self.ticks}), first, last)
+        keyed = {(row["job"], float(row["at"])): row for row in rows}
+        self.overlap_skipped = {
+            tick for tick in self.missing if _skipped_for_overlap(keyed.get(tick))
+        }
+        self.unaccounted = [tick for tick in self.ticks if tick not in keyed]
+
+
+def _skipped_for_overlap(row: Any) -> bool:
+    return row is not None and row["status"] == "skipped" and row["skip_reason"] == "overlap"
+
+
+def tally(
+    receiver: HasReceipts,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    skip: Callable[[int], bool] = lambda tick: False,
+) -> Tally:
+    """Each job's nominal ticks in [first, last], except those `skip` leaves out: how
+    many, which arrived twice, which never."""
+    counts = first_arrivals(receiver.receipts())[1]
+    result = Tally()
+    for job, at in nominal_ticks(periods, first, last):
+        if skip(int(at)):
+            continue
+        result.expected += 1
+        result.ticks.append((job, at))
+        if (count := counts[(job, at)]) > 1:
+            result.duplicated.append(f"{job} tick {rfc3339(at)} arrived {count} times")
+        elif count == 0:
+            result.missing.append((job, at))
+    return result
+
+
+def await_ticks(  # noqa: PLR0917 - the fault tests' positional calls, as before
+    receiver: HasReceipts,
+    periods: Mapping[str, int],
+    first: int,
+    last: int,
+    may_miss: Callable[[Tick], bool],
+    sql: Fetches,
+) -> Tally:
+    """Wait (generously) until every expected tick in [first, last] arrived or may be
+    missing, then tally the window, noting which missing ticks the ledger shows were
+    dropped by the overlap policy."""
+
+    def settled() -> Tally:
+        result = tally(receiver, periods, first, last)
+        result.account(sql)
+        problems = result.unexplained(may_miss)
+        assert not problems, f"{len(problems)} unexplained, first: {problems[:20]}"
+        return result
+
+    return eventually(settled, 15, "every tick delivered or excused", poll=0.1)
+
+
 @dataclass(frozen=True)
 class Delivery:
     """What arrived, against what should have.

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.accounting import tally
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -27,7 +28,6 @@ from tests.support.cluster import (
     run_by_id,
     sleep_until,
     status_of,
-    tally,
     wait_until,
 )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.accounting import await_ticks
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -20,7 +21,6 @@ from harness.tcpproxy import proxying
 from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     YEARLY_CRON,
-    await_ticks,
     create,
     create_every_second_jobs,
     extra_deliveries,

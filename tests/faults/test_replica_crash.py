@@ -11,6 +11,7 @@ from pathlib import Path
 
 import asyncpg
 
+from harness.accounting import await_ticks
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -20,7 +21,6 @@ from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_FIVE_SECONDS_CRON,
     FAST_ORPHAN_SWEEPS,
-    await_ticks,
     create,
     create_every_second_jobs,
     extra_deliveries,

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.accounting import await_ticks
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -22,7 +23,6 @@ from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     EVERY_SECOND_CRON,
     YEARLY_CRON,
-    await_ticks,
     create,
     extra_deliveries,
     http_job,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.accounting import await_ticks
 from harness.cluster import serve_many
 from harness.postgres import Sql
 from harness.receiver import Receiver
@@ -28,7 +29,6 @@ from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     ADVISORY_LOCKS_ON_KEYS,
     YEARLY_CRON,
-    await_ticks,
     create,
     create_every_second_jobs,
     extra_deliveries,

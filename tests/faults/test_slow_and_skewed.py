@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+from harness.accounting import await_ticks
 from harness.cluster import serve_many
 from harness.faulty import faulty
 from harness.postgres import Sql
@@ -15,7 +16,6 @@ from tests.faults.figures import FaultFigures, record
 from tests.support.cluster import (
     EVERY_FIVE_SECONDS_CRON,
     FAST_ORPHAN_SWEEPS,
-    await_ticks,
     create,
     create_every_second_jobs,
     extra_deliveries,

@@ -1,6 +1,7 @@
 """What the tests against real replicas (acceptance, faults) share: jobs calling the
 receiver, a blocking SQL connection, waiting with the replicas' logs, and the count of
-ticks delivered once, twice or never."""
+deliveries beyond the first. Which ticks arrived once, twice or never, against the
+ledger, is `harness.accounting`'s (`await_ticks`)."""
 
 import asyncio
 import itertools
@@ -8,13 +9,12 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from harness.accounting import rfc3339, row_text
+from harness.accounting import Tick, rfc3339, row_text
 from harness.postgres import Sql
 from harness.receiver import Receiver
 from harness.replicas import Replica
@@ -161,70 +161,6 @@ def report(problems: Sequence[str], replicas: Sequence[Replica]) -> str:
     return f"{len(problems)} problems:\n{shown}{more}\n{logs(replicas)}"
 
 
-Tick = tuple[str, float]
-
-
-@dataclass
-class Tally:
-    """Deliveries and ledger rows of the expected (job, tick) pairs in a window.
-
-    `overlap_skipped`: missing ticks the ledger records as skipped by the overlap policy
-    (an earlier run of the job was still in progress). `unaccounted`: expected ticks
-    with no ledger row at all, neither a run nor a recorded skip: a tick lost in silence.
-    """
-
-    expected: int = 0
-    ticks: list[Tick] = field(default_factory=list)
-    duplicated: list[str] = field(default_factory=list)
-    missing: list[Tick] = field(default_factory=list)
-    overlap_skipped: set[Tick] = field(default_factory=set)
-    unaccounted: list[Tick] = field(default_factory=list)
-
-    def unexplained(self, may_miss: Callable[[Tick], bool]) -> list[str]:
-        """Every duplicate, every tick without a ledger row, and every missing tick
-        neither the requirement (`may_miss`) nor the overlap policy excuses."""
-        return (
-            self.duplicated
-            + [f"{job} tick {rfc3339(at)} has no ledger row" for job, at in self.unaccounted]
-            + [
-                f"{job} tick {rfc3339(at)} never arrived"
-                for job, at in self.missing
-                if not may_miss((job, at)) and (job, at) not in self.overlap_skipped
-            ]
-        )
-
-    def account(self, sql: Sql) -> None:
-        """Read from the ledger which missing ticks are overlap skips, and which
-        expected ticks have no row."""
-        self.overlap_skipped = overlap_skips(sql, self.missing)
-        self.unaccounted = without_rows(sql, self.ticks)
-
-
-def tally(
-    receiver: Receiver,
-    periods: Mapping[str, int],
-    first: int,
-    last: int,
-    skip: Callable[[int], bool] = lambda tick: False,
-) -> Tally:
-    """Each job's nominal ticks in [first, last] (whole seconds divisible by the job's
-    period), except those `skip` leaves out: how many, which arrived twice, which never."""
-    counts = receiver.tick_counts()
-    result = Tally()
-    for job, period in periods.items():
-        for tick in range(first, last + 1):
-            if tick % period or skip(tick):
-                continue
-            result.expected += 1
-            result.ticks.append((job, float(tick)))
-            count = counts[(job, float(tick))]
-            if count > 1:
-                result.duplicated.append(f"{job} tick {rfc3339(tick)} arrived {count} times")
-            elif count == 0:
-                result.missing.append((job, float(tick)))
-    return result
-
-
 def extra_deliveries(receiver: Receiver, manual_jobs: Sequence[str] = ()) -> int:
     """Deliveries beyond the first of any run id or idempotency key, or of any (job,
     tick) of a job not in `manual_jobs` (manual runs carry the whole second they were
@@ -238,62 +174,6 @@ def extra_deliveries(receiver: Receiver, manual_jobs: Sequence[str] = ()) -> int
     ):
         extra = max(extra, sum(count - 1 for count in key.values() if count > 1))
     return extra
-
-
-def await_ticks(
-    receiver: Receiver,
-    periods: Mapping[str, int],
-    first: int,
-    last: int,
-    may_miss: Callable[[Tick], bool],
-    sql: Sql,
-    skip: Callable[[int], bool] = lambda tick: False,
-) -> Tally:
-    """Wait (generously) until every expected tick in [first, last] arrived or may be
-    missing, then tally the window, noting which missing ticks the ledger shows were
-    dropped by the overlap policy."""
-
-    def counted() -> Tally:
-        result = tally(receiver, periods, first, last, skip)
-        result.account(sql)
-        return result
-
-    def settled() -> Tally:
-        result = counted()
-        problems = result.unexplained(may_miss)
-        assert not problems, f"{len(problems)} unexplained, first: {problems[:20]}"
-        return result
-
-    return eventually(settled, 15, "every tick delivered or excused", poll=0.1)
-
-
-def overlap_skips(sql: Sql, missing: Sequence[Tick]) -> set[Tick]:
-    """The missing ticks the ledger records as skipped for overlap."""
-    if not missing:
-        return set()
-    rows = sql.fetch(
-        """SELECT t.job, t.at FROM unnest($1::text[], $2::float8[]) AS t (job, at)
-           JOIN tickgate_runs r ON r.job = t.job AND r.scheduled_for = to_timestamp(t.at)
-           WHERE r.status = 'skipped' AND r.skip_reason = 'overlap'""",
-        [job for job, _ in missing],
-        [at for _, at in missing],
-    )
-    return {(row["job"], float(row["at"])) for row in rows}
-
-
-def without_rows(sql: Sql, ticks: Sequence[Tick]) -> list[Tick]:
-    """The ticks that have no ledger row, neither a run nor a recorded skip."""
-    if not ticks:
-        return []
-    rows = sql.fetch(
-        """SELECT t.job, t.at FROM unnest($1::text[], $2::float8[]) AS t (job, at)
-           WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
-                             WHERE r.job = t.job AND r.scheduled_for = to_timestamp(t.at))
-           ORDER BY t.job, t.at""",
-        [job for job, _ in ticks],
-        [at for _, at in ticks],
-    )
-    return [(row["job"], float(row["at"])) for row in rows]
 
 
 def claimed_by(sql: Sql, runner: str) -> set[Tick]:
