@@ -2,10 +2,12 @@
 commit and date of the run that measured it, and the page says what the results give."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from bench import current
+from bench.plots import PLOTS
 from bench.reading import replaced
 
 BULK = "bulk `PUT /v1/jobs` of 10,000 jobs"
@@ -77,3 +79,26 @@ def test_a_run_rewrites_only_the_generated_sections(tmp_path: Path) -> None:
     assert rewritten.startswith("# B\n\nby hand\n")
     assert "## Scenarios" in rewritten
     assert "0.70 s created" in _row(rewritten.splitlines(), BULK)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [
+    *("README.md", "RELIABILITY.md", "SECURITY.md", "BENCHMARKS.md"),
+    *("bench/README.md", "bench/PROFILING.md", "bench/results/HISTORY.md"),
+    *(str(path.relative_to(ROOT)) for path in (ROOT / "docs").rglob("*.md")),
+]
+
+
+def _run_stem(name: str) -> str:
+    """The run a results file belongs to: its JSON, its report and its plots share it."""
+    stem = name.partition(".")[0]
+    return next((stem.removesuffix(f"-{plot}") for plot in PLOTS if stem.endswith(plot)), stem)
+
+
+def test_bench_results_keeps_only_the_runs_a_page_cites() -> None:
+    text = "\n".join((ROOT / page).read_text(encoding="utf-8") for page in PAGES)
+    names = [path.name for path in current.RESULTS.iterdir() if path.name != "HISTORY.md"]
+    ignored = (".", "smoke-", "partial-")  # .gitignore, and what it ignores
+    kept = sorted({_run_stem(name) for name in names if not name.startswith(ignored)})
+    cited = [rf"(?<![\w-]){re.escape(run)}\.(?:json|md|png|\*)" for run in kept]
+    assert [run for run, name in zip(kept, cited, strict=True) if not re.search(name, text)] == []
