@@ -1,4 +1,5 @@
-"""Results: the JSON document, the Markdown report (BENCHMARKS.md) and the PNG plots.
+"""Results: the JSON document, its Markdown report (`<stem>.md`) and the PNG plots, and
+BENCHMARKS.md's current table again (`bench/current.py`) after a complete run.
 
 Every figure in the Markdown comes from the JSON, so `python -m bench.report FILE.json`
 redraws the report and the plots of an earlier run.
@@ -11,20 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import versus
+from bench import current
 from bench.plots import draw_plots
-from bench.reading import ceiling, fmt, mark, ratio, scenario, smoke, table
+from bench.reading import best_p99, ceiling, fmt, largest_burst, ratio, scenario, table
 from bench.targets import section as targets_section
-
-TARGET_FIRES_PER_S = 1000
-TARGET_P99_MS = 100
-TARGET_BURST_JOBS = 10_000
-TARGET_BURST_S = 2.0
-TARGET_PEER_FACTOR = 2.0
-TARGET_CREATE_RATIO = 0.70
-TARGET_SCALE_JOBS = 100_000
-TARGET_RSS_MIB = 500
-TARGET_READY_S = 10.0
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:
@@ -45,129 +36,15 @@ def failures(document: dict[str, Any]) -> list[str]:
 def write_all(
     document: dict[str, Any], out: Path, stem: str, markdown: Path | None = None
 ) -> list[Path]:
-    """JSON, plots and `<out>/<stem>.md` (and `markdown`, e.g. BENCHMARKS.md, if given)."""
+    """JSON, plots and `<out>/<stem>.md`; and `markdown`'s current table (BENCHMARKS.md,
+    from every run in bench/results, this one included when written there), if given."""
     written = [out / f"{stem}.json"]
     write_json(document, written[0])
     plots = draw_plots(document, out, stem)
-    written += plots
-    targets = [out / f"{stem}.md"] + ([markdown] if markdown else [])
-    for target in targets:
-        text = render(document, [os.path.relpath(p, target.parent) for p in plots])
-        target.write_text(versus.kept_from(target, text))
-        written.append(target)
-    return written
-
-
-# ---------------------------------------------------------------------------- targets
-
-
-def _sustained(document: dict[str, Any]) -> tuple[str, bool | None]:
-    steady = scenario(document, "steady")
-    if not steady:
-        return "steady did not run", None
-    clean = [
-        level
-        for level in steady["levels"]
-        if level["misses"] == 0
-        and level["duplicates"] == 0
-        and (level["lateness"]["p99_ms"] or 1e9) < TARGET_P99_MS
-    ]
-    best = max(clean, key=lambda level: level["rate"], default=None)
-    tried = max(level["rate"] for level in steady["levels"])
-    if best is None:
-        text = "no rate ran clean (p99 < 100 ms, no duplicate, no miss)"
-    else:
-        text = (
-            f"highest clean rate {best['rate']:,} fires/s (achieved "
-            f"{best['achieved_fires_per_s']:,}, p99 {best['lateness']['p99_ms']} ms)"
-        )
-    if tried < TARGET_FIRES_PER_S:
-        return f"{text}; only rates up to {tried:,} tried", None
-    return text, best is not None and best["rate"] >= TARGET_FIRES_PER_S
-
-
-def _burst_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    burst = scenario(document, "burst")
-    sizes = {size["jobs"]: size for size in burst["sizes"]} if burst else {}
-    size = sizes.get(TARGET_BURST_JOBS)
-    if size is None:
-        return "no 10k burst in this run", None
-    complete = size["misses"] == 0 and size["duplicates"] == 0
-    text = f"drain {size['drain_s']} s, {size['delivered']:,} delivered, {size['misses']} missed"
-    return text, complete and (size["drain_s"] or 1e9) < TARGET_BURST_S
-
-
-def _peer_best(document: dict[str, Any]) -> tuple[str, float] | None:
-    peers = scenario(document, "peers")
-    best = None
-    for name, peer in (peers or {}).get("peers", {}).items():
-        value = (peer.get("steady") or {}).get("max_achieved_fires_per_s")
-        if value and (best is None or value > best[1]):
-            best = (name, float(value))
-    return best
-
-
-def _peer_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    steady = scenario(document, "steady")
-    best = _peer_best(document)
-    if not steady or best is None:
-        return "no peer results in this run", None
-    ours = steady["max_achieved_fires_per_s"]
-    factor = ours / best[1]
-    return (
-        f"Tickgate {ours:,} vs {best[0]} {best[1]:,} fires/s: {factor:.2f}x",
-        factor >= TARGET_PEER_FACTOR,
-    )
-
-
-def _create_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    api = scenario(document, "api")
-    ratios = [
-        r
-        for r in (api or {}).get("over_baseline", [])
-        if r["endpoint"] == "POST /v1/jobs" and r["condition"] == "tickgate_idle"
-    ]
-    if not ratios:
-        return "api did not run", None
-    text = ", ".join(f"c{r['concurrency']}: {r['rps_over_baseline']:.0%}" for r in ratios)
-    return text, all(r["rps_over_baseline"] >= TARGET_CREATE_RATIO for r in ratios)
-
-
-def _scale_target(document: dict[str, Any]) -> tuple[str, bool | None]:
-    scale = scenario(document, "scale")
-    if not scale:
-        return "scale did not run", None
-    rss, ready = max(scale["replica_rss_peak_mib"]), max(scale["replica_ready_s"])
-    solo_rss, solo_ready = scale["solo_rss_peak_mib"], scale["solo_ready_s"]
-    text = (
-        f"{scale['jobs']:,} jobs: one replica alone {solo_rss} MiB, ready {solo_ready} s; "
-        f"three together max {rss} MiB, ready {ready} s"
-    )
-    if scale["jobs"] < TARGET_SCALE_JOBS:
-        return f"{text}; target is for {TARGET_SCALE_JOBS:,}", None
-    return text, max(rss, solo_rss) < TARGET_RSS_MIB and solo_ready < TARGET_READY_S
-
-
-def targets(document: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    checks = [
-        ("≥1000 fires/s sustained, p99 lateness < 100 ms, zero duplicates and misses", _sustained),
-        ("10k burst fully started in < 2 s", _burst_target),
-        ("≥2x the best peer's fire throughput", _peer_target),
-        ("REST create ≥70% of the bare baseline", _create_target),
-        ("100k jobs: < 500 MB RSS per replica, ready in < 10 s", _scale_target),
-    ]
-    smoke_run = smoke(document)
-    rows = []
-    for title, check in checks:
-        text, met = check(document)
-        rows.append(
-            (
-                title,
-                text + (" (smoke: not judged)" if smoke_run else ""),
-                None if smoke_run else met,
-            )
-        )
-    return rows
+    report = out / f"{stem}.md"
+    report.write_text(render(document, [os.path.relpath(p, out) for p in plots]))
+    written += [*plots, report]
+    return [*written, current.refresh(markdown)] if markdown else written
 
 
 # ---------------------------------------------------------------------------- sections
@@ -179,7 +56,7 @@ def _header(document: dict[str, Any]) -> list[str]:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(pg.get("settings", {}).items()))
     kind = "smoke run (tiny sizes: not figures to quote)" if meta.get("smoke") else "full run"
     return [
-        "# Tickgate benchmarks",
+        "# Tickgate benchmark run",
         "",
         f"Generated by `{'make bench-smoke' if meta.get('smoke') else 'make bench'}` "
         f"({kind}) on {meta['date']}, commit `{machine.get('git_commit')}`"
@@ -212,11 +89,6 @@ def _repeats(count: int) -> str:
         f"limit, api and bulk figures are the median of {count} runs; steady, steady_log, "
         "burst, scale, scale_out and replicas run once per size (they are long)."
     )
-
-
-def _targets_section(document: dict[str, Any]) -> list[str]:
-    rows = [(title, text, mark(met)) for title, text, met in targets(document)]
-    return ["## Targets", "", *table(["target (this 2-core box)", "measured", ""], rows)]
 
 
 Result = dict[str, Any]
@@ -536,10 +408,10 @@ def _peers_section(result: Result, document: Result) -> list[str]:
             ours,
             ratio(ours, ceiling(document)),
             "1.00",
-            _best_p99(steady),
+            best_p99(steady),
             sum(level["duplicates"] for level in levels),
             sum(level["misses"] for level in levels),
-            _largest_burst(burst),
+            largest_burst(burst),
             "",
         )
     ]
@@ -561,20 +433,6 @@ def _peers_section(result: Result, document: Result) -> list[str]:
     )
 
 
-def _best_p99(steady: Result | None) -> Any:
-    levels = (steady or {}).get("levels", [])
-    best = max(levels, key=lambda level: level.get("achieved_fires_per_s") or 0, default=None)
-    return best.get("lateness", {}).get("p99_ms") if best else None
-
-
-def _largest_burst(burst: Result | None) -> str:
-    sizes = (burst or {}).get("sizes", [])
-    if not sizes:
-        return "-"
-    size = max(sizes, key=lambda s: s["jobs"])
-    return f"{fmt(size.get('drain_s'), 2)} ({size['jobs']:,} jobs, {size.get('misses')} miss)"
-
-
 def _peer_row(name: str, peer: Result, ours: float | None, top: float | None) -> tuple[Any, ...]:
     if peer.get("status") == "skipped":
         return (name, None, "-", "-", None, "", "", "-", f"skipped: {peer.get('reason')}")
@@ -586,10 +444,10 @@ def _peer_row(name: str, peer: Result, ours: float | None, top: float | None) ->
         best,
         ratio(best, top),
         ratio(ours, best),
-        _best_p99(steady),
+        best_p99(steady),
         sum(level.get("duplicates", 0) for level in levels),
         sum(level.get("misses", 0) for level in levels),
-        _largest_burst(peer.get("burst")),
+        largest_burst(peer.get("burst")),
         peer.get("version", ""),
     )
 
@@ -650,19 +508,11 @@ def _problems_section(document: dict[str, Any]) -> list[str]:
     return ["## Not measured", "", *lines, ""] if lines else []
 
 
-def _profiling_section() -> list[str]:
-    """bench/PROFILING.md, kept by hand: what was profiled and fixed, before and after."""
-    notes = Path(__file__).with_name("PROFILING.md")
-    return [notes.read_text().rstrip(), ""] if notes.exists() else []
-
-
 def render(document: dict[str, Any], plots: Sequence[str]) -> str:
     results = {name: scenario(document, name) for name in SECTIONS}
     sections = [
         _header(document),
         targets_section(document),
-        _targets_section(document),
-        _profiling_section(),
         *(SECTIONS[name](result, document) for name, result in results.items() if result),
         _problems_section(document),
         ["## Plots", "", *(f"![{Path(p).stem}]({p})" for p in plots), ""] if plots else [],
@@ -672,7 +522,7 @@ def render(document: dict[str, Any], plots: Sequence[str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m bench.report RESULTS.json [BENCHMARKS.md]`: redraw the report and plots
-    beside the results (after editing PROFILING.md, say), and the given Markdown file."""
+    beside the results (after editing targets.json, say), and the page's current table."""
     arguments = argv if argv is not None else sys.argv[1:]
     path = Path(arguments[0])
     markdown = Path(arguments[1]) if len(arguments) > 1 else None

@@ -1,7 +1,8 @@
-"""The report's targets table: for each measure this run's figure, the figure before
-(of the first run), the target, and whether it is met. The rows are data
-(`bench/targets.json`); this module holds the checks they name. The report judges;
-tests never do. A smoke run judges nothing.
+"""The targets: for each measure its target, how a results document is judged against
+it, and what held it back where it was last profiled. The rows are data
+(`bench/targets.json`, read by the current table, the side-by-side table and each run's
+own report); this module holds the checks they name. The report judges; tests never do.
+A smoke run judges nothing.
 
 Each check reads the results document and answers (measured text, met): met is None
 when this run cannot say (the scenario did not run, or ran at other sizes).
@@ -15,7 +16,7 @@ from typing import Any
 from bench.reading import ceiling, fmt, mark, scenario, smoke, table
 
 TARGETS = Path(__file__).with_name("targets.json")
-UNMET_NOTE = "limit: (see PROFILING.md)"
+UNMET_NOTE = "limit: not profiled yet"
 MB = 1_000_000 / 2**20  # MiB per MB: RSS is sampled in MiB, the target is in MB
 
 
@@ -188,6 +189,45 @@ def fires_under_api_load(document: dict[str, Any]) -> tuple[str, bool | None]:
     return text, p99 is not None and p99 < 200 and top["misses"] == 0
 
 
+def scale_jobs(
+    document: dict[str, Any], ready_s: float = 10, rss_mb: float = 500
+) -> tuple[str, bool | None]:
+    """scale's jobs on one replica alone and on three together: ready and peak RSS."""
+    result = scenario(document, "scale")
+    if not result:
+        return "scale did not run", None
+    solo, together = result["solo_rss_peak_mib"] / MB, max(result["replica_rss_peak_mib"]) / MB
+    ready = max(result["solo_ready_s"], *result["replica_ready_s"])
+    text = (
+        f"{result['jobs']:,} jobs: one replica alone ready {fmt(result['solo_ready_s'], 1)} s, "
+        f"{solo:,.0f} MB; three together ready {fmt(max(result['replica_ready_s']), 1)} s, "
+        f"{together:,.0f} MB"
+    )
+    if result["jobs"] != 100_000:
+        return text, None
+    return text, ready < ready_s and max(solo, together) < rss_mb
+
+
+def best_peer(document: dict[str, Any]) -> tuple[str, float] | None:
+    """The peer with the highest steady fires/s achieved in this run, and that rate."""
+    peers = (scenario(document, "peers") or {}).get("peers", {})
+    rates = [
+        (name, float(rate))
+        for name, peer in peers.items()
+        if (rate := (peer.get("steady") or {}).get("max_achieved_fires_per_s"))
+    ]
+    return max(rates, key=lambda named: named[1], default=None)
+
+
+def over_best_peer(document: dict[str, Any], factor: float = 2.0) -> tuple[str, bool | None]:
+    steady, best = scenario(document, "steady"), best_peer(document)
+    if not steady or best is None:
+        return "steady and peers did not both run", None
+    ours = steady["max_achieved_fires_per_s"]
+    text = f"{ours / best[1]:.2f}x: Tickgate {fmt(ours)}/s, {best[0]} {fmt(best[1])}/s"
+    return text, ours >= factor * best[1]
+
+
 def _seconds(ms: float | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.3f} s"
 
@@ -221,6 +261,8 @@ CHECKS: dict[str, Callable[..., tuple[str, bool | None]]] = {
         bulk_apply,
         fires_under_api_load,
         over_baseline,
+        scale_jobs,
+        over_best_peer,
     )
 }
 
@@ -230,18 +272,30 @@ def load(path: Path = TARGETS) -> dict[str, Any]:
     return targets
 
 
-def _judged(document: dict[str, Any], row: dict[str, Any]) -> tuple[str, bool | None]:
+def named(measures: list[str], targets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of these measures, in this order."""
+    rows = {row["measure"]: row for row in (targets or load())["rows"]}
+    return [rows[measure] for measure in measures]
+
+
+def judged(document: dict[str, Any], row: dict[str, Any]) -> tuple[str, bool | None]:
+    """The row's figure in `document`, and met or not (None: not measured there)."""
     text, met = CHECKS[row["check"]](document, **row.get("args", {}))
     return (f"{text} (smoke: not judged)", None) if smoke(document) else (text, met)
 
 
+def why_not(row: dict[str, Any], met: bool | None) -> str:
+    """The row's limit when unmet: what held it back where it was last profiled."""
+    if met is not False:
+        return ""
+    return f"limit: {row['limit']}" if "limit" in row else UNMET_NOTE
+
+
 def section(document: dict[str, Any], targets: dict[str, Any] | None = None) -> list[str]:
-    targets = targets or load()
+    """A run's own report: every target judged on this run alone."""
     rows = []
-    for row in targets["rows"]:
-        text, met = _judged(document, row)
-        limit = row.get("limit")
-        note = (f"limit: {limit}" if limit else UNMET_NOTE) if met is False else ""
-        rows.append((row["measure"], row["before"], row["target"], text, mark(met), note))
-    header = ["measure", targets["before_label"], "target", "this run", "", "why not"]
-    return [f"## {targets['title']}", "", targets["intro"], "", *table(header, rows)]
+    for row in (targets or load())["rows"]:
+        text, met = judged(document, row)
+        rows.append((row["measure"], row["target"], text, mark(met), why_not(row, met)))
+    header = ["measure", "target", "this run", "", "why not"]
+    return ["## Targets, judged on this run", "", *table(header, rows)]

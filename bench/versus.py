@@ -5,10 +5,11 @@ The baseline commit (by default `versus.json`'s, the one the issue was filed aga
 cloned into a scratch directory with a venv of its own; the table's scenarios run there
 first, under this harness (`TICKGATE_SERVED_TREE` makes the replicas that tree's), then
 the same scenarios here. Each run is a plain `python -m bench` with the same sizes; this
-module only judges the two documents with the rows' checks (`bench/targets.py`) and
-writes `<out>/versus-<date>.md` and `.json`, and the section of BENCHMARKS.md between
-its markers (a full `make bench` keeps it). `--before` measures this checkout only and
-takes the baseline's figures from a stored run, which the table then dates.
+module only judges the two documents with the rows' checks (`versus.json` names rows of
+`bench/targets.json`) and writes `<out>/versus-<date>.md` and `.json`, the section of
+BENCHMARKS.md between its markers, and the current table again (`bench/current.py`).
+`--before` measures this checkout only and takes the baseline's figures from a stored
+run, which the table then dates.
 """
 
 import argparse
@@ -21,12 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.reading import mark, table
-from bench.targets import CHECKS, UNMET_NOTE
+from bench import current
+from bench.reading import mark, replaced, table
+from bench.targets import CHECKS, named, why_not
 from harness.replicas import REPO
 
 ROWS = Path(__file__).with_name("versus.json")
-BEGIN, END = "<!-- versus:begin -->", "<!-- versus:end -->"
+MARKERS = ("<!-- versus:begin -->", "<!-- versus:end -->")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,15 +80,14 @@ def section(
     """The table: each row judged on the baseline's figures and on this commit's
     (`reused`: the baseline's from an earlier run, which the intro dates)."""
     lines = []
-    for row in rows["rows"]:
+    for row in named(rows["rows"]):
         check = CHECKS[row["check"]]
         then, was = check(before, **row.get("args", {}))
         now, met = check(after, **row.get("args", {}))
         if after["meta"].get("smoke"):
             was = met = None
-        why = (f"limit: {row['limit']}" if "limit" in row else UNMET_NOTE) if met is False else ""
         cells = (row["measure"], row["target"], f"{then} {mark(was)}", f"{now} {mark(met)}")
-        lines.append((*cells, why))
+        lines.append((*cells, why_not(row, met)))
     commits = [doc["meta"]["machine"].get("git_commit") or "?" for doc in (before, after)]
     header = ["measure", "target", f"before (`{commits[0]}`)", f"after (`{commits[1]}`)"]
     header.append("why not")
@@ -95,27 +96,6 @@ def section(
     earlier = f"; the baseline's figures are from the run of {then}" if reused else ""
     intro = f"{rows['intro']} This run: {when}{earlier}{smoke}."
     return [f"## {rows['title']}", "", intro, "", *table(header, lines)]
-
-
-def keep_section(markdown: str, lines: list[str]) -> str:
-    """`markdown` with the section between the markers replaced by `lines` (inserted
-    before the first `## ` heading after the title when it has none yet)."""
-    block = "\n".join([BEGIN, *lines, END])
-    if BEGIN in markdown and END in markdown:
-        head, _, rest = markdown.partition(BEGIN)
-        return head + block + rest.partition(END)[2]
-    head, heading, rest = markdown.partition("\n## ")
-    return f"{head}\n{block}\n{heading}{rest}" if heading else f"{markdown}\n{block}\n"
-
-
-def kept_from(path: Path, markdown: str) -> str:
-    """`markdown` with the side-by-side section `path` holds now, if any (a full run's
-    report rewrites BENCHMARKS.md whole, and must not drop it)."""
-    old = path.read_text() if path.exists() else ""
-    if BEGIN not in old or END not in old:
-        return markdown
-    lines = old.partition(BEGIN)[2].partition(END)[0].strip("\n").splitlines()
-    return keep_section(markdown, lines)
 
 
 def measure_both(rows: dict[str, Any], baseline: str, smoke: bool) -> dict[str, Any]:
@@ -153,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = section(rows, both["before"], both["after"], both.get("reused", False))
     (args.out / f"{stem}.md").write_text("\n".join(lines))
     if not both["after"]["meta"].get("smoke"):
-        benchmarks = REPO / "BENCHMARKS.md"
-        benchmarks.write_text(keep_section(benchmarks.read_text(), lines))
+        current.PAGE.write_text(replaced(current.PAGE.read_text(), MARKERS, lines))
+        current.refresh()
     print("\n".join(lines))
     return 0
 

@@ -1,9 +1,10 @@
 """No page names a module or a file of the tree that does not exist.
 
 Pages that say what is true now (the README, the docs, the reliability, security and
-benchmark pages, the bench and soak guides) are read for paths such as
-`service/store/fire_sql.py` and dotted modules such as `service.scheduler.runner`. The
-CHANGELOG and the results' history keep the names of their day, and are not read.
+benchmark pages, the bench and soak guides and the profiling notes) are read for paths such as
+`service/store/fire_sql.py` and dotted modules such as `service.scheduler.runner`; so is
+the benchmarks' history, whose figures are of their day but whose names lead to today's
+code. The CHANGELOG keeps the names of its day, and is not read.
 """
 
 import re
@@ -17,6 +18,8 @@ PAGES = [
     "BENCHMARKS.md",
     "bench/README.md",
     "reliability/README.md",
+    "bench/PROFILING.md",
+    "bench/results/HISTORY.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")),
 ]
 TOP = r"(?:service|harness|bench|reliability|tests|tools)"
