@@ -23,8 +23,7 @@ from service.domain.runs import SkipReason
 from service.store import cursor_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
-from service.store.hooks_sql import encoded_calls
-from service.store.rows import job_from_row
+from service.store.rows import encoded_calls, job_from_row
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
 # several batches, each a short transaction (its cursors' claims wait for it) of at most

@@ -2,25 +2,16 @@
 (`deliveries`, a part of those statements), taken and sent by any replica, listed under
 their run. Statements only; `hooks` runs them."""
 
-import json
-from collections.abc import Sequence
-
-from service.domain.hooks import HookCall
-from service.store.rows import RUN_COLUMNS, Encoded
-
-
-def encoded_calls(calls: Sequence[HookCall]) -> Encoded | None:
-    """Calls as `deliveries` takes them, one element of a jsonb[]: a JSON array encoded
-    already (a list would be one more dimension of the array), or NULL for none."""
-    return Encoded(json.dumps([call.stored() for call in calls])) if calls else None
+from service.store.rows import RUN_COLUMNS
 
 
 def deliveries(rows: str) -> str:
     """The outbox's insert of the hook deliveries (#24) of `rows`, a set of (run_id, job,
     started_at, calls): each call in `calls` (a JSON array of `HookCall.stored()`, or
-    NULL) becomes one delivery, due now, in the statement that records the run's end or
-    the tick's skip. A `recovery` call becomes one only if the job's run before this one
-    (the last to have started, among those that ran and ended) failed."""
+    NULL: `rows.encoded_calls`) becomes one delivery, due now, in the statement that
+    records the run's end or the tick's skip. A `recovery` call becomes one only if the
+    job's run before this one (the last to have started, among those that ran and ended)
+    failed."""
     return f"""INSERT INTO tickgate_hook_deliveries (id, run_id, job, hook, is_default, event,
             action, retry, due_at, created_at)
         SELECT (c->>'id')::uuid, h.run_id, h.job, (c->>'hook')::int, (c->>'default')::boolean,

@@ -5,7 +5,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from service.domain.hooks import HOOKS
+from service.domain.hooks import HOOKS, HookCall
 from service.domain.jobs import Job
 from service.domain.ownership import Member
 from service.domain.runs import Run
@@ -18,6 +18,12 @@ class Encoded:
     the column as an array of rows: asyncpg would read a list as one more dimension."""
 
     text: str
+
+
+def encoded_calls(calls: Sequence[HookCall]) -> Encoded | None:
+    """Calls as `hooks_sql.deliveries` takes them, one element of a jsonb[]: a JSON array
+    encoded already (a list would be one more dimension of the array), or NULL for none."""
+    return Encoded(json.dumps([call.stored() for call in calls])) if calls else None
 
 
 # The one column table of tickgate_jobs: the statements' column lists, the values
