@@ -61,7 +61,9 @@ class LedgerStore(StoreBase):
         return [run_from_row(row) for row in rows]
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
-        rows = await self._pool.fetch(runs_sql.LAST_RUNS, list(names))
+        rows = await self._pool.fetch(
+            runs_sql.LAST_RUNS.text, *runs_sql.LAST_RUNS.arguments(names=names)
+        )
         return {run.job: run for run in map(last_run_from_row, rows) if run is not None}
 
     async def ticks_without_runs(
@@ -70,12 +72,9 @@ class LedgerStore(StoreBase):
         """Which of these (job, tick) pairs have no ledger row yet; a tick skipped for
         one of the `unrun` reasons counts as having none either (it never ran)."""
         async with self._bounded() as connection:
-            rows = await connection.fetch(
-                runs_sql.TICKS_WITHOUT_RUNS,
-                [job for job, _ in ticks],
-                [tick for _, tick in ticks],
-                [reason.value for reason in unrun],
-            )
+            asking = runs_sql.TICKS_WITHOUT_RUNS
+            arguments = asking.arguments(ticks=ticks, unrun=[reason.value for reason in unrun])
+            rows = await connection.fetch(asking.text, *arguments)
         return {(row["job"], row["tick"]) for row in rows}
 
     async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
@@ -90,7 +89,7 @@ class LedgerStore(StoreBase):
             if not splits:
                 return True
             arguments = backfill_sql.split_arguments(job.name, splits)
-            split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS, *arguments)
+            split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS.text, *arguments)
         return split == len(splits)
 
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
