@@ -20,7 +20,7 @@ from service.domain.cursors import (
 from service.domain.hooks import HookPlan, events_of_skip
 from service.domain.jobs import Job, JobState, Overlap
 from service.domain.runs import SkipReason
-from service.store import cursor_sql
+from service.store import cursor_sql, session_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
 from service.store.cursor_sql import CursorPlace, FirstTick, MissedRun
@@ -89,7 +89,7 @@ async def fetch_window(
     next `seconds`, by the database's clock, the `held` ones (at the revision read)
     reused; or, given `names`, the jobs of those names that exist, in any state (and
     cursors past the last tick: `waits_for_a_tick`)."""
-    now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+    now: datetime = await connection.fetchval(session_sql.CLOCK)
     until = now + timedelta(seconds=seconds)
     if names is not None:
         rows = await connection.fetch(cursor_sql.CURSORED_JOBS, list(names))

@@ -8,6 +8,9 @@ ticks were given (`n`).
 """
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 from service.domain.jobs import Job, JobState
@@ -15,10 +18,38 @@ from service.domain.runs import AttemptEnd, Run
 from service.store.columns import Column, Columns, Params, Statement, one
 from service.store.hooks_sql import deliveries
 from service.store.members_sql import MEMBER_IS_LIVE
-from service.store.moves import ClaimedTick, SkippedTick
 from service.store.ports import BackendId, Orphan
 from service.store.rows import RUN_COLUMNS, Encoded, encoded_calls, job_document
-from service.store.values import RunEnd
+from service.store.values import RunEnd, Skip, TickClaim
+
+
+class CursorMove(NamedTuple):
+    """Where the cursor goes once a tick is decided (`following`; None: it stays, or
+    the job has no tick after), and whether the tick is the job's first (`opens`: a
+    cursor still at the threshold waits for it), as `moves.cursor_moves` worked out."""
+
+    following: datetime | None
+    opens: bool
+
+
+@dataclass(frozen=True)
+class ClaimedTick:
+    """A tick to claim, with the move of its cursor: CLAIM's row."""
+
+    tick: TickClaim
+    move: CursorMove
+
+
+@dataclass(frozen=True)
+class SkippedTick:
+    """A skip to record, with its row's id, the move of its cursor and its hooks' calls:
+    RECORD_SKIPS' row."""
+
+    skip: Skip
+    id: UUID
+    move: CursorMove
+    calls: Encoded | None
+
 
 # The ledger's columns, read from the table named r (where another table is joined).
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))

@@ -13,7 +13,7 @@ import asyncpg
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState, done_with_its_tick
 from service.domain.runs import DELETED_BY_TICKGATE, JOB_DELETED, Run
-from service.store import jobs_sql
+from service.store import jobs_sql, session_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection
 from service.store.cursors import open_cursors, supersede
@@ -207,7 +207,7 @@ class JobStore(StoreBase):
         nothing is created or deleted here (`mutate_job` does that)."""
         async with self._bounded() as connection, connection.transaction():
             rows = await connection.fetch(jobs_sql.LOCK_JOBS, sorted(updates))
-            now: datetime = await connection.fetchval(jobs_sql.CLOCK)
+            now: datetime = await connection.fetchval(session_sql.CLOCK)
             before = [job_from_row(row) for row in rows]
             pairs = [(b, a) for b in before if (a := updates[b.name](b, now)) != b]
             changed = [after for _, after in pairs]

@@ -20,7 +20,6 @@ COUNTS = "SELECT state, count(*) FROM tickgate_jobs GROUP BY state"
 GET_JOB = f"SELECT {JOB} FROM tickgate_jobs j WHERE name = $1"
 GET_JOBS = f"SELECT {JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])"
 ACTIVE_VERSIONS = "SELECT name, incarnation, version FROM tickgate_jobs WHERE state = 'active'"
-CLOCK = "SELECT clock_timestamp()"
 NOTIFY = "SELECT pg_notify($1, $2)"
 
 _LAST_RUN_OF_J = runs_sql.LAST_RUN_OF.format(job="j.name")

@@ -56,8 +56,8 @@ class LedgerStore(StoreBase):
         """Runs of `job` (of every job when None), newest first, strictly older than
         `before`. Only the conditions in use reach the statement: a prepared plan stays
         on the index that serves them (per job, or across jobs)."""
-        statement, args = runs_sql.runs_statement(job, before, where or RunFilter())
-        rows = await self._pool.fetch(f"{statement} LIMIT ${len(args) + 1}", *args, limit)
+        statement, args = runs_sql.runs_statement(job, before, where or RunFilter(), limit)
+        rows = await self._pool.fetch(statement, *args)
         return [run_from_row(row) for row in rows]
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:

@@ -29,8 +29,10 @@ class RunFilter:
 
 
 def runs_statement(
-    job: str | None, before: RunPosition | None, where: RunFilter
+    job: str | None, before: RunPosition | None, where: RunFilter, limit: int
 ) -> tuple[str, list[object]]:
+    """Runs of `job` (of every job when None), newest first, strictly older than
+    `before`, at most `limit`; the statement and its arguments."""
     conditions: list[str] = []
     args: list[object] = []
 
@@ -52,7 +54,7 @@ def runs_statement(
         conditions.append(f"started_at < {arg(where.until)}")
     predicate = " AND ".join(conditions) or "TRUE"
     statement = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE {predicate}
-                    ORDER BY started_at DESC, id DESC"""
+                    ORDER BY started_at DESC, id DESC LIMIT {arg(limit)}"""
     return statement, args
 
 

@@ -30,7 +30,7 @@ from uuid import UUID
 import asyncpg
 
 from service.domain.runs import Run
-from service.store import fire_sql
+from service.store import fire_sql, session_sql
 from service.store.base import init_connection
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection
@@ -234,7 +234,7 @@ class LockSession:
         async with self._turns.turn():
             self._beating = True  # the heartbeat's deadline may drop the session now
             try:
-                await self._connection.fetchval("SELECT 1")
+                await self._connection.fetchval(session_sql.PING)
             finally:
                 self._beating = False
         self._answered_at = time.monotonic()
