@@ -52,7 +52,8 @@ from service.domain.runs import (
     RunStatus,
     RunTrigger,
 )
-from service.store.fire_sql import ABANDONED_ERROR, cursor_moves
+from service.store.fire_sql import ABANDONED_ERROR
+from service.store.moves import cursor_moves
 from service.store.ports import (
     BackendId,
     Claim,

@@ -3,14 +3,17 @@ it reaches into (see `service.domain.gaps`), so every tick keeps exactly one out
 
 from collections.abc import Sequence
 from datetime import datetime
-from uuid import uuid4
+from typing import NamedTuple
+from uuid import UUID, uuid4
 
 from service.domain.gaps import GapSplit
+from service.store.columns import Column, Columns, Params
 
-# The rows of job $1 from tick $2 to tick $3 (the backfill's first and last), and the
-# first row after $3: the misfire rows whose runs of missed ticks the backfill may
-# reach into, and the rows that bound those runs. A manual or chained run is no tick's
-# outcome. One range of the (job, scheduled_for) index, and one probe.
+# The rows of the job (the first argument) from the backfill's first tick to its last
+# (the second and third), and the first row after its last: the misfire rows whose runs
+# of missed ticks the backfill may reach into, and the rows that bound those runs. A
+# manual or chained run is no tick's outcome. One range of the (job, scheduled_for)
+# index, and one probe.
 GAP_ROWS = """(SELECT scheduled_for, missed_ticks FROM tickgate_runs
         WHERE job = $1 AND scheduled_for BETWEEN $2 AND $3
           AND trigger NOT IN ('manual', 'chain'))
@@ -19,25 +22,50 @@ GAP_ROWS = """(SELECT scheduled_for, missed_ticks FROM tickgate_runs
         WHERE job = $1 AND scheduled_for > $3 AND trigger NOT IN ('manual', 'chain')
         ORDER BY scheduled_for LIMIT 1)"""
 
-# Split runs of missed ticks of job $1: each misfire row at $2 that still counts $3
-# ticks (compare-and-set: of two backfills splitting at once, one does, the other reads
-# again) counts $4 now (NULL for its own alone), and the parts ($5 ids, $6 ticks, $7
-# counts, $8 the run each belongs to, $9 notes) become misfire rows like it, written
-# only where their run's row was changed. They add no hook delivery: the misfire was announced
-# once, by the row at the run's end, which keeps its deliveries. Answers how many runs
-# were split; fewer than asked means another statement changed one meanwhile.
-SPLIT_GAPS = """WITH gaps AS (
-        SELECT * FROM unnest($2::timestamptz[], $3::int[], $4::int[]) AS g (tick, was, keeps)
+
+class GapPart(NamedTuple):
+    """One part of a split run of missed ticks: its row's id, its last tick, how many
+    ticks it counts, the run it belongs to (`gap`: that run's row's tick), its note."""
+
+    id: UUID
+    tick: datetime
+    missed: int
+    gap: datetime
+    note: str
+
+
+# A split run: its row's tick (`tick`), what it counts (`was`), what it keeps.
+GAP_COLUMNS: Columns[GapSplit] = Columns(
+    Column("tick", "timestamptz", lambda s: s.gap),
+    Column("was", "int", lambda s: s.was),
+    Column("keeps", "int", lambda s: s.keeps),
+)
+PART_COLUMNS: Columns[GapPart] = Columns(
+    Column("id", "uuid", lambda p: p.id),
+    Column("tick", "timestamptz", lambda p: p.tick),
+    Column("missed", "int", lambda p: p.missed),
+    Column("gap", "timestamptz", lambda p: p.gap),
+    Column("note", "text", lambda p: p.note),
+)
+
+# Split runs of missed ticks of the job: each misfire row (of `gaps`) that still counts
+# what it `was` (compare-and-set: of two backfills splitting at once, one does, the
+# other reads again) counts what it `keeps` now (NULL for its own alone), and the
+# `parts` become misfire rows like it, written only where their run's row was changed.
+# They add no hook delivery: the misfire was announced once, by the row at the run's
+# end, which keeps its deliveries. Answers how many runs were split; fewer than asked
+# means another statement changed one meanwhile.
+_splitting = Params()
+SPLIT_GAPS = _splitting.statement(f"""WITH gaps AS (
+        SELECT * FROM {_splitting.rows("gaps", GAP_COLUMNS).unnest("g")}
     ), shrunk AS (
         UPDATE tickgate_runs r SET missed_ticks = NULLIF(g.keeps, 1)
         FROM gaps g
-        WHERE r.job = $1 AND r.scheduled_for = g.tick AND r.status = 'skipped'
-          AND r.missed_ticks = g.was
+        WHERE r.job = {_splitting("job")} AND r.scheduled_for = g.tick
+          AND r.status = 'skipped' AND r.missed_ticks = g.was
         RETURNING r.*
     ), parts AS (
-        SELECT * FROM unnest($5::uuid[], $6::timestamptz[], $7::int[], $8::timestamptz[],
-                             $9::text[])
-            AS p (id, tick, missed, gap, note)
+        SELECT * FROM {_splitting.rows("parts", PART_COLUMNS).unnest("p")}
     ), written AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, skip_reason, error,
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
@@ -49,22 +77,16 @@ SPLIT_GAPS = """WITH gaps AS (
         ORDER BY p.tick
         ON CONFLICT (job, scheduled_for) DO NOTHING
     )
-    SELECT count(*) FROM shrunk"""
+    SELECT count(*) FROM shrunk""")
 
 
 def split_arguments(job: str, splits: Sequence[GapSplit]) -> tuple[object, ...]:
-    parts = [(split.gap, tick, count) for split in splits for tick, count in split.parts]
-    return (
-        job,
-        [split.gap for split in splits],
-        [split.was for split in splits],
-        [split.keeps for split in splits],
-        [uuid4() for _ in parts],
-        [tick for _, tick, _ in parts],
-        [count for _, _, count in parts],
-        [gap for gap, _, _ in parts],
-        [_note(gap, tick, count) for gap, tick, count in parts],
-    )
+    parts = [
+        GapPart(uuid4(), tick, count, split.gap, _note(split.gap, tick, count))
+        for split in splits
+        for tick, count in split.parts
+    ]
+    return SPLIT_GAPS.arguments(job=job, gaps=splits, parts=parts)
 
 
 def _note(gap: datetime, tick: datetime, count: int) -> str:

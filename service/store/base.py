@@ -11,7 +11,7 @@ from typing import Any, Self
 import asyncpg
 
 from service.domain.hooks import HookPlan
-from service.store import migrate_sql
+from service.store import migrate_sql, session_sql
 from service.store.connection import Connection, Pool
 from service.store.link import Link, deadline
 from service.store.migrate import applied_versions, migrate
@@ -23,7 +23,7 @@ async def init_connection(connection: Connection) -> None:
     # short, and under JIT asyncpg's type introspection of a new connection took about
     # a second wherever asyncpg's own guard does not reach. Set here rather than as a
     # startup parameter, which PgBouncer refuses; neither pool's reset undoes it.
-    await connection.execute("SET jit = off")
+    await connection.execute(session_sql.NO_JIT)
     for jsontype in ("json", "jsonb"):
         await connection.set_type_codec(
             jsontype, encoder=encode_json, decoder=json.loads, schema="pg_catalog"
@@ -120,7 +120,7 @@ class StoreBase:
     async def clock(self) -> datetime:
         """The database's clock: the one time every replica agrees on."""
         async with self._bounded() as connection:
-            now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+            now: datetime = await connection.fetchval(session_sql.CLOCK)
         return now
 
     async def schema_version(self, within: float | None = None) -> int:

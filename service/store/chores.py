@@ -44,21 +44,24 @@ class ChoreStore(StoreBase):
     async def file_next_ticks(self, ticks: Sequence[tuple[Job, datetime | None]]) -> None:
         """Book each job's next tick (None: it has none left), for the jobs still active at
         the revision given."""
-        await self._pool.execute(chores_sql.FILE_NEXT_TICKS, *_booked(ticks))
+        filing = chores_sql.FILE_NEXT_TICKS
+        await self._pool.execute(filing.text, *filing.arguments(ticks=ticks))
 
     async def file_next_ticks_page(
         self, ticks: Sequence[tuple[Job, datetime | None]], after: str | None, through: str | None
     ) -> None:
         """The overdue check's page: book these active jobs' next ticks, and drop the rows
         of jobs named in (after, through] (None: open) that are no longer active."""
-        await self._pool.execute(chores_sql.FILE_NEXT_TICKS_PAGE, *_booked(ticks), after, through)
+        filing = chores_sql.FILE_NEXT_TICKS_PAGE
+        arguments = filing.arguments(ticks=ticks, after=after, through=through)
+        await self._pool.execute(filing.text, *arguments)
 
     async def file_overdue(self, ticks: Sequence[tuple[str, datetime]]) -> None:
         """Replace the overdue book with these (job, missed tick) pairs."""
         async with self._pool.acquire() as connection, connection.transaction():
             await connection.execute(chores_sql.CLEAR_BOOK)
             await connection.execute(
-                chores_sql.FILE_BOOK, [job for job, _ in ticks], [tick for _, tick in ticks]
+                chores_sql.FILE_BOOK.text, *chores_sql.FILE_BOOK.arguments(ticks=ticks)
             )
             await connection.execute(chores_sql.FINISH_CHORE, "overdue")
 
@@ -94,15 +97,17 @@ class ChoreStore(StoreBase):
         )
         pruned, after = int(detached.split()[-1]), None
         while True:
-            row = await self._pool.fetchrow(
-                chores_sql.PRUNE_RUNS, keep, after, PRUNE_JOBS_PER_STATEMENT
-            )
+            pruning = chores_sql.PRUNE_RUNS
+            batch = pruning.arguments(keep=keep, after=after, jobs=PRUNE_JOBS_PER_STATEMENT)
+            row = await self._pool.fetchrow(pruning.text, *batch)
             assert row is not None, "one row: a select of two subqueries"
             pruned += int(row["pruned"])
             if output_bytes is not None:
-                await self._pool.fetchval(
-                    chores_sql.TRIM_OUTPUTS, output_bytes, after, PRUNE_JOBS_PER_STATEMENT
+                trimming = chores_sql.TRIM_OUTPUTS
+                trim = trimming.arguments(
+                    bytes=output_bytes, after=after, jobs=PRUNE_JOBS_PER_STATEMENT
                 )
+                await self._pool.fetchval(trimming.text, *trim)
             if (after := row["last_job"]) is None:
                 return pruned
 
@@ -116,13 +121,3 @@ class ChoreStore(StoreBase):
         async with self._bounded() as connection:
             rows = await connection.fetch(members_sql.LIVE_MEMBERS)
         return [member_from_row(row) for row in rows]
-
-
-def _booked(ticks: Sequence[tuple[Job, datetime | None]]) -> tuple[list[object], ...]:
-    """FILE_NEXT_TICKS' columns: names, ticks, incarnations, versions."""
-    return (
-        [job.name for job, _ in ticks],
-        [tick for _, tick in ticks],
-        [job.incarnation for job, _ in ticks],
-        [job.version for job, _ in ticks],
-    )

@@ -1,12 +1,17 @@
 """Every statement of the cluster-wide chores (migrations 0008 and 0012): taking a round,
 the overdue book, the next-tick book and retention. One constant per statement."""
 
+from datetime import datetime
+
+from service.domain.jobs import Job
+from service.store.columns import Column, Columns, Params, Statement
 from service.store.fire_sql import ORPHANED
 from service.store.rows import job_document
 
 _JOB = job_document("j")
 
-# Take this round of a chore: only if the last one began at least $2 seconds ago.
+# Take this round of the chore named (the first argument): only if the last one began
+# at least the second argument's seconds ago.
 CLAIM_CHORE = """UPDATE tickgate_chores SET started_at = clock_timestamp()
     WHERE name = $1 AND started_at < clock_timestamp() - make_interval(secs => $2)
     RETURNING true"""
@@ -19,9 +24,15 @@ ACTIVE_JOBS_PAGE = f"""SELECT {_JOB} FROM tickgate_jobs j
 # The whole book at once, so a scrape never sees half of two checks. A job deleted
 # while the check walked is left out; it has no row to refer to.
 CLEAR_BOOK = "DELETE FROM tickgate_overdue"
-FILE_BOOK = """INSERT INTO tickgate_overdue (job, tick)
-    SELECT t.job, t.tick FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
-    JOIN tickgate_jobs j ON j.name = t.job"""
+# The book's rows: each job and the tick it missed.
+BOOK_COLUMNS: Columns[tuple[str, datetime]] = Columns(
+    Column("job", "text", lambda t: t[0]),
+    Column("tick", "timestamptz", lambda t: t[1]),
+)
+_filing = Params()
+FILE_BOOK = _filing.statement(f"""INSERT INTO tickgate_overdue (job, tick)
+    SELECT t.job, t.tick FROM {_filing.rows("ticks", BOOK_COLUMNS).unnest("t")}
+    JOIN tickgate_jobs j ON j.name = t.job""")
 FINISH_CHORE = "UPDATE tickgate_chores SET finished_at = clock_timestamp() WHERE name = $1"
 
 SUMMARY = """SELECT (SELECT count(*) FROM tickgate_overdue) AS overdue,
@@ -30,16 +41,26 @@ SUMMARY = """SELECT (SELECT count(*) FROM tickgate_overdue) AS overdue,
 BOOKED_JOBS = f"""SELECT {_JOB}, o.tick AS overdue_tick FROM tickgate_overdue o
     JOIN tickgate_jobs j ON j.name = o.job ORDER BY j.name"""
 
-# The next-tick book (migration 0012). $1 names, $2 ticks (NULL: none left), $3
-# incarnations, $4 versions: a tick is filed only for a job still active at that revision
-# (a change made meanwhile files its own), and a row is written only if its tick moved.
-# The rows to write lock their job FOR KEY SHARE: a DELETE committing after this
-# statement's snapshot then drops the row from the insert (the job is gone) instead of
-# failing its foreign key check; jobs whose tick is already booked take no lock.
-FILE_NEXT_TICKS = """INSERT INTO tickgate_next_ticks (job, tick)
+# The next-tick book's rows: each job (at the revision read) and its next tick (None:
+# none left).
+NEXT_TICK_COLUMNS: Columns[tuple[Job, datetime | None]] = Columns(
+    Column("job", "text", lambda t: t[0].name),
+    Column("tick", "timestamptz", lambda t: t[1]),
+    Column("incarnation", "uuid", lambda t: t[0].incarnation),
+    Column("version", "bigint", lambda t: t[0].version),
+)
+
+
+def _file_next_ticks(p: Params) -> str:
+    """The next-tick book (migration 0012): a tick is filed only for a job still active
+    at the revision given (a change made meanwhile files its own), and a row is written
+    only if its tick moved. The rows to write lock their job FOR KEY SHARE: a DELETE
+    committing after this statement's snapshot then drops the row from the insert (the
+    job is gone) instead of failing its foreign key check; jobs whose tick is already
+    booked take no lock."""
+    return f"""INSERT INTO tickgate_next_ticks (job, tick)
     SELECT t.job, coalesce(t.tick, 'infinity')
-    FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::bigint[])
-        AS t (job, tick, incarnation, version)
+    FROM {p.rows("ticks", NEXT_TICK_COLUMNS).unnest("t")}
     JOIN tickgate_jobs j ON j.name = t.job AND j.incarnation = t.incarnation
         AND j.version = t.version AND j.state = 'active'
     WHERE NOT EXISTS (SELECT FROM tickgate_next_ticks n
@@ -47,15 +68,28 @@ FILE_NEXT_TICKS = """INSERT INTO tickgate_next_ticks (job, tick)
     FOR KEY SHARE OF j
     ON CONFLICT (job) DO UPDATE SET tick = excluded.tick
         WHERE tickgate_next_ticks.tick <> excluded.tick"""
-# The overdue check's page of active jobs, as above; and the rows of jobs in the page's
-# name range ($5, $6] (NULL: open) that are no longer active go, so the book stays small.
-FILE_NEXT_TICKS_PAGE = f"""WITH filed AS ({FILE_NEXT_TICKS})
+
+
+_next_ticks = Params()
+FILE_NEXT_TICKS = _next_ticks.statement(_file_next_ticks(_next_ticks))
+
+
+def _file_next_ticks_page() -> Statement:
+    """The overdue check's page of active jobs, as FILE_NEXT_TICKS; and the rows of jobs
+    in the page's name range (`after`, `through`] (NULL: open) that are no longer active
+    go, so the book stays small."""
+    p = Params()
+    after, through = p("after", "text"), p("through", "text")
+    return p.statement(f"""WITH filed AS ({_file_next_ticks(p)})
     DELETE FROM tickgate_next_ticks n USING tickgate_jobs j
     WHERE j.name = n.job AND j.state <> 'active'
-      AND ($5::text IS NULL OR n.job > $5) AND ($6::text IS NULL OR n.job <= $6)"""
+      AND ({after} IS NULL OR n.job > {after}) AND ({through} IS NULL OR n.job <= {through})""")
 
-# Retention (migration 0008's watermark), PRUNE_JOBS_PER_STATEMENT jobs ($3) after the
-# name $2 (NULL: from the first), keeping the newest $1 rows of each.
+
+FILE_NEXT_TICKS_PAGE = _file_next_ticks_page()
+
+# Retention (migration 0008's watermark): for PRUNE_JOBS_PER_STATEMENT jobs (`jobs`)
+# after the name `after` (NULL: from the first), keeping the newest `keep` rows of each.
 # The deletion and the watermark move together, in one statement: a backfill that
 # finds a pruned tick missing from the ledger finds the watermark covering it too.
 # The watermark only moves forward (a row older than it may still be pruned later).
@@ -63,15 +97,17 @@ FILE_NEXT_TICKS_PAGE = f"""WITH filed AS ({FILE_NEXT_TICKS})
 # and 300 s more: a pruned tick a replica could still fire would run again.
 # Jobs are key-share locked in name order, as the API locks them, before their runs:
 # a job deleted meanwhile (it locks the job, then its runs) makes this wait, not deadlock.
-PRUNE_RUNS = """WITH batch AS (
+_pruning = Params()
+_keep, _after, _jobs = _pruning("keep"), _pruning("after", "text"), _pruning("jobs")
+PRUNE_RUNS = _pruning.statement(f"""WITH batch AS (
         SELECT name, misfire_grace_seconds + jitter_seconds AS reach FROM tickgate_jobs
-        WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3
+        WHERE {_after} IS NULL OR name > {_after} ORDER BY name LIMIT {_jobs}
         FOR KEY SHARE),
     doomed AS (
         SELECT old.id FROM batch j
         CROSS JOIN LATERAL (
             SELECT id, scheduled_for, status FROM tickgate_runs
-            WHERE job = j.name ORDER BY scheduled_for DESC OFFSET $1) AS old
+            WHERE job = j.name ORDER BY scheduled_for DESC OFFSET {_keep}) AS old
         WHERE old.status <> 'running'
           AND old.scheduled_for
               < clock_timestamp() - make_interval(secs => j.reach + 300)),
@@ -83,15 +119,19 @@ PRUNE_RUNS = """WITH batch AS (
         SELECT job, max(scheduled_for) FROM deleted GROUP BY job
         ON CONFLICT (job) DO UPDATE
             SET through = greatest(tickgate_pruned.through, excluded.through))
-    SELECT (SELECT count(*) FROM deleted) AS pruned, (SELECT max(name) FROM batch) AS last_job"""
+    SELECT (SELECT count(*) FROM deleted) AS pruned,
+        (SELECT max(name) FROM batch) AS last_job""")
 
-# The outputs and logs a job keeps, in all, at most $1 bytes (as stored: compressed
+# The outputs and logs a job keeps, in all, at most `bytes` (as stored: compressed
 # jsonb; TICKGATE_OUTPUT_BYTES_PER_JOB): for the jobs of one retention batch (after the
-# name $2, $3 of them), the outputs and logs of the oldest runs past it are dropped, the
-# runs themselves kept. pg_column_size reads a stored value's size without reading it.
-TRIM_OUTPUTS = """WITH batch AS (
+# name `after`, `jobs` of them), the outputs and logs of the oldest runs past it are
+# dropped, the runs themselves kept. pg_column_size reads a stored value's size without
+# reading it.
+_trimming = Params()
+_bytes, _after, _jobs = _trimming("bytes"), _trimming("after", "text"), _trimming("jobs")
+TRIM_OUTPUTS = _trimming.statement(f"""WITH batch AS (
         SELECT name FROM tickgate_jobs
-        WHERE $2::text IS NULL OR name > $2 ORDER BY name LIMIT $3),
+        WHERE {_after} IS NULL OR name > {_after} ORDER BY name LIMIT {_jobs}),
     sized AS (
         SELECT o.run_id,
                sum(coalesce(pg_column_size(o.output), 0) + coalesce(pg_column_size(o.log), 0))
@@ -103,9 +143,9 @@ TRIM_OUTPUTS = """WITH batch AS (
         WHERE o.output IS NOT NULL OR o.log IS NOT NULL),
     trimmed AS (
         UPDATE tickgate_run_outputs o SET output = NULL, log = NULL
-        FROM sized WHERE o.run_id = sized.run_id AND sized.with_newer > $1
+        FROM sized WHERE o.run_id = sized.run_id AND sized.with_newer > {_bytes}
         RETURNING 1)
-    SELECT count(*) FROM trimmed"""
+    SELECT count(*) FROM trimmed""")
 
 # The newest tick of a job whose run retention deleted.
 PRUNED_THROUGH = "SELECT through FROM tickgate_pruned WHERE job = $1"

@@ -20,11 +20,11 @@ from service.domain.cursors import (
 from service.domain.hooks import HookPlan, events_of_skip
 from service.domain.jobs import Job, JobState, Overlap
 from service.domain.runs import SkipReason
-from service.store import cursor_sql
+from service.store import cursor_sql, session_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
-from service.store.hooks_sql import encoded_calls
-from service.store.rows import job_from_row
+from service.store.cursor_sql import CursorPlace, FirstTick, MissedRun
+from service.store.rows import encoded_calls, job_from_row
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
@@ -89,7 +89,7 @@ async def fetch_window(
     next `seconds`, by the database's clock, the `held` ones (at the revision read)
     reused; or, given `names`, the jobs of those names that exist, in any state (and
     cursors past the last tick: `waits_for_a_tick`)."""
-    now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+    now: datetime = await connection.fetchval(session_sql.CLOCK)
     until = now + timedelta(seconds=seconds)
     if names is not None:
         rows = await connection.fetch(cursor_sql.CURSORED_JOBS, list(names))
@@ -140,9 +140,10 @@ async def audit(
 ) -> list[Audited]:
     """Audit up to `most` cursors lagging more than the takeover time, in the caller's
     transaction."""
-    rows = await connection.fetch(
-        cursor_sql.LAGGING, most, takeover.after.total_seconds(), takeover.taking
+    lagging_rows = cursor_sql.LAGGING.arguments(
+        most=most, takeover_seconds=takeover.after.total_seconds(), taking=takeover.taking
     )
+    rows = await connection.fetch(cursor_sql.LAGGING.text, *lagging_rows)
     if not rows:
         return []
     now: datetime = rows[0]["now"]
@@ -164,7 +165,8 @@ async def audit(
         )
         for job, cursor in lagging
     ]
-    await connection.execute(cursor_sql.MOVE_CURSORS, *_pass_arguments(audits, runner, hooks))
+    moving = cursor_sql.MOVE_CURSORS
+    await connection.execute(moving.text, *_pass_arguments(audits, runner, hooks))
     return [Audited(job, done.missed, done.owed) for job, done in audits]
 
 
@@ -176,7 +178,10 @@ async def _waiting(
     queued = [job.name for job in jobs if job.overlap is Overlap.QUEUE_ONE]
     if not queued:
         return {}
-    rows = await connection.fetch(cursor_sql.WAITING, queued, runner, taking)
+    waiting = cursor_sql.WAITING
+    rows = await connection.fetch(
+        waiting.text, *waiting.arguments(jobs=queued, runner=runner, taking=taking)
+    )
     return {
         row["job"]: WaitingTick(
             row["scheduled_for"], max(row["seconds_left"], 0.0) if row["adopted"] else None
@@ -188,12 +193,9 @@ async def _waiting(
 async def _decided(
     connection: Connection, lagging: list[tuple[Job, datetime]]
 ) -> dict[str, set[datetime]]:
-    rows = await connection.fetch(
-        cursor_sql.DECIDED,
-        [job.name for job, _ in lagging],
-        [cursor for _, cursor in lagging],
-        TICKS_PER_CURSOR,
-    )
+    cursors = [(job.name, cursor) for job, cursor in lagging]
+    arguments = cursor_sql.DECIDED.arguments(cursors=cursors, most=TICKS_PER_CURSOR)
+    rows = await connection.fetch(cursor_sql.DECIDED.text, *arguments)
     decided: dict[str, set[datetime]] = defaultdict(set)
     for row in rows:
         decided[row["job"]].add(row["scheduled_for"])
@@ -203,20 +205,21 @@ async def _decided(
 def _pass_arguments(
     audits: list[tuple[Job, CursorAudit]], runner: str, hooks: HookPlan
 ) -> tuple[object, ...]:
-    missed = [(job, run) for job, done in audits for run in done.missed]
     misfired = events_of_skip(SkipReason.MISFIRE)
-    return (
-        [job.name for job, _ in missed],
-        [uuid4() for _ in missed],
-        [run.last for _, run in missed],
-        [run.count for _, run in missed],
-        [misfire_note(run) for _, run in missed],
-        runner,
-        [job.name for job, _ in audits],
-        [done.cursor for _, done in audits],
-        [done.due_at for _, done in audits],
-        [encoded_calls(hooks.calls(job.hooks, job.default_hooks, misfired)) for job, _ in missed],
-    )
+    misfires = [
+        MissedRun(
+            job.name,
+            uuid4(),
+            run.last,
+            run.count,
+            misfire_note(run),
+            encoded_calls(hooks.calls(job.hooks, job.default_hooks, misfired)),
+        )
+        for job, done in audits
+        for run in done.missed
+    ]
+    places = [CursorPlace(job.name, done.cursor, done.due_at) for job, done in audits]
+    return cursor_sql.MOVE_CURSORS.arguments(misfires=misfires, places=places, runner=runner)
 
 
 def misfire_note(run: MissedTicks) -> str:
@@ -269,13 +272,9 @@ async def open_cursors(connection: Connection | Pool, jobs: Sequence[Job]) -> No
     """Move the cursors of these jobs, just written, from their threshold to their first
     tick (`cursor_sql.OPEN_CURSORS`)."""
     if jobs:
-        await connection.execute(
-            cursor_sql.OPEN_CURSORS,
-            [job.name for job in jobs],
-            [job.incarnation for job in jobs],
-            [job.version for job in jobs],
-            [job.first_tick for job in jobs],
-        )
+        opened = [FirstTick(job.name, job.incarnation, job.version, job.first_tick) for job in jobs]
+        arguments = cursor_sql.OPEN_CURSORS.arguments(jobs=opened)
+        await connection.execute(cursor_sql.OPEN_CURSORS.text, *arguments)
 
 
 async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) -> None:
@@ -306,7 +305,8 @@ async def supersede(connection: Connection, changes: Sequence[tuple[Job, Job]]) 
         )
     ]
     if runs:
-        await connection.execute(cursor_sql.RECORD_SUPERSEDED, *_superseded_arguments(runs))
+        recording = cursor_sql.RECORD_SUPERSEDED
+        await connection.execute(recording.text, *_superseded_arguments(runs))
 
 
 def _supersedes(before: Job, after: Job | None) -> bool:
@@ -320,9 +320,9 @@ def _supersedes(before: Job, after: Job | None) -> bool:
 async def _decided_through(
     connection: Connection, cursors: Mapping[str, datetime], now: datetime
 ) -> dict[str, set[datetime]]:
-    rows = await connection.fetch(
-        cursor_sql.DECIDED_THROUGH, list(cursors), list(cursors.values()), now, SUPERSEDED_MOST
-    )
+    deciding = cursor_sql.DECIDED_THROUGH
+    arguments = deciding.arguments(cursors=list(cursors.items()), now=now, most=SUPERSEDED_MOST)
+    rows = await connection.fetch(deciding.text, *arguments)
     decided: dict[str, set[datetime]] = defaultdict(set)
     for row in rows:
         decided[row["job"]].add(row["scheduled_for"])
@@ -330,14 +330,10 @@ async def _decided_through(
 
 
 def _superseded_arguments(runs: Sequence[tuple[str, MissedTicks]]) -> tuple[object, ...]:
-    return (
-        [job for job, _ in runs],
-        [uuid4() for _ in runs],
-        [run.last for _, run in runs],
-        [run.count for _, run in runs],
-        [superseded_note(run) for _, run in runs],
-        SUPERSEDING_RUNNER,
-    )
+    superseded = [
+        MissedRun(job, uuid4(), run.last, run.count, superseded_note(run)) for job, run in runs
+    ]
+    return cursor_sql.RECORD_SUPERSEDED.arguments(runs=superseded, runner=SUPERSEDING_RUNNER)
 
 
 def superseded_note(run: MissedTicks) -> str:

@@ -8,16 +8,48 @@ ticks were given (`n`).
 """
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
-from service.domain.hooks import HookCall, HookPlan, events_of_end, events_of_skip
 from service.domain.jobs import Job, JobState
-from service.domain.runs import AttemptEnd, Run, RunStatus, RunTrigger
-from service.store.hooks_sql import deliveries, encoded_calls
+from service.domain.runs import AttemptEnd, Run
+from service.store.columns import Column, Columns, Params, Statement, one
+from service.store.hooks_sql import deliveries
 from service.store.members_sql import MEMBER_IS_LIVE
-from service.store.ports import BackendId, Following, NextTick, Orphan, RunEnd, Skip, TickClaim
-from service.store.rows import RUN_COLUMNS, job_document
+from service.store.ports import BackendId, Orphan
+from service.store.rows import RUN_COLUMNS, Encoded, encoded_calls, job_document
+from service.store.values import RunEnd, Skip, TickClaim
+
+
+class CursorMove(NamedTuple):
+    """Where the cursor goes once a tick is decided (`following`; None: it stays, or
+    the job has no tick after), and whether the tick is the job's first (`opens`: a
+    cursor still at the threshold waits for it), as `moves.cursor_moves` worked out."""
+
+    following: datetime | None
+    opens: bool
+
+
+@dataclass(frozen=True)
+class ClaimedTick:
+    """A tick to claim, with the move of its cursor: CLAIM's row."""
+
+    tick: TickClaim
+    move: CursorMove
+
+
+@dataclass(frozen=True)
+class SkippedTick:
+    """A skip to record, with its row's id, the move of its cursor and its hooks' calls:
+    RECORD_SKIPS' row."""
+
+    skip: Skip
+    id: UUID
+    move: CursorMove
+    calls: Encoded | None
+
 
 # The ledger's columns, read from the table named r (where another table is joined).
 _RUN_COLUMNS_OF_R = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
@@ -85,7 +117,26 @@ def _advance(decided: str) -> str:
           AND (k.tick = d.scheduled_for OR (d.opens AND k.tick = d.fire_after))"""
 
 
-def claim_statement(*, counted: bool) -> str:
+# A claim's rows: each tick, and where its cursor moves once it is decided.
+CLAIM_COLUMNS: Columns[ClaimedTick] = Columns(
+    Column("job", "text", lambda c: c.tick.job.name),
+    Column("id", "uuid", lambda c: c.tick.run_id),
+    Column("scheduled_for", "timestamptz", lambda c: c.tick.scheduled_for),
+    Column("trigger", "text", lambda c: c.tick.trigger.value),
+    Column("lock_key", "bigint", lambda c: c.tick.job.lock_key),
+    Column("locking", "boolean", lambda c: c.tick.lock),
+    Column("incarnation", "uuid", lambda c: c.tick.job.incarnation),
+    Column("version", "bigint", lambda c: c.tick.job.version),
+    Column("any_version", "boolean", lambda c: c.tick.any_version),
+    Column("following", "timestamptz", lambda c: c.move.following),
+    Column("opens", "boolean", lambda c: c.move.opens),
+    Column("while_active", "boolean", lambda c: c.tick.while_active),
+    Column("run_args", "jsonb", lambda c: c.tick.args),
+    Column("run_note", "text", lambda c: c.tick.note),
+)
+
+
+def claim_statement(*, counted: bool) -> Statement:
     """Per tick: try the job's lock, unless this session holds it already (`held`: the
     keys it holds, for other runs; a session's locks are re-entrant, so taking one
     again would let two runs of a job through); read the job under a row lock (a delete waits for
@@ -118,6 +169,8 @@ def claim_statement(*, counted: bool) -> str:
     neither wait for the cursor nor move it. A tick claimed `while_active` finds
     a job that is not active `inactive`.
     """
+    p = Params()
+    ticks = p.rows("ticks", CLAIM_COLUMNS)
     row_lock = "FOR NO KEY UPDATE" if counted else "FOR KEY SHARE"
     counting = (
         """, counted AS (
@@ -127,18 +180,12 @@ def claim_statement(*, counted: bool) -> str:
         if counted
         else ""
     )
-    return f"""WITH ticks AS (
-        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
-                             $5::bigint[], $6::boolean[], $7::uuid[], $8::bigint[],
-                             $9::boolean[], $12::timestamptz[], $13::boolean[],
-                             $14::boolean[], $15::jsonb[], $16::text[])
-            WITH ORDINALITY AS t(job, id, scheduled_for, trigger, lock_key, locking,
-                                 incarnation, version, any_version, following, opens,
-                                 while_active, run_args, run_note, n)
+    return p.statement(f"""WITH ticks AS (
+        SELECT * FROM {ticks.unnest("t", ordinality=True)}
     ), gated AS MATERIALIZED (
         -- CASE, not AND: the lock must not be tried for a key this session holds.
         SELECT ticks.*, CASE WHEN NOT locking THEN true
-                             WHEN lock_key = ANY($11::bigint[]) THEN false
+                             WHEN lock_key = ANY({p("held", "bigint[]")}) THEN false
                              ELSE pg_try_advisory_lock(lock_key) END AS got,
                EXISTS (SELECT 1 FROM tickgate_pending p
                        WHERE p.job = ticks.job AND p.scheduled_for < ticks.scheduled_for
@@ -164,7 +211,7 @@ def claim_statement(*, counted: bool) -> str:
         UNION ALL
         SELECT {_CURSORED_JOB}, NULL, false
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name = ANY($1::text[]) AND j.name NOT IN (SELECT name FROM current)
+        WHERE j.name = ANY({ticks.array("job")}) AND j.name NOT IN (SELECT name FROM current)
     ), admitted AS (
         SELECT g.*, c.version AS current_version, c.fire_after
         FROM gated g JOIN current c ON c.name = g.job
@@ -177,7 +224,7 @@ def claim_statement(*, counted: bool) -> str:
     ), claimed AS (
         INSERT INTO tickgate_runs (id, job, scheduled_for, trigger, status, started_at,
             runner, job_version, lock_key, locked, backend_pid, backend_start, args, note)
-        SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), $10,
+        SELECT id, job, scheduled_for, trigger, 'running', clock_timestamp(), {p("runner")},
             current_version, lock_key, locking, pg_backend_pid(), {OWN_BACKEND_START},
             run_args, run_note
         FROM admitted ORDER BY job, scheduled_for
@@ -242,62 +289,47 @@ def claim_statement(*, counted: bool) -> str:
         WHERE NOT g.got AND g.locking AND d.lock_key = g.lock_key
           AND (SELECT r.status FROM tickgate_runs r WHERE r.id = d.run_id) = 'running'
         LIMIT 1) AS running ON true
-    ORDER BY g.n"""
+    ORDER BY g.n""")
 
 
 CLAIM = claim_statement(counted=False)
 CLAIM_COUNTED = claim_statement(counted=True)
 
 
-def cursor_moves(
-    job: Job, at: datetime, trigger: RunTrigger, following: NextTick = Following.UNKNOWN
-) -> tuple[datetime | None, bool]:
-    """Where the job's cursor goes once the tick `at` is decided (`following`, where
-    known), and whether `at` is the job's first tick (a cursor still at the threshold waits
-    for it). Manual runs and backfills move no cursor."""
-    if trigger in {RunTrigger.MANUAL, RunTrigger.CHAIN, RunTrigger.BACKFILL}:
-        return None, False
-    if following is Following.UNKNOWN:
-        following = job.tick_after(at)
-    return following, job.first_tick == at
+def claim_arguments(ticks: Sequence[ClaimedTick], held: Collection[int] = ()) -> tuple[object, ...]:
+    """The claim's arguments (of CLAIM and CLAIM_COUNTED alike); `held`: the lock keys
+    the claiming session holds now."""
+    runner = ticks[0].tick.runner if ticks else ""
+    return CLAIM.arguments(ticks=ticks, held=list(held), runner=runner)
 
 
-def claim_arguments(ticks: Sequence[TickClaim], held: Collection[int] = ()) -> tuple[object, ...]:
-    """The claim's arguments; `held`: the lock keys the claiming session holds now."""
-    moves = [cursor_moves(t.job, t.scheduled_for, t.trigger, t.following) for t in ticks]
-    return (
-        [tick.job.name for tick in ticks],
-        [tick.run_id for tick in ticks],
-        [tick.scheduled_for for tick in ticks],
-        [tick.trigger.value for tick in ticks],
-        [tick.job.lock_key for tick in ticks],
-        [tick.lock for tick in ticks],
-        [tick.job.incarnation for tick in ticks],
-        [tick.job.version for tick in ticks],
-        [tick.any_version for tick in ticks],
-        ticks[0].runner if ticks else "",
-        list(held),
-        [following for following, _ in moves],
-        [opens for _, opens in moves],
-        [tick.while_active for tick in ticks],
-        [tick.args for tick in ticks],
-        [tick.note for tick in ticks],
-    )
+# The ends' rows: each run's id and how it ended.
+END_COLUMNS: Columns[tuple[UUID, RunEnd]] = Columns(
+    Column("run_id", "uuid", lambda e: e[0]),
+    Column("new_status", "text", lambda e: e[1].status.value),
+    Column("new_error", "text", lambda e: e[1].error),
+    Column("new_result", "jsonb", lambda e: e[1].result),
+    Column("new_attempts", "int", lambda e: e[1].attempts),
+    Column("new_output", "jsonb", lambda e: e[1].output),
+    Column("new_log", "jsonb", lambda e: e[1].log),
+    Column("calls", "jsonb", lambda e: encoded_calls(e[1].hooks)),
+)
 
 
-# Records runs' ends, each only while it is still `running`: a run is finished once.
-# An end recorded from elsewhere names the backend that held the run ($6 its PID, $10
-# its start): once another replica has taken the run over (an orphan resumed), it is
-# that replica's to record, even on a backend that got the same PID.
-# Times come from the database's clock, like `started_at`. It releases no lock: a
-# session lock ignores transactions, so one released here would stay released if a
-# later step of the statement failed (its outputs, its deliveries, a constraint checked
-# at its end), leaving a run `running` and its lock gone. UNLOCK_ENDED follows it.
-FINISH = f"""WITH ends AS (
-        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                             $7::jsonb[], $8::jsonb[], $9::jsonb[])
-            WITH ORDINALITY AS e(run_id, new_status, new_error, new_result, new_attempts,
-                                 new_output, new_log, calls, n)
+def _finish() -> Statement:
+    """Records runs' ends, each only while it is still `running`: a run is finished
+    once. An end recorded from elsewhere names the backend that held the run (its PID
+    and start): once another replica has taken the run over (an orphan resumed), it is
+    that replica's to record, even on a backend that got the same PID.
+    Times come from the database's clock, like `started_at`. It releases no lock: a
+    session lock ignores transactions, so one released here would stay released if a
+    later step of the statement failed (its outputs, its deliveries, a constraint
+    checked at its end), leaving a run `running` and its lock gone. UNLOCK_ENDED
+    follows it."""
+    p = Params()
+    ends = p.rows("ends", END_COLUMNS)
+    return p.statement(f"""WITH ends AS (
+        SELECT * FROM {ends.unnest("e", ordinality=True)}
     ), finished AS (
         UPDATE tickgate_runs r SET status = e.new_status, error = e.new_error,
             result = e.new_result, attempts = e.new_attempts,
@@ -305,8 +337,15 @@ FINISH = f"""WITH ends AS (
             duration_ms = round(extract(epoch FROM clock_timestamp() - r.started_at) * 1000)
         FROM ends e
         WHERE r.id = e.run_id AND r.status = 'running'
-          AND ($6::int IS NULL
-               OR {same_backend("r.backend_pid", "r.backend_start", "$6", "$10::timestamptz")})
+          AND ({p("backend_pid", "int")} IS NULL
+               OR {
+        same_backend(
+            "r.backend_pid",
+            "r.backend_start",
+            p("backend_pid", "int"),
+            p("backend_start", "timestamptz"),
+        )
+    })
         RETURNING {_RUN_COLUMNS_OF_R}
     ), kept AS (
         -- What the last attempt answered and what the run logged, beside the run
@@ -317,45 +356,46 @@ FINISH = f"""WITH ends AS (
         ON CONFLICT (run_id) DO UPDATE SET output = EXCLUDED.output, log = EXCLUDED.log
     ), hooked AS (
         {
-    deliveries('''(SELECT f.id AS run_id, f.job, f.started_at, e.calls
+        deliveries('''(SELECT f.id AS run_id, f.job, f.started_at, e.calls
             FROM ends e JOIN finished f ON f.id = e.run_id WHERE e.calls IS NOT NULL)''')
-}
+    }
     )
     SELECT e.n, finished.*
     FROM ends e LEFT JOIN finished ON finished.id = e.run_id
-    ORDER BY e.n"""
+    ORDER BY e.n""")
+
+
+FINISH = _finish()
 
 
 def finish_arguments(
     ends: Sequence[tuple[UUID, RunEnd]], backend: BackendId | None = None
 ) -> tuple[object, ...]:
     """`backend`: record the ends only of rows that still name this backend."""
-    return (
-        [run_id for run_id, _ in ends],
-        [end.status.value for _, end in ends],
-        [end.error for _, end in ends],
-        [end.result for _, end in ends],
-        [end.attempts for _, end in ends],
-        backend.pid if backend else None,
-        [end.output for _, end in ends],
-        [end.log for _, end in ends],
-        [encoded_calls(end.hooks) for _, end in ends],
-        backend.started_at if backend else None,
+    return FINISH.arguments(
+        ends=ends,
+        backend_pid=backend.pid if backend else None,
+        backend_start=backend.started_at if backend else None,
     )
 
 
-# The locks of ends FINISH has recorded ($1, in order; NULL: an end that holds none),
-# each released once, on the session that holds them: only now, once the ends are
-# committed, does a lock go (whoever takes it next finds the run ended). Whether each
-# was held, in order.
-UNLOCK_ENDED = """SELECT CASE WHEN u.key IS NULL THEN false
+def _unlock_ended() -> Statement:
+    """The locks of ends FINISH has recorded (`keys`, in order; NULL: an end that holds
+    none), each released once, on the session that holds them: only now, once the ends
+    are committed, does a lock go (whoever takes it next finds the run ended). Whether
+    each was held, in order."""
+    p = Params()
+    return p.statement(f"""SELECT CASE WHEN u.key IS NULL THEN false
                    ELSE pg_advisory_unlock(u.key) END AS released
-    FROM unnest($1::bigint[]) WITH ORDINALITY AS u(key, n)
-    ORDER BY u.n"""
+    FROM {p.rows("keys", one("key", "bigint")).unnest("u", ordinality=True)}
+    ORDER BY u.n""")
+
+
+UNLOCK_ENDED = _unlock_ended()
 
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 
-# Release, once each, the keys of $1 this session holds now (pg_locks names them; a
+# Release, once each, the keys given (an array) that this session holds now (pg_locks names them; a
 # key it does not hold is left alone, so the server logs no warning): the locks a
 # claim took before the server ended it at its statement or lock timeout.
 UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
@@ -364,26 +404,44 @@ UNLOCK_HELD = """SELECT pg_advisory_unlock(held.key)
             AND pid = pg_backend_pid()) AS held
     WHERE held.key = ANY($1::bigint[])"""
 
-# Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a tick
-# the only one. The job row is read under a key-share lock, so a job deleted meanwhile
-# loses only its own skips, never the statement; its cursor locked, as a claim locks it: a
-# scheduled tick before it is not recorded again, and one at it moves it on ($10
-# following; $11 opens), only for a skip worked out from the job's threshold as it
-# stands ($12, `fire_after`): the tick after it, and the first tick, are those of the
-# ticks the job has now. A skip of an older definition's tick that the new one has too
-# (it stands at the new cursor) is recorded, and leaves the cursor for a claim or the
-# audit of the new definition to move: its `following` would pass the new ticks between.
-RECORD_SKIPS = f"""WITH skips AS (
-        SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[],
-                             $5::text[], $6::text[], $7::uuid[], $9::int[],
-                             $10::timestamptz[], $11::boolean[], $12::timestamptz[],
-                             $13::jsonb[], $14::timestamptz[])
-            WITH ORDINALITY AS s(job, id, scheduled_for, trigger, reason, note, incarnation,
-                                 missed_ticks, following, opens, fence, calls, at, n)
+# A skip's row: the skip, its row's id, its cursor's move and its hooks' calls.
+SKIP_COLUMNS: Columns[SkippedTick] = Columns(
+    Column("job", "text", lambda s: s.skip.job.name),
+    Column("id", "uuid", lambda s: s.id),
+    Column("scheduled_for", "timestamptz", lambda s: s.skip.scheduled_for),
+    Column("trigger", "text", lambda s: s.skip.trigger.value),
+    Column("reason", "text", lambda s: s.skip.reason.value),
+    Column("note", "text", lambda s: s.skip.note),
+    Column("incarnation", "uuid", lambda s: s.skip.job.incarnation),
+    Column("missed_ticks", "int", lambda s: s.skip.missed_ticks),
+    Column("following", "timestamptz", lambda s: s.move.following),
+    Column("opens", "boolean", lambda s: s.move.opens),
+    Column("fence", "timestamptz", lambda s: s.skip.job.fire_after),
+    Column("calls", "jsonb", lambda s: s.calls),
+    Column("at", "timestamptz", lambda s: s.skip.at),
+)
+
+
+def _record_skips() -> Statement:
+    """Skips hold no lock: the ledger's uniqueness alone makes the first outcome of a
+    tick the only one. The job row is read under a key-share lock, so a job deleted
+    meanwhile loses only its own skips, never the statement; its cursor locked, as a
+    claim locks it: a scheduled tick before it is not recorded again, and one at it
+    moves it on (`following`, `opens`), only for a skip worked out from the job's
+    threshold as it stands (`fence`: the `fire_after` the skip was worked out from): the
+    tick after it, and the first tick, are those of the ticks the job has now. A skip of
+    an older definition's tick that the new one has too (it stands at the new cursor) is
+    recorded, and leaves the cursor for a claim or the audit of the new definition to
+    move: its `following` would pass the new ticks between."""
+    p = Params()
+    skips = p.rows("skips", SKIP_COLUMNS)
+    return p.statement(f"""WITH skips AS (
+        SELECT * FROM {skips.unnest("s", ordinality=True)}
     ), jobs AS MATERIALIZED (
         SELECT {_CURSORED_JOB}, j.lock_key
         FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name
-        WHERE j.name = ANY($1::text[]) ORDER BY j.name FOR KEY SHARE OF j FOR NO KEY UPDATE OF k
+        WHERE j.name = ANY({skips.array("job")})
+        ORDER BY j.name FOR KEY SHARE OF j FOR NO KEY UPDATE OF k
     ), recordable AS (
         -- Each of these ends the statement with a row: this one, or the one already there.
         SELECT s.id, s.job, s.scheduled_for, s.trigger, s.reason, s.note, s.missed_ticks,
@@ -397,7 +455,7 @@ RECORD_SKIPS = f"""WITH skips AS (
             missed_ticks, started_at, finished_at, duration_ms, attempts, runner, job_version,
             lock_key, locked, backend_pid, backend_start)
         SELECT id, job, scheduled_for, trigger, 'skipped', reason, note, missed_ticks,
-            at, at, 0, 0, $8, job_version, lock_key, false,
+            at, at, 0, 0, {p("runner")}, job_version, lock_key, false,
             pg_backend_pid(), {OWN_BACKEND_START}
         FROM recordable
         ORDER BY job, scheduled_for
@@ -407,37 +465,14 @@ RECORD_SKIPS = f"""WITH skips AS (
         {_advance("(SELECT * FROM recordable WHERE same_fence)")}
     ), hooked AS (
         {
-    deliveries('''(SELECT i.id AS run_id, i.job, i.started_at, s.calls
+        deliveries('''(SELECT i.id AS run_id, i.job, i.started_at, s.calls
             FROM inserted i JOIN skips s ON s.id = i.id WHERE s.calls IS NOT NULL)''')
-}
+    }
     )
-    SELECT * FROM inserted"""
+    SELECT * FROM inserted""")
 
 
-def skip_arguments(
-    skips: Sequence[Skip], runner: str, ids: Sequence[UUID], plan: HookPlan
-) -> tuple[object, ...]:
-    moves = [cursor_moves(s.job, s.scheduled_for, s.trigger, s.following) for s in skips]
-    return (
-        [skip.job.name for skip in skips],
-        list(ids),
-        [skip.scheduled_for for skip in skips],
-        [skip.trigger.value for skip in skips],
-        [skip.reason.value for skip in skips],
-        [skip.note for skip in skips],
-        [skip.job.incarnation for skip in skips],
-        runner,
-        [skip.missed_ticks for skip in skips],
-        [following for following, _ in moves],
-        [opens for _, opens in moves],
-        [skip.job.fire_after for skip in skips],
-        [encoded_calls(_skip_calls(skip, plan)) for skip in skips],
-        [skip.at for skip in skips],
-    )
-
-
-def _skip_calls(skip: Skip, plan: HookPlan) -> tuple[HookCall, ...]:
-    return plan.calls(skip.job.hooks, skip.job.default_hooks, events_of_skip(skip.reason))
+RECORD_SKIPS = _record_skips()
 
 
 # queue_one: the one tick per job allowed to wait for the run in progress. Whoever
@@ -446,9 +481,12 @@ def _skip_calls(skip: Skip, plan: HookPlan) -> tuple[HookCall, ...]:
 # the cluster to a live replica (`cursor_sql.WAITING`: by `reserved_at`, migration
 # 0028, it tells a waiter from a replica restarted under its name). Answers the tick
 # that holds the slot now.
-RESERVE_PENDING = f"""WITH taken AS (
+_reserving = Params()
+RESERVE_PENDING = _reserving.statement(f"""WITH taken AS (
         INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at, reserved_at)
-        VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4), clock_timestamp())
+        VALUES ({_reserving("job")}, {_reserving("tick")}, {_reserving("runner")},
+            clock_timestamp() + make_interval(secs => {_reserving("expires_in_seconds")}),
+            clock_timestamp())
         ON CONFLICT (job) DO UPDATE SET scheduled_for = EXCLUDED.scheduled_for,
             runner = EXCLUDED.runner, expires_at = EXCLUDED.expires_at,
             reserved_at = EXCLUDED.reserved_at
@@ -457,11 +495,13 @@ RESERVE_PENDING = f"""WITH taken AS (
     SELECT scheduled_for FROM taken
     UNION ALL
     SELECT scheduled_for FROM tickgate_pending
-    WHERE job = $1 AND NOT EXISTS (SELECT 1 FROM taken)"""
+    WHERE job = {_reserving("job")} AND NOT EXISTS (SELECT 1 FROM taken)""")
 
+# Free the job's slot (the job, then the tick), if that tick still holds it.
 RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
 
-# The tick waiting in the job's slot, unless its waiter's time ran out or it was decided.
+# The tick waiting in the job's slot (the job given), unless its waiter's time ran out
+# or it was decided.
 PENDING_TICK = f"""SELECT p.scheduled_for FROM tickgate_pending p
     WHERE p.job = $1 AND {_waits("p")}"""
 
@@ -511,46 +551,42 @@ ORPHANS = f"""WITH found AS (
         LEFT JOIN stamped s ON s.id = r.id
     ORDER BY r.started_at"""
 
-# The orphans of $1 (ids) that get no other attempt end `abandoned` ($2: the error;
-# one someone asked to cancel says so), if still orphaned.
+# An orphan abandoned: its run's id, and its `failure` hooks' calls (by its job as
+# stored), which the adapter worked out.
+ABANDON_COLUMNS: Columns[tuple[UUID, Encoded | None]] = Columns(
+    Column("run_id", "uuid", lambda a: a[0]),
+    Column("calls", "jsonb", lambda a: a[1]),
+)
 ABANDONED_ERROR = "the replica running this stopped without finishing it"
-ABANDON = f"""WITH abandoned AS (
+
+
+def _abandon() -> Statement:
+    """The orphans given that get no other attempt end `abandoned` (`error`: why; one
+    someone asked to cancel says so), if still orphaned, with their hooks' calls."""
+    p = Params()
+    orphans = p.rows("orphans", ABANDON_COLUMNS)
+    error = p("error")
+    return p.statement(f"""WITH abandoned AS (
         UPDATE tickgate_runs r SET status = 'abandoned',
             finished_at = clock_timestamp(),
             duration_ms = round(extract(epoch FROM clock_timestamp() - started_at) * 1000),
-            error = CASE WHEN r.cancel_requested_at IS NULL THEN $2
-                         ELSE $2 || '; cancelled by ' || r.cancelled_by
+            error = CASE WHEN r.cancel_requested_at IS NULL THEN {error}
+                         ELSE {error} || '; cancelled by ' || r.cancelled_by
                               || COALESCE(': ' || r.cancel_reason, '') END
-        WHERE r.id = ANY($1::uuid[]) AND {_ORPHANED}
+        WHERE r.id = ANY({orphans.array("run_id")}) AND {_ORPHANED}
         RETURNING {RUN_COLUMNS}
     ), hooked AS (
         {
-    deliveries('''(SELECT a.id AS run_id, a.job, a.started_at, c.calls
-            FROM abandoned a JOIN unnest($1::uuid[], $3::jsonb[]) AS c (run_id, calls)
-                ON c.run_id = a.id
+        deliveries(f'''(SELECT a.id AS run_id, a.job, a.started_at, c.calls
+            FROM abandoned a JOIN {orphans.unnest("c")} ON c.run_id = a.id
             WHERE c.calls IS NOT NULL)''')
-}
+    }
     )
-    SELECT * FROM abandoned"""
+    SELECT * FROM abandoned""")
 
 
-def abandon_arguments(orphans: Sequence[Orphan], plan: HookPlan) -> tuple[object, ...]:
-    """The abandoned runs' `failure` hooks go with them (by their jobs as stored)."""
-    failed = events_of_end(RunStatus.ABANDONED)
-    return (
-        [orphan.run.id for orphan in orphans],
-        ABANDONED_ERROR,
-        [encoded_calls(plan.calls(o.job.hooks, o.job.default_hooks, failed)) for o in orphans],
-    )
+ABANDON = _abandon()
 
-
-# Orphans' next attempts move to this session, a batch in one statement ($1 run ids, $2
-# the backends that held them and $6 their starts, $3 whether each holds a lock, $4 its
-# key; at most one orphan per key): each takes its job's lock, then its row, by
-# compare-and-set on the backend that held it, so of several replicas resuming it at
-# once one wins. Its attempts count the one its replica lost. A lock taken for a row
-# another session won is given back. The backends alive are read once per statement,
-# not once per orphan.
 # The attempts before a run's last, kept beside it (migration 0025): one more, {rows}.
 _KEEP_EARLIER = """INSERT INTO tickgate_run_outputs AS o (run_id, earlier_attempts)
     {rows}
@@ -563,10 +599,28 @@ _LOST = f"""SELECT m.id, jsonb_build_array(jsonb_build_object(
             'error', '{LOST_ATTEMPT}',
             'ended_at', NULL, 'next_at', clock_timestamp()))
         FROM moved m"""
-RESUME = f"""WITH orphans AS (
-        SELECT * FROM unnest($1::uuid[], $2::int[], $3::boolean[], $4::bigint[],
-                             $6::timestamptz[])
-            WITH ORDINALITY AS o(id, backend_pid, locking, lock_key, backend_start, n)
+
+# An orphan resumed: its run, the backend that held it, and its job's lock.
+RESUME_COLUMNS: Columns[Orphan] = Columns(
+    Column("id", "uuid", lambda o: o.run.id),
+    Column("backend_pid", "int", lambda o: o.backend.pid),
+    Column("locking", "boolean", lambda o: o.locked),
+    Column("lock_key", "bigint", lambda o: o.lock_key),
+    Column("backend_start", "timestamptz", lambda o: o.backend.started_at),
+)
+
+
+def _resume() -> Statement:
+    """Orphans' next attempts move to this session (for `runner`), a batch in one
+    statement (at most one orphan per lock key): each takes its job's lock, then its
+    row, by compare-and-set on the backend that held it, so of several replicas resuming
+    it at once one wins. Its attempts count the one its replica lost. A lock taken for a
+    row another session won is given back. The backends alive are read once per
+    statement, not once per orphan."""
+    p = Params()
+    orphans = p.rows("orphans", RESUME_COLUMNS)
+    return p.statement(f"""WITH orphans AS (
+        SELECT * FROM {orphans.unnest("o", ordinality=True)}
     ), gate AS MATERIALIZED (
         SELECT o.*, CASE WHEN o.locking THEN pg_try_advisory_lock(o.lock_key) ELSE true END
             AS got
@@ -574,7 +628,7 @@ RESUME = f"""WITH orphans AS (
     ), alive AS MATERIALIZED (
         SELECT pid, backend_start FROM pg_stat_activity
     ), moved AS (
-        UPDATE tickgate_runs r SET runner = $5, backend_pid = pg_backend_pid(),
+        UPDATE tickgate_runs r SET runner = {p("runner")}, backend_pid = pg_backend_pid(),
             backend_start = {OWN_BACKEND_START}, attempts = r.attempts + 1, orphaned_at = NULL
         FROM gate g
         WHERE g.got AND r.id = g.id AND r.backend_pid = g.backend_pid
@@ -592,84 +646,97 @@ RESUME = f"""WITH orphans AS (
                 THEN pg_advisory_unlock(gate.lock_key) ELSE false END AS released,
            moved.*
     FROM gate LEFT JOIN moved ON moved.id = gate.id
-    ORDER BY gate.n"""
+    ORDER BY gate.n""")
 
 
-def resume_arguments(orphans: Sequence[Orphan], runner: str) -> tuple[object, ...]:
-    return (
-        [orphan.run.id for orphan in orphans],
-        [orphan.backend.pid for orphan in orphans],
-        [orphan.locked for orphan in orphans],
-        [orphan.lock_key for orphan in orphans],
-        runner,
-        [orphan.backend.started_at for orphan in orphans],
-    )
+RESUME = _resume()
 
-
-# Cancel a run (POST /v1/runs/{id}/cancel): $1 the run, $2 who asks, $3 why. A `running`
-# run keeps the request on its row, and every replica hears of it (NOTIFY, sent when
-# this commits); the one running it reads it with CANCELS_ASKED. Answers the run as it
-# was, whether it was asked now (it was running), and whether its replica is gone (an
-# orphan: nobody is left to cancel it, and the sweep marks it abandoned).
 CANCELS_CHANNEL = "tickgate_cancels"
-REQUEST_CANCEL = f"""WITH asked AS (
+
+
+def _request_cancel() -> Statement:
+    """Cancel a run (POST /v1/runs/{id}/cancel): the run, who asks (`by`), and why
+    (`reason`). A `running` run keeps the request on its row, and every replica hears of
+    it (NOTIFY, sent when this commits); the one running it reads it with CANCELS_ASKED.
+    Answers the run as it was, whether it was asked now (it was running), and whether
+    its replica is gone (an orphan: nobody is left to cancel it, and the sweep marks it
+    abandoned)."""
+    p = Params()
+    return p.statement(f"""WITH asked AS (
         UPDATE tickgate_runs SET cancel_requested_at = COALESCE(cancel_requested_at,
-                clock_timestamp()), cancelled_by = $2, cancel_reason = $3
-        WHERE id = $1 AND status = 'running'
+                clock_timestamp()), cancelled_by = {p("by")}, cancel_reason = {p("reason")}
+        WHERE id = {p("run_id")} AND status = 'running'
         RETURNING id, pg_notify('{CANCELS_CHANNEL}', id::text)
     )
     SELECT {_RUN_COLUMNS_OF_R}, EXISTS (SELECT 1 FROM asked) AS asked, ({_ORPHANED}) AS gone
-    FROM tickgate_runs r WHERE r.id = $1"""
+    FROM tickgate_runs r WHERE r.id = {p("run_id")}""")
 
-# The cancels asked of runs `running` on runner $1 (by the partial index of 0022).
+
+REQUEST_CANCEL = _request_cancel()
+
+# The cancels asked of runs `running` on the runner given (by the partial index of 0022).
 CANCELS_ASKED = """SELECT id, cancelled_by, cancel_reason FROM tickgate_runs
     WHERE runner = $1 AND status = 'running' AND cancel_requested_at IS NOT NULL"""
 
-# A retry is about to start ($1 the run; $2 the attempt that ended, $3 its status, $4
-# its error, $5 the backoff since): the row counts it, so a replica that resumes the run
-# after a crash knows how many attempts were made, and the ended attempt is kept with
-# when it ended and when this one starts, on the database's clock. The same statement
-# reads the job as stored ($6 its name, $7 the run's incarnation of it, by the primary
-# key): the attempt runs that definition, and the row names its version. It counts
-# nothing (the attempt does not start) if the run is no longer running, a cancel was
-# asked of it, or the job is gone, another incarnation (deleted and made again), or
-# paused since ($8: it was paused already, a manual run of a paused job); the answer
-# says which.
-_NOTED = """SELECT c.id, jsonb_build_array(jsonb_build_object(
-        'attempt', $2::int, 'status', $3::text, 'error', $4::text,
-        'ended_at', clock_timestamp() - make_interval(secs => $5),
+
+def _note_attempt() -> Statement:
+    """A retry is about to start (`run_id`; the attempt that ended, `attempt`, with its
+    `status` and `error`, and the backoff since, `waited_seconds`): the row counts it,
+    so a replica that resumes the run after a crash knows how many attempts were made,
+    and the ended attempt is kept with when it ended and when this one starts, on the
+    database's clock. The same statement reads the job as stored (`job`, its name, and
+    `incarnation`, the run's incarnation of it, by the primary key): the attempt runs
+    that definition, and the row names its version. It counts nothing (the attempt does
+    not start) if the run is no longer running, a cancel was asked of it, or the job is
+    gone, another incarnation (deleted and made again), or paused since (`was_paused`:
+    it was paused already, a manual run of a paused job); the answer says which."""
+    p = Params()
+    run_id, attempt, incarnation, was_paused = (
+        p("run_id"),
+        p("attempt"),
+        p("incarnation"),
+        p("was_paused"),
+    )
+    noted = f"""SELECT c.id, jsonb_build_array(jsonb_build_object(
+        'attempt', {p("attempt", "int")}, 'status', {p("status", "text")},
+        'error', {p("error", "text")},
+        'ended_at', clock_timestamp() - make_interval(secs => {p("waited_seconds")}),
         'next_at', clock_timestamp()))
     FROM counted c"""
-NOTE_ATTEMPT = f"""WITH stored AS MATERIALIZED (
+    return p.statement(f"""WITH stored AS MATERIALIZED (
         SELECT {job_document("j")}, j.version, j.state, j.incarnation
-        FROM tickgate_jobs j WHERE j.name = $6
+        FROM tickgate_jobs j WHERE j.name = {p("job")}
     ), counted AS (
-        UPDATE tickgate_runs r SET attempts = $2 + 1, job_version = s.version
+        UPDATE tickgate_runs r SET attempts = {attempt} + 1, job_version = s.version
         FROM stored s
-        WHERE r.id = $1 AND r.status = 'running' AND r.cancel_requested_at IS NULL
-          AND s.incarnation = $7 AND (s.state <> 'paused' OR $8)
+        WHERE r.id = {run_id} AND r.status = 'running' AND r.cancel_requested_at IS NULL
+          AND s.incarnation = {incarnation} AND (s.state <> 'paused' OR {was_paused})
         RETURNING r.id
     ), kept AS (
-        {_KEEP_EARLIER.format(rows=_NOTED)}
+        {_KEEP_EARLIER.format(rows=noted)}
     )
     SELECT EXISTS (SELECT 1 FROM counted) AS counted, s.job,
-        COALESCE(s.incarnation = $7, false) AS same_job,
-        s.state = 'paused' AND NOT $8 AS paused,
+        COALESCE(s.incarnation = {incarnation}, false) AS same_job,
+        s.state = 'paused' AND NOT {was_paused} AS paused,
         r.status = 'running' AS running, r.cancel_requested_at IS NOT NULL AS cancel_asked,
         r.cancelled_by, r.cancel_reason
-    FROM (SELECT 1) AS one LEFT JOIN stored s ON true LEFT JOIN tickgate_runs r ON r.id = $1"""
+    FROM (SELECT 1) AS one LEFT JOIN stored s ON true
+        LEFT JOIN tickgate_runs r ON r.id = {run_id}""")
+
+
+NOTE_ATTEMPT = _note_attempt()
 
 
 def note_attempt_arguments(run: Run, job: Job, ended: AttemptEnd) -> tuple[object, ...]:
-    return (
-        run.id,
-        ended.attempt,
-        ended.status.value,
-        ended.error,
-        ended.waited_seconds,
-        run.job,
-        job.incarnation,
-        job.state is JobState.PAUSED,
+    return NOTE_ATTEMPT.arguments(
+        run_id=run.id,
+        attempt=ended.attempt,
+        status=ended.status.value,
+        error=ended.error,
+        waited_seconds=ended.waited_seconds,
+        job=run.job,
+        incarnation=job.incarnation,
+        was_paused=job.state is JobState.PAUSED,
     )
 
 
@@ -677,8 +744,8 @@ def note_attempt_arguments(run: Run, job: Job, ended: AttemptEnd) -> tuple[objec
 # prepared and their types known, so a replica's very first runs end as fast as later
 # ones. Empty arrays claim, finish and unlock nothing.
 WARM_UP: tuple[tuple[str, tuple[object, ...]], ...] = (
-    (CLAIM, claim_arguments([])),
-    (CLAIM_COUNTED, claim_arguments([])),
-    (FINISH, finish_arguments([])),
-    (UNLOCK_ENDED, ([],)),
+    (CLAIM.text, claim_arguments([])),
+    (CLAIM_COUNTED.text, claim_arguments([])),
+    (FINISH.text, finish_arguments([])),
+    (UNLOCK_ENDED.text, UNLOCK_ENDED.arguments(keys=[])),
 )

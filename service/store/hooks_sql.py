@@ -2,25 +2,17 @@
 (`deliveries`, a part of those statements), taken and sent by any replica, listed under
 their run. Statements only; `hooks` runs them."""
 
-import json
-from collections.abc import Sequence
-
-from service.domain.hooks import HookCall
-from service.store.rows import RUN_COLUMNS, Encoded
-
-
-def encoded_calls(calls: Sequence[HookCall]) -> Encoded | None:
-    """Calls as `deliveries` takes them, one element of a jsonb[]: a JSON array encoded
-    already (a list would be one more dimension of the array), or NULL for none."""
-    return Encoded(json.dumps([call.stored() for call in calls])) if calls else None
+from service.store.columns import Params
+from service.store.rows import RUN_COLUMNS
 
 
 def deliveries(rows: str) -> str:
     """The outbox's insert of the hook deliveries (#24) of `rows`, a set of (run_id, job,
     started_at, calls): each call in `calls` (a JSON array of `HookCall.stored()`, or
-    NULL) becomes one delivery, due now, in the statement that records the run's end or
-    the tick's skip. A `recovery` call becomes one only if the job's run before this one
-    (the last to have started, among those that ran and ended) failed."""
+    NULL: `rows.encoded_calls`) becomes one delivery, due now, in the statement that
+    records the run's end or the tick's skip. A `recovery` call becomes one only if the
+    job's run before this one (the last to have started, among those that ran and ended)
+    failed."""
     return f"""INSERT INTO tickgate_hook_deliveries (id, run_id, job, hook, is_default, event,
             action, retry, due_at, created_at)
         SELECT (c->>'id')::uuid, h.run_id, h.job, (c->>'hook')::int, (c->>'default')::boolean,
@@ -38,20 +30,23 @@ _DELIVERY_COLUMNS = """d.id AS delivery_id, d.run_id, d.job AS delivery_job, d.h
     d.event, d.action, d.retry, d.status AS delivery_status, d.attempts AS delivery_attempts,
     d.due_at, d.sender, d.last_error, d.answer, d.created_at, d.finished_at AS delivered_at"""
 
-# Up to $1 deliveries that are due: pending ones, and those whose sender's lease ran out
-# (it died mid-send), the longest due first, skipping those another replica is taking.
-# Each becomes `sending` for $2, one attempt more, its lease the action's timeout and
-# $3 seconds. With each come its run and its job's labels (the job may be gone).
-TAKE = f"""WITH due AS (
+# Up to `most` deliveries that are due: pending ones, and those whose sender's lease ran
+# out (it died mid-send), the longest due first, skipping those another replica is
+# taking. Each becomes `sending` for `sender`, one attempt more, its lease the action's
+# timeout and `lease_margin` seconds. With each come its run and its job's labels (the
+# job may be gone).
+_taking = Params()
+TAKE = _taking.statement(f"""WITH due AS (
         SELECT id FROM tickgate_hook_deliveries
         WHERE status IN ('pending', 'sending') AND due_at <= clock_timestamp()
-        ORDER BY due_at LIMIT $1
+        ORDER BY due_at LIMIT {_taking("most")}
         FOR UPDATE SKIP LOCKED
     ), taken AS (
-        UPDATE tickgate_hook_deliveries d SET status = 'sending', sender = $2,
+        UPDATE tickgate_hook_deliveries d SET status = 'sending', sender = {_taking("sender")},
             attempts = d.attempts + 1,
             due_at = clock_timestamp() + make_interval(secs =>
-                COALESCE((d.action->'args'->>'timeout_seconds')::float8, 30) + $3)
+                COALESCE((d.action->'args'->>'timeout_seconds')::float8, 30)
+                + {_taking("lease_margin")})
         FROM due WHERE d.id = due.id
         RETURNING d.*
     )
@@ -59,22 +54,25 @@ TAKE = f"""WITH due AS (
         COALESCE(j.labels, '{{}}'::jsonb) AS labels
     FROM taken d JOIN tickgate_runs r ON r.id = d.run_id
         LEFT JOIN tickgate_jobs j ON j.name = d.job
-    ORDER BY d.created_at"""
+    ORDER BY d.created_at""")
 
-# How a delivery's attempt went ($1 the delivery, $2 its sender): $3 the status
-# (`delivered`, `failed`, or `pending` again in $6 seconds), $4 the error, $5 what the
-# target or the gate answered. Only while this sender still holds it.
-SETTLE = """UPDATE tickgate_hook_deliveries SET status = $3, last_error = $4, answer = $5,
-        due_at = clock_timestamp() + make_interval(secs => COALESCE($6, 0)),
-        finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE clock_timestamp() END
-    WHERE id = $1 AND sender = $2 AND status = 'sending'"""
+# How a delivery's attempt went (the delivery `id`, its `sender`): its `status`
+# (`delivered`, `failed`, or `pending` again in `retry_in` seconds), the `error`, and
+# what the target or the gate answered (`answer`). Only while this sender still holds it.
+_settling = Params()
+_status = _settling("status")
+SETTLE = _settling.statement(f"""UPDATE tickgate_hook_deliveries SET status = {_status},
+        last_error = {_settling("error")}, answer = {_settling("answer")},
+        due_at = clock_timestamp() + make_interval(secs => COALESCE({_settling("retry_in")}, 0)),
+        finished_at = CASE WHEN {_status} = 'pending' THEN NULL ELSE clock_timestamp() END
+    WHERE id = {_settling("id")} AND sender = {_settling("sender")} AND status = 'sending'""")
 
 # A run's deliveries, oldest first; no row at all: no such run.
 OF_RUN = f"""SELECT r.id AS found, {_DELIVERY_COLUMNS}
     FROM tickgate_runs r LEFT JOIN tickgate_hook_deliveries d ON d.run_id = r.id
     WHERE r.id = $1 ORDER BY d.created_at, d.event, d.hook"""
 
-# The newest $2 deliveries of the job $1's runs.
+# The newest deliveries of the job's runs (the job, then how many).
 OF_JOB = f"""SELECT {_DELIVERY_COLUMNS} FROM tickgate_hook_deliveries d
     WHERE d.job = $1 ORDER BY d.created_at DESC, d.id LIMIT $2"""
 

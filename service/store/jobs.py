@@ -13,13 +13,12 @@ import asyncpg
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, JobState, done_with_its_tick
 from service.domain.runs import DELETED_BY_TICKGATE, JOB_DELETED, Run
-from service.store import jobs_sql
+from service.store import jobs_sql, session_sql
 from service.store.base import StoreBase
 from service.store.connection import Connection
 from service.store.cursors import open_cursors, supersede
 from service.store.ports import JobUpdateFn
 from service.store.rows import (
-    job_columns,
     job_from_row,
     job_values,
     last_run_from_row,
@@ -208,16 +207,16 @@ class JobStore(StoreBase):
         nothing is created or deleted here (`mutate_job` does that)."""
         async with self._bounded() as connection, connection.transaction():
             rows = await connection.fetch(jobs_sql.LOCK_JOBS, sorted(updates))
-            now: datetime = await connection.fetchval(jobs_sql.CLOCK)
+            now: datetime = await connection.fetchval(session_sql.CLOCK)
             before = [job_from_row(row) for row in rows]
             pairs = [(b, a) for b in before if (a := updates[b.name](b, now)) != b]
             changed = [after for _, after in pairs]
             if changed:
                 await supersede(connection, pairs)
-                await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(changed))
+                await _update_jobs(connection, changed)
                 await open_cursors(connection, changed)
                 notified = [job.name for job in changed if not done_with_its_tick(job)]
-                await connection.execute(jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, notified)
+                await _notify_each(connection, notified)
 
     async def mutate_job(
         self, name: str, change: JobChangeFn, *, by: str = DELETED_BY_TICKGATE
@@ -339,11 +338,11 @@ class _BulkChanges:
         await _insert_jobs(connection, self.created)
         if self.updated:
             await supersede(connection, [(stored[job.name], job) for job in self.updated])
-            await connection.execute(jobs_sql.UPDATE_JOBS, *job_columns(self.updated))
+            await _update_jobs(connection, self.updated)
         await open_cursors(connection, [*self.created, *self.updated])
         changed = [*self.applied.created, *self.applied.updated, *self.applied.deleted]
         if changed:
-            await connection.execute(jobs_sql.NOTIFY_EACH, jobs_sql.JOBS_CHANNEL, changed)
+            await _notify_each(connection, changed)
 
 
 def _names(jobs: Sequence[Job]) -> tuple[str, ...]:
@@ -377,7 +376,8 @@ async def _insert_jobs(connection: Connection, jobs: Sequence[Job]) -> None:
         return
     await _refuse_taken_lock_keys(connection, jobs)
     try:
-        rows = await connection.fetch(jobs_sql.INSERT_JOBS, *job_columns(jobs))
+        inserting = jobs_sql.INSERT_JOBS
+        rows = await connection.fetch(inserting.text, *inserting.arguments(jobs=jobs))
     except asyncpg.UniqueViolationError as error:
         if error.constraint_name == jobs_sql.LOCK_KEY_UNIQUE:  # taken by a create since the check
             raise Conflict("a new job's lock_key was taken meanwhile; retry") from error
@@ -417,10 +417,23 @@ async def _write_job(
         await connection.execute(jobs_sql.INSERT, *job_values(job))
 
 
+async def _update_jobs(connection: Connection, jobs: Sequence[Job]) -> None:
+    await connection.execute(jobs_sql.UPDATE_JOBS.text, *jobs_sql.UPDATE_JOBS.arguments(jobs=jobs))
+
+
+async def _notify_each(connection: Connection, names: Sequence[str]) -> None:
+    """One notification of a change on the jobs' channel per name."""
+    notifying = jobs_sql.NOTIFY_EACH
+    arguments = notifying.arguments(channel=jobs_sql.JOBS_CHANNEL, names=names)
+    await connection.execute(notifying.text, *arguments)
+
+
 async def _detach_runs(connection: Connection, deleted: Sequence[Job], by: str) -> None:
     """The deleted jobs' ended runs go; their runs in flight are cancelled, asked by `by`
     (a statement after the delete's own: see jobs_sql.DETACH_RUNS)."""
-    names = [job.name for job in deleted]
-    incarnations = [job.incarnation for job in deleted]
-    await connection.execute(jobs_sql.DETACH_RUNS, names, incarnations, by, JOB_DELETED)
-    await connection.execute(jobs_sql.DELETE_ENDED_RUNS, names)
+    gone = [(job.name, job.incarnation) for job in deleted]
+    detaching = jobs_sql.DETACH_RUNS
+    await connection.execute(
+        detaching.text, *detaching.arguments(jobs=gone, by=by, reason=JOB_DELETED)
+    )
+    await connection.execute(jobs_sql.DELETE_ENDED_RUNS, [job.name for job in deleted])

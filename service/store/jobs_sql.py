@@ -1,14 +1,12 @@
 """Every statement of the job definitions (create, read, list, change, delete), one
 constant each."""
 
+from uuid import UUID
+
 from service.store import runs_sql
+from service.store.columns import Column, Columns, Params, Statement, one
 from service.store.fire_sql import CANCELS_CHANNEL
-from service.store.rows import (
-    JOB_COLUMN_TYPES,
-    JOB_COLUMNS,
-    job_document,
-    last_run_columns,
-)
+from service.store.rows import JOB_COLUMNS, JOB_TABLE, job_document, last_run_columns
 
 JOBS_CHANNEL = "tickgate_jobs"
 
@@ -22,7 +20,6 @@ COUNTS = "SELECT state, count(*) FROM tickgate_jobs GROUP BY state"
 GET_JOB = f"SELECT {JOB} FROM tickgate_jobs j WHERE name = $1"
 GET_JOBS = f"SELECT {JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])"
 ACTIVE_VERSIONS = "SELECT name, incarnation, version FROM tickgate_jobs WHERE state = 'active'"
-CLOCK = "SELECT clock_timestamp()"
 NOTIFY = "SELECT pg_notify($1, $2)"
 
 _LAST_RUN_OF_J = runs_sql.LAST_RUN_OF.format(job="j.name")
@@ -37,8 +34,9 @@ UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({JOB_PLACEHOLDERS}) W
 LOCK_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""
 
-# Jobs in name order after $1 (NULL: from the first), filtered as JOB_FILTERS with the
-# limit $5 and the labels $6.
+# Jobs in name order after the name given first (NULL: from the first), filtered by
+# state, task and name prefix (the next three), at most the fifth argument of them, with
+# the labels of the sixth.
 LIST_JOBS = f"""{JOBS_WITH_LAST_RUN}
     WHERE ($1::text IS NULL OR j.name > $1)
       AND ($2::text IS NULL OR j.state = $2)
@@ -71,7 +69,10 @@ ENDED_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE j.name IN (
 LOCK_JOB = f"{GET_JOB} FOR NO KEY UPDATE"
 INSERT = f"INSERT INTO tickgate_jobs ({JOB_COLUMNS}) VALUES ({JOB_PLACEHOLDERS})"
 DELETE = "DELETE FROM tickgate_jobs WHERE name = $1"
-NOTIFY_EACH = "SELECT pg_notify($1, name) FROM unnest($2::text[]) AS name"
+# One notification on the channel given per name of `names`.
+_notifying = Params()
+NOTIFY_EACH = _notifying.statement(f"""SELECT pg_notify({_notifying("channel")}, n.name)
+    FROM {_notifying.rows("names", one("name", "text")).unnest("n")}""")
 
 _CHANNEL, _BOOKED, _FIRST = (JOB_COLUMNS.count(",") + n for n in (2, 3, 4))
 
@@ -98,8 +99,9 @@ INSERT_JOB = f"""WITH inserted AS (
     SELECT pg_notify(${_CHANNEL}, name) FROM inserted"""
 
 # The book's order (migration 0012): the active jobs with a tick by (tick, name), after
-# the position ($7, $1); then (JOBS_AFTER_TICKS) every other job by name, after $1.
-# The filters are list_jobs' own; $6 is the limit.
+# the position (the seventh argument, the first); then (JOBS_AFTER_TICKS) every other
+# job by name, after the first. The filters (the second to the fifth: state, task, name
+# prefix, labels) are list_jobs' own; the sixth is the limit.
 JOB_FILTERS = """($2::text IS NULL OR j.state = $2)
     AND ($3::text IS NULL OR j.task = $3)
     AND ($4::text IS NULL OR starts_with(j.name, $4))
@@ -119,45 +121,57 @@ JOBS_AFTER_TICKS = f"""SELECT {JOB}, {last_run_columns("last")}, NULL::timestamp
       AND {JOB_FILTERS}
     ORDER BY j.name LIMIT $6"""
 
-# A bulk apply's rows, locked in name order: the jobs it names and, when it prunes ($2),
-# every job in the prune's scope: of the manager $3 (any when NULL) with the labels $4.
+# A bulk apply's rows, locked in name order: the jobs it names (the first argument) and,
+# when it prunes (the second), every job in the prune's scope: of the manager given
+# third (any when NULL) with the labels given fourth.
 LOCK_NAMED_OR_IN_SCOPE = f"""SELECT {JOB} FROM tickgate_jobs j
     WHERE name = ANY($1::text[])
        OR ($2::boolean AND ($3::text IS NULL OR managed_by = $3) AND labels @> $4::jsonb)
     ORDER BY name FOR NO KEY UPDATE"""
 
-UNNESTED_JOBS = "unnest({}) AS u ({})".format(
-    ", ".join(f"${n}::{sql_type}[]" for n, sql_type in enumerate(JOB_COLUMN_TYPES, start=1)),
-    JOB_COLUMNS,
-)
 
-# The name conflict is the only one skipped: a lock key taken raises, and is named.
-INSERT_JOBS = f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
-    SELECT * FROM {UNNESTED_JOBS} ON CONFLICT (name) DO NOTHING RETURNING name"""
+def _insert_jobs() -> Statement:
+    """The name conflict is the only one skipped: a lock key taken raises, and is named."""
+    p = Params()
+    return p.statement(f"""INSERT INTO tickgate_jobs ({JOB_COLUMNS})
+    SELECT * FROM {p.rows("jobs", JOB_TABLE).unnest("u")}
+    ON CONFLICT (name) DO NOTHING RETURNING name""")
 
-UPDATE_JOBS = f"""UPDATE tickgate_jobs AS j
-    SET ({JOB_COLUMNS}) = ({", ".join(f"u.{c}" for c in JOB_COLUMNS.split(", "))})
-    FROM {UNNESTED_JOBS} WHERE j.name = u.name"""
+
+def _update_jobs() -> Statement:
+    p = Params()
+    return p.statement(f"""UPDATE tickgate_jobs AS j
+    SET ({JOB_COLUMNS}) = ({", ".join(f"u.{c.name}" for c in JOB_TABLE.columns)})
+    FROM {p.rows("jobs", JOB_TABLE).unnest("u")} WHERE j.name = u.name""")
+
+
+INSERT_JOBS = _insert_jobs()
+UPDATE_JOBS = _update_jobs()
 
 DELETE_JOBS = "DELETE FROM tickgate_jobs WHERE name = ANY($1::text[])"
 
 # A delete is a cancel (migration 0031): run in the delete's transaction right after
 # DELETE or DELETE_JOBS, as a statement of its own, so that its snapshot sees every run
 # whose claim the delete waited for (a claim holds the job row for its statement). The
-# `running` runs of the jobs $1 (their incarnations $2) stay until they end (or their
+# `running` runs of the jobs (`jobs`: names and incarnations) stay until they end (or their
 # replica is gone), detached (`name@deleted:incarnation`, no job's name, so a job made
-# again under the name shares no tick with them), and have their cancel asked ($3 who,
-# $4 why) with every replica told, as REQUEST_CANCEL asks it: the replica running each
-# stops it and records it `cancelled`, releasing the lock. A cancel someone asked
-# before stays as asked.
-DETACH_RUNS = f"""WITH gone AS (
-        SELECT * FROM unnest($1::text[], $2::uuid[]) AS g(name, incarnation)
+# again under the name shares no tick with them), and have their cancel asked (`by`
+# who, `reason` why) with every replica told, as REQUEST_CANCEL asks it: the replica
+# running each stops it and records it `cancelled`, releasing the lock. A cancel
+# someone asked before stays as asked.
+GONE_COLUMNS: Columns[tuple[str, UUID]] = Columns(
+    Column("name", "text", lambda g: g[0]),
+    Column("incarnation", "uuid", lambda g: g[1]),
+)
+_detaching = Params()
+DETACH_RUNS = _detaching.statement(f"""WITH gone AS (
+        SELECT * FROM {_detaching.rows("jobs", GONE_COLUMNS).unnest("g")}
     ), asked AS (
         UPDATE tickgate_runs r SET job = gone.name || '@deleted:' || gone.incarnation,
             cancel_requested_at = COALESCE(r.cancel_requested_at, clock_timestamp()),
-            cancelled_by = CASE WHEN r.cancel_requested_at IS NULL THEN $3
+            cancelled_by = CASE WHEN r.cancel_requested_at IS NULL THEN {_detaching("by")}
                                 ELSE r.cancelled_by END,
-            cancel_reason = CASE WHEN r.cancel_requested_at IS NULL THEN $4
+            cancel_reason = CASE WHEN r.cancel_requested_at IS NULL THEN {_detaching("reason")}
                                  ELSE r.cancel_reason END
         FROM gone
         WHERE r.job = gone.name AND r.status = 'running'
@@ -165,7 +179,7 @@ DETACH_RUNS = f"""WITH gone AS (
             pg_notify('{CANCELS_CHANNEL}', r.id::text)
     )
     INSERT INTO tickgate_detached_runs (run_id, job, incarnation, lock_key, detached_at)
-    SELECT id, name, incarnation, lock_key, clock_timestamp() FROM asked"""
+    SELECT id, name, incarnation, lock_key, clock_timestamp() FROM asked""")
 
 # Then, a statement later (a run that ended while DETACH_RUNS ran is seen ended here),
 # the rest of the deleted jobs' runs go, with what cascades from them (outputs, hook

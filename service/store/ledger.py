@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from service.domain.gaps import Outcome, split_gaps
+from service.domain.hooks import events_of_end
 from service.domain.jobs import Job
 from service.domain.runs import (
     EARLIER_ATTEMPTS,
@@ -15,12 +16,16 @@ from service.domain.runs import (
     AttemptEnd,
     CancelRequest,
     Run,
+    RunStatus,
     SkipReason,
 )
 from service.store import backfill_sql, fire_sql, runs_sql
 from service.store.base import StoreBase
+from service.store.fire_sql import ABANDONED_ERROR
+from service.store.moves import skipped_ticks
 from service.store.ports import BackendId, NextAttempt, Orphan, RunEnd, Skip
 from service.store.rows import (
+    encoded_calls,
     job_from_row,
     last_run_from_row,
     run_from_row,
@@ -51,12 +56,14 @@ class LedgerStore(StoreBase):
         """Runs of `job` (of every job when None), newest first, strictly older than
         `before`. Only the conditions in use reach the statement: a prepared plan stays
         on the index that serves them (per job, or across jobs)."""
-        statement, args = runs_sql.runs_statement(job, before, where or RunFilter())
-        rows = await self._pool.fetch(f"{statement} LIMIT ${len(args) + 1}", *args, limit)
+        statement, args = runs_sql.runs_statement(job, before, where or RunFilter(), limit)
+        rows = await self._pool.fetch(statement, *args)
         return [run_from_row(row) for row in rows]
 
     async def last_runs(self, names: Sequence[str]) -> dict[str, Run]:
-        rows = await self._pool.fetch(runs_sql.LAST_RUNS, list(names))
+        rows = await self._pool.fetch(
+            runs_sql.LAST_RUNS.text, *runs_sql.LAST_RUNS.arguments(names=names)
+        )
         return {run.job: run for run in map(last_run_from_row, rows) if run is not None}
 
     async def ticks_without_runs(
@@ -65,12 +72,9 @@ class LedgerStore(StoreBase):
         """Which of these (job, tick) pairs have no ledger row yet; a tick skipped for
         one of the `unrun` reasons counts as having none either (it never ran)."""
         async with self._bounded() as connection:
-            rows = await connection.fetch(
-                runs_sql.TICKS_WITHOUT_RUNS,
-                [job for job, _ in ticks],
-                [tick for _, tick in ticks],
-                [reason.value for reason in unrun],
-            )
+            asking = runs_sql.TICKS_WITHOUT_RUNS
+            arguments = asking.arguments(ticks=ticks, unrun=[reason.value for reason in unrun])
+            rows = await connection.fetch(asking.text, *arguments)
         return {(row["job"], row["tick"]) for row in rows}
 
     async def split_missed(self, job: Job, ticks: Sequence[datetime]) -> bool:
@@ -85,7 +89,7 @@ class LedgerStore(StoreBase):
             if not splits:
                 return True
             arguments = backfill_sql.split_arguments(job.name, splits)
-            split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS, *arguments)
+            split: int = await connection.fetchval(backfill_sql.SPLIT_GAPS.text, *arguments)
         return split == len(splits)
 
     async def finish_run(self, run_id: UUID, end: RunEnd, backend: BackendId) -> Run | None:
@@ -95,7 +99,7 @@ class LedgerStore(StoreBase):
         `abandoned` or another replica took it over meanwhile."""
         async with self._bounded() as connection:
             [row] = await connection.fetch(
-                fire_sql.FINISH, *fire_sql.finish_arguments([(run_id, end)], backend)
+                fire_sql.FINISH.text, *fire_sql.finish_arguments([(run_id, end)], backend)
             )
         return run_from_row(row) if row["id"] is not None else None
 
@@ -104,10 +108,11 @@ class LedgerStore(StoreBase):
         tick that has a row already, or whose job is gone, records nothing)."""
         if not skips:
             return []
-        ids = [uuid4() for _ in skips]
-        arguments = fire_sql.skip_arguments(skips, runner, ids, self._hooks)
+        skipped = skipped_ticks(skips, [uuid4() for _ in skips], self._hooks)
+        recording = fire_sql.RECORD_SKIPS
+        arguments = recording.arguments(skips=skipped, runner=runner)
         async with self._bounded() as connection:
-            rows = await connection.fetch(fire_sql.RECORD_SKIPS, *arguments)
+            rows = await connection.fetch(recording.text, *arguments)
         return [run_from_row(row) for row in rows]
 
     async def orphans(self, most: int) -> list[Orphan]:
@@ -132,10 +137,15 @@ class LedgerStore(StoreBase):
         """End as `abandoned` those of `orphans` still orphaned; those ended."""
         if not orphans:
             return []
+        # The abandoned runs' `failure` hooks go with them (by their jobs as stored).
+        failed = events_of_end(RunStatus.ABANDONED)
+        abandoned = [
+            (o.run.id, encoded_calls(self._hooks.calls(o.job.hooks, o.job.default_hooks, failed)))
+            for o in orphans
+        ]
+        arguments = fire_sql.ABANDON.arguments(orphans=abandoned, error=ABANDONED_ERROR)
         async with self._bounded() as connection:
-            rows = await connection.fetch(
-                fire_sql.ABANDON, *fire_sql.abandon_arguments(orphans, self._hooks)
-            )
+            rows = await connection.fetch(fire_sql.ABANDON.text, *arguments)
         return [run_from_row(row) for row in rows]
 
     async def note_attempt(self, run: Run, job: Job, ended: AttemptEnd) -> NextAttempt:
@@ -143,7 +153,7 @@ class LedgerStore(StoreBase):
         and the job as stored says what it runs (see `ports.Ledger.note_attempt`)."""
         async with self._bounded() as connection:
             row = await connection.fetchrow(
-                fire_sql.NOTE_ATTEMPT, *fire_sql.note_attempt_arguments(run, job, ended)
+                fire_sql.NOTE_ATTEMPT.text, *fire_sql.note_attempt_arguments(run, job, ended)
             )
         assert row is not None, "one row: a select from one row"
         if row["counted"]:
@@ -158,10 +168,12 @@ class LedgerStore(StoreBase):
 
         A waiter that died leaves a row that simply expires.
         """
+        reserving = fire_sql.RESERVE_PENDING
+        arguments = reserving.arguments(
+            job=job, tick=tick, runner=runner, expires_in_seconds=expires_in_seconds
+        )
         async with self._bounded() as connection:
-            held: datetime | None = await connection.fetchval(
-                fire_sql.RESERVE_PENDING, job, tick, runner, expires_in_seconds
-            )
+            held: datetime | None = await connection.fetchval(reserving.text, *arguments)
         return held
 
     async def release_pending(self, job: str, tick: datetime) -> None:
@@ -176,10 +188,10 @@ class LedgerStore(StoreBase):
     async def request_cancel(self, request: CancelRequest) -> CancelAnswer | None:
         """Ask the replica running the run to cancel it (see `fire_sql.REQUEST_CANCEL`);
         None if there is no such run."""
+        asking = fire_sql.REQUEST_CANCEL
+        arguments = asking.arguments(run_id=request.run_id, by=request.by, reason=request.reason)
         async with self._bounded() as connection:
-            row = await connection.fetchrow(
-                fire_sql.REQUEST_CANCEL, request.run_id, request.by, request.reason
-            )
+            row = await connection.fetchrow(asking.text, *arguments)
         if row is None:
             return None
         return CancelAnswer(run_from_row(row), row["asked"], row["gone"])

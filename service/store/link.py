@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
+from service.store import session_sql
 from service.store.connection import Connection
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,7 @@ class Link:
         major = connection.get_server_version().major
         settings = self.server_settings(quiet_ends=quiet_ends, fire_path=fire_path)
         known = {k: v for k, v in settings.items() if major >= _SINCE_VERSION.get(k, 0)}
-        # Integers only, formatted here: nothing from outside goes into the statement.
-        await connection.execute("; ".join(f"SET {k} = {int(v)}" for k, v in known.items()))
+        await connection.execute(session_sql.settings(known))
 
     def tune_socket(self, connection: Connection) -> None:
         """Keepalives and TCP_USER_TIMEOUT on the client's socket, when it is TCP: a

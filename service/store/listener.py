@@ -8,6 +8,7 @@ from typing import Any, Self
 
 import asyncpg
 
+from service.store import session_sql
 from service.store.fire_sql import CANCELS_CHANNEL
 from service.store.jobs_sql import JOBS_CHANNEL
 from service.store.link import Link, deadline, heartbeat
@@ -88,7 +89,7 @@ class JobListener:
         return time.monotonic() - self._answered_at
 
     async def beat(self) -> None:
-        await self._connection.fetchval("SELECT 1")
+        await self._connection.fetchval(session_sql.PING)
         self._answered_at = time.monotonic()
 
     def drop(self) -> None:

@@ -33,7 +33,8 @@ MEMBER_IS_LIVE = f"""EXISTS (SELECT 1 FROM pg_locks l
 # only once it is committed, by which time the lock is held. No row is written (and
 # none returned) if something else holds the seed's key (a foreign application using
 # the two-int form): that seed is no member. `started_at` is when the replica first
-# joined ($4, kept across its rejoins), or now for a first join: a replica that lost
+# joined (the fourth argument, kept across its rejoins; the first three: its runner id,
+# version and tzdata), or now for a first join: a replica that lost
 # only its membership's connection (a PostgreSQL restart, a heartbeat past its
 # deadline) was up all along, and the cluster with it (`Takeover.since`).
 JOIN = f"""WITH drawn AS (
@@ -50,11 +51,11 @@ LIVE_MEMBERS = (
     f"SELECT {MEMBER_COLUMNS} FROM tickgate_members m WHERE {MEMBER_IS_LIVE} ORDER BY m.seed"
 )
 
-# $1 seed, $2 runs in flight, $3 last sync. Writes this member's row, deletes a bounded
-# batch of long-dead members' rows (SKIP LOCKED: two members sweeping at once never wait
-# on each other), and reads the live members, all in one round trip. The read sees the
-# table as it was before this statement's writes, so the member's own row shows its
-# previous heartbeat.
+# Arguments: the seed, the runs in flight, the last sync. Writes this member's row,
+# deletes a bounded batch of long-dead members' rows (SKIP LOCKED: two members sweeping
+# at once never wait on each other), and reads the live members, all in one round trip.
+# The read sees the table as it was before this statement's writes, so the member's own
+# row shows its previous heartbeat.
 HEARTBEAT = f"""WITH beat AS (
         UPDATE tickgate_members SET heartbeat_at = clock_timestamp(),
             runs_in_flight = $2, last_sync = $3

@@ -168,7 +168,9 @@ async def _renumber(connection: Connection, known: list[Migration]) -> None:
         target = by_version.get(new)
         if target is None or target.name != name:
             continue
-        status = await connection.execute(migrate_sql.RENUMBER, old, name, new)
+        renumbering = migrate_sql.RENUMBER
+        arguments = renumbering.arguments(old=old, name=name, new=new)
+        status = await connection.execute(renumbering.text, *arguments)
         if status == "UPDATE 1":
             log.warning(
                 "migration %04d_%s was renumbered %s on a merge: recorded again under %d, "
@@ -212,11 +214,9 @@ async def _trust_on_first_use(
     if not unchecked:
         return
     files = [m for m in known if m.version in unchecked]
-    await connection.execute(
-        migrate_sql.TRUST_ON_FIRST_USE,
-        [m.version for m in files],
-        [m.checksum for m in files],
-    )
+    trusting = migrate_sql.TRUST_ON_FIRST_USE
+    checksums = [(m.version, m.checksum) for m in files]
+    await connection.execute(trusting.text, *trusting.arguments(files=checksums))
     log.info("recorded the checksums of %d migrations applied before they were kept", len(files))
 
 

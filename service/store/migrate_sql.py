@@ -1,5 +1,7 @@
 """Every statement of the migrator (service/store/migrate.py), one constant each."""
 
+from service.store.columns import Column, Columns, Params
+
 # Serialises migrators: replicas that start together wait here (blocking is right for a
 # startup step, unlike on the fire path). A session lock, since each migration commits
 # on its own: released by UNLOCK (or by closing the connection).
@@ -26,17 +28,26 @@ APPLIED = "SELECT version, name, checksum FROM tickgate_schema_migrations ORDER 
 
 RECORD = "INSERT INTO tickgate_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
 
-# A migration renumbered on a merge ($1, $2) recorded again under its new number ($3),
-# unless that number is taken (then the check that follows names the conflict).
-RENUMBER = """UPDATE tickgate_schema_migrations SET version = $3
-    WHERE version = $1 AND name = $2
-      AND NOT EXISTS (SELECT 1 FROM tickgate_schema_migrations WHERE version = $3)"""
+# A migration renumbered on a merge (its old number and its name) recorded again under
+# its new number, unless that number is taken (then the check that follows names the
+# conflict).
+_renumbering = Params()
+_old, _name, _new = _renumbering("old"), _renumbering("name"), _renumbering("new")
+RENUMBER = _renumbering.statement(f"""UPDATE tickgate_schema_migrations SET version = {_new}
+    WHERE version = {_old} AND name = {_name}
+      AND NOT EXISTS (SELECT 1 FROM tickgate_schema_migrations WHERE version = {_new})""")
 
 # The checksums of migrations applied before checksums were kept: those of the files
-# ($1 versions, $2 checksums), trusted as they are. A checksum recorded is never changed.
-TRUST_ON_FIRST_USE = """UPDATE tickgate_schema_migrations AS m SET checksum = f.checksum
-    FROM unnest($1::integer[], $2::text[]) AS f (version, checksum)
-    WHERE m.version = f.version AND m.checksum IS NULL"""
+# (`files`: version, checksum), trusted as they are. A checksum recorded is never changed.
+CHECKSUM_COLUMNS: Columns[tuple[int, str]] = Columns(
+    Column("version", "integer", lambda f: f[0]),
+    Column("checksum", "text", lambda f: f[1]),
+)
+_trusting = Params()
+TRUST_ON_FIRST_USE = _trusting.statement(f"""UPDATE tickgate_schema_migrations AS m
+    SET checksum = f.checksum
+    FROM {_trusting.rows("files", CHECKSUM_COLUMNS).unnest("f")}
+    WHERE m.version = f.version AND m.checksum IS NULL""")
 
 # The newest migration applied: the readiness ping compares it with this release's head.
 NEWEST = "SELECT max(version) FROM tickgate_schema_migrations"

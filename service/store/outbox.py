@@ -19,7 +19,9 @@ class OutboxStore(StoreBase):
     async def take_deliveries(self, most: int, sender: str, lease_margin: float) -> list[Sending]:
         """Up to `most` due deliveries, now `sending` for `sender` (see `hooks_sql.TAKE`)."""
         async with self._bounded() as connection:
-            rows = await connection.fetch(hooks_sql.TAKE, most, sender, lease_margin)
+            taking = hooks_sql.TAKE
+            arguments = taking.arguments(most=most, sender=sender, lease_margin=lease_margin)
+            rows = await connection.fetch(taking.text, *arguments)
         return [Sending(_delivery(row), run_from_row(row), dict(row["labels"])) for row in rows]
 
     async def settle_delivery(
@@ -32,10 +34,12 @@ class OutboxStore(StoreBase):
         answer: JsonValue,
         retry_in: float | None = None,
     ) -> None:
+        settling = hooks_sql.SETTLE
+        arguments = settling.arguments(
+            id=delivery, sender=sender, status=status, error=error, answer=answer, retry_in=retry_in
+        )
         async with self._bounded() as connection:
-            await connection.execute(
-                hooks_sql.SETTLE, delivery, sender, status, error, answer, retry_in
-            )
+            await connection.execute(settling.text, *arguments)
 
     async def run_deliveries(self, run_id: UUID) -> list[Delivery] | None:
         """The run's deliveries, oldest first; None if there is no such run."""

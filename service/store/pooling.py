@@ -34,6 +34,7 @@ from typing import Any
 import asyncpg
 
 from service.domain.names import lock_key
+from service.store import session_sql
 from service.store.errors import SharedSessionError
 from service.store.sessions import CONNECT_SECONDS
 
@@ -41,19 +42,6 @@ from service.store.sessions import CONNECT_SECONDS
 PROBE_LOCK_KEY = lock_key("tickgate:session-probe")
 CHECK_SECONDS = 20.0
 
-_PROBE = """locktype = 'advisory' AND objsubid = 1
-          AND classid = (($1::bigint >> 32) & 4294967295)::oid
-          AND objid = ($1::bigint & 4294967295)::oid"""
-_TAKE = f"""SELECT pg_backend_pid() AS pid, (
-        SELECT count(*) FROM pg_locks
-        WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND NOT ({_PROBE})
-    ) AS inherited, pg_try_advisory_lock_shared($1) AS held"""
-_LOOK = f"""SELECT pg_backend_pid() AS pid, 0 AS inherited, EXISTS (
-        SELECT 1 FROM pg_locks
-        WHERE {_PROBE} AND granted AND mode = 'ShareLock' AND pid = pg_backend_pid()
-          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    ) AS held"""
-_RELEASE = "SELECT pg_advisory_unlock_shared($1)"
 
 _FIX = (
     "Point DATABASE_URL at PostgreSQL directly, or use PgBouncer in session mode "
@@ -115,7 +103,7 @@ async def _refusal(dsn: str) -> str | None:
     holder = await _connect(dsn)
     try:
         refusal = await _holder_refusal(dsn, holder)
-        await holder.fetchval(_RELEASE, PROBE_LOCK_KEY)
+        await holder.fetchval(session_sql.RELEASE_PROBE, PROBE_LOCK_KEY)
         await holder.close()
         return refusal
     finally:
@@ -123,10 +111,10 @@ async def _refusal(dsn: str) -> str | None:
 
 
 async def _holder_refusal(dsn: str, holder: "asyncpg.Connection[Any]") -> str | None:
-    taken = await _look(holder, _TAKE)
+    taken = await _look(holder, session_sql.TAKE_PROBE)
     if taken.inherited:
         return not_reset(f"backend {taken.pid} held {taken.inherited} advisory locks already")
-    if refusal := _moved(taken, await _look(holder, _LOOK)):
+    if refusal := _moved(taken, await _look(holder, session_sql.LOOK_PROBE)):
         return refusal
     other = await _connect(dsn)
     try:
@@ -143,10 +131,10 @@ async def _beside(
     """The holder's lock as its next statement sees it while `other` holds a
     transaction open, so that statement cannot be lent the other's session."""
     async with other.transaction():
-        other_pid = await other.fetchval("SELECT pg_backend_pid()")
+        other_pid = await other.fetchval(session_sql.BACKEND_PID)
         if other_pid == taken.pid:
             return transaction_pooling(f"two connections were on backend {taken.pid} at once")
-        return _moved(taken, await _look(holder, _LOOK))
+        return _moved(taken, await _look(holder, session_sql.LOOK_PROBE))
 
 
 def _moved(taken: _Look, looked: _Look) -> str | None:

@@ -1,15 +1,16 @@
 """Rows become frozen domain objects the moment they leave the database."""
 
 import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from service.domain.hooks import HOOKS
+from service.domain.hooks import HOOKS, HookCall
 from service.domain.jobs import Job
 from service.domain.ownership import Member
 from service.domain.runs import Run
 from service.domain.schedules import CHECKED, DailySchedule
+from service.store.columns import Column, Columns
 
 
 @dataclass(frozen=True)
@@ -20,42 +21,47 @@ class Encoded:
     text: str
 
 
+def encoded_calls(calls: Sequence[HookCall]) -> Encoded | None:
+    """Calls as `hooks_sql.deliveries` takes them, one element of a jsonb[]: a JSON array
+    encoded already (a list would be one more dimension of the array), or NULL for none."""
+    return Encoded(json.dumps([call.stored() for call in calls])) if calls else None
+
+
 # The one column table of tickgate_jobs: the statements' column lists, the values
-# written, their SQL types (for statements that take a column as an array) and the rows
-# read all derive from it, so they cannot drift apart.
-_JOB_TABLE: tuple[tuple[str, str, Callable[[Job], object]], ...] = (
-    ("name", "text", lambda job: job.name),
-    ("lock_key", "bigint", lambda job: job.lock_key),
-    ("description", "text", lambda job: job.description),
-    ("schedule", "jsonb", lambda job: job.schedule.model_dump(mode="json")),
-    ("timezone", "text", lambda job: job.timezone),
-    ("task", "text", lambda job: job.task),
-    ("args", "jsonb", lambda job: job.args),
-    ("state", "text", lambda job: job.state.value),
-    ("overlap", "text", lambda job: job.overlap.value),
-    ("timeout_seconds", "integer", lambda job: job.timeout_seconds),
-    ("misfire_grace_seconds", "integer", lambda job: job.misfire_grace_seconds),
-    ("created_at", "timestamptz", lambda job: job.created_at),
-    ("updated_at", "timestamptz", lambda job: job.updated_at),
-    ("fire_after", "timestamptz", lambda job: job.fire_after),
-    ("version", "bigint", lambda job: job.version),
-    ("retry", "jsonb", lambda job: job.retry.model_dump(mode="json")),
-    ("start_at", "timestamptz", lambda job: job.start_at),
-    ("end_at", "timestamptz", lambda job: job.end_at),
-    ("max_runs", "bigint", lambda job: job.max_runs),
-    ("jitter_seconds", "integer", lambda job: job.jitter_seconds),
-    ("catchup", "text", lambda job: job.catchup.value),
-    ("pause_note", "text", lambda job: job.pause_note),
-    ("runs_started", "bigint", lambda job: job.runs_started),
-    ("incarnation", "uuid", lambda job: job.incarnation),
-    ("managed_by", "text", lambda job: job.managed_by),
-    ("labels", "jsonb", lambda job: job.labels),
-    ("capture", "boolean", lambda job: job.capture),
-    ("hooks", "jsonb", lambda job: Encoded(HOOKS.dump_json(job.hooks).decode())),
-    ("default_hooks", "boolean", lambda job: job.default_hooks),
+# written, their SQL types (for statements that take a column as an array)
+# and the rows read all derive from it, so they cannot drift apart.
+JOB_TABLE: Columns[Job] = Columns(
+    Column("name", "text", lambda job: job.name),
+    Column("lock_key", "bigint", lambda job: job.lock_key),
+    Column("description", "text", lambda job: job.description),
+    Column("schedule", "jsonb", lambda job: job.schedule.model_dump(mode="json")),
+    Column("timezone", "text", lambda job: job.timezone),
+    Column("task", "text", lambda job: job.task),
+    Column("args", "jsonb", lambda job: job.args),
+    Column("state", "text", lambda job: job.state.value),
+    Column("overlap", "text", lambda job: job.overlap.value),
+    Column("timeout_seconds", "integer", lambda job: job.timeout_seconds),
+    Column("misfire_grace_seconds", "integer", lambda job: job.misfire_grace_seconds),
+    Column("created_at", "timestamptz", lambda job: job.created_at),
+    Column("updated_at", "timestamptz", lambda job: job.updated_at),
+    Column("fire_after", "timestamptz", lambda job: job.fire_after),
+    Column("version", "bigint", lambda job: job.version),
+    Column("retry", "jsonb", lambda job: job.retry.model_dump(mode="json")),
+    Column("start_at", "timestamptz", lambda job: job.start_at),
+    Column("end_at", "timestamptz", lambda job: job.end_at),
+    Column("max_runs", "bigint", lambda job: job.max_runs),
+    Column("jitter_seconds", "integer", lambda job: job.jitter_seconds),
+    Column("catchup", "text", lambda job: job.catchup.value),
+    Column("pause_note", "text", lambda job: job.pause_note),
+    Column("runs_started", "bigint", lambda job: job.runs_started),
+    Column("incarnation", "uuid", lambda job: job.incarnation),
+    Column("managed_by", "text", lambda job: job.managed_by),
+    Column("labels", "jsonb", lambda job: job.labels),
+    Column("capture", "boolean", lambda job: job.capture),
+    Column("hooks", "jsonb", lambda job: Encoded(HOOKS.dump_json(job.hooks).decode())),
+    Column("default_hooks", "boolean", lambda job: job.default_hooks),
 )
-JOB_COLUMNS = ", ".join(column for column, _, _ in _JOB_TABLE)
-JOB_COLUMN_TYPES = tuple(sql_type for _, sql_type, _ in _JOB_TABLE)
+JOB_COLUMNS = JOB_TABLE.names
 # Instants as text in UTC, whatever the session's TimeZone: `2026-11-29T20:00:00.123456Z`.
 _UTC_INSTANT = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""
 
@@ -68,13 +74,13 @@ def job_document(table: str, name: str | None = "job") -> str:
     (job_from_row) costs a third of two dozen columns decoded one by one, three of them
     JSON, and then validated."""
     members = ", ".join(
-        f"'{column}', "
+        f"'{column.name}', "
         + (
-            f"to_char({table}.{column} AT TIME ZONE 'UTC', {_UTC_INSTANT})"
-            if sql_type == "timestamptz"
-            else f"{table}.{column}"
+            f"to_char({table}.{column.name} AT TIME ZONE 'UTC', {_UTC_INSTANT})"
+            if column.sql_type == "timestamptz"
+            else f"{table}.{column.name}"
         )
-        for column, sql_type, _ in _JOB_TABLE
+        for column in JOB_TABLE.columns
     )
     document = f"json_build_object({members})::text"
     return document if name is None else f"{document} AS {name}"
@@ -82,12 +88,7 @@ def job_document(table: str, name: str | None = "job") -> str:
 
 def job_values(job: Job) -> tuple[object, ...]:
     """`job` as the values of JOB_COLUMNS, in order."""
-    return tuple(value(job) for _, _, value in _JOB_TABLE)
-
-
-def job_columns(jobs: Sequence[Job]) -> list[list[object]]:
-    """`jobs` as one list per column of JOB_COLUMNS: the arrays a statement unnests."""
-    return [[value(job) for job in jobs] for _, _, value in _JOB_TABLE]
+    return JOB_TABLE.values(job)
 
 
 RUN_COLUMNS = (

@@ -6,6 +6,7 @@ from datetime import datetime
 from uuid import UUID
 
 from service.domain.runs import RunStatus
+from service.store.columns import Column, Columns, Params, one
 from service.store.rows import RUN_COLUMNS, last_run_columns
 
 
@@ -28,8 +29,10 @@ class RunFilter:
 
 
 def runs_statement(
-    job: str | None, before: RunPosition | None, where: RunFilter
+    job: str | None, before: RunPosition | None, where: RunFilter, limit: int
 ) -> tuple[str, list[object]]:
+    """Runs of `job` (of every job when None), newest first, strictly older than
+    `before`, at most `limit`; the statement and its arguments."""
     conditions: list[str] = []
     args: list[object] = []
 
@@ -51,7 +54,7 @@ def runs_statement(
         conditions.append(f"started_at < {arg(where.until)}")
     predicate = " AND ".join(conditions) or "TRUE"
     statement = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE {predicate}
-                    ORDER BY started_at DESC, id DESC"""
+                    ORDER BY started_at DESC, id DESC LIMIT {arg(limit)}"""
     return statement, args
 
 
@@ -59,11 +62,20 @@ def runs_statement(
 LAST_RUN_OF = f"""SELECT {RUN_COLUMNS} FROM tickgate_runs
     WHERE job = {{job}} ORDER BY started_at DESC, id DESC LIMIT 1"""
 
-TICKS_WITHOUT_RUNS = """SELECT t.job, t.tick
-    FROM unnest($1::text[], $2::timestamptz[]) AS t (job, tick)
+# Ticks of jobs, as (job, tick) pairs.
+TICK_COLUMNS: Columns[tuple[str, datetime]] = Columns(
+    Column("job", "text", lambda t: t[0]),
+    Column("tick", "timestamptz", lambda t: t[1]),
+)
+
+# Which of the `ticks` have no row, or only a skip for one of the reasons `unrun`.
+_without = Params()
+TICKS_WITHOUT_RUNS = _without.statement(f"""SELECT t.job, t.tick
+    FROM {_without.rows("ticks", TICK_COLUMNS).unnest("t")}
     WHERE NOT EXISTS (SELECT 1 FROM tickgate_runs r
                       WHERE r.job = t.job AND r.scheduled_for = t.tick
-                        AND (r.skip_reason IS NULL OR r.skip_reason <> ALL($3::text[])))"""
+                        AND (r.skip_reason IS NULL
+                             OR r.skip_reason <> ALL({_without("unrun", "text[]")})))""")
 
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM tickgate_runs WHERE id = $1"
 # A run with what was kept beside it (migrations 0019, 0020): its output and its log.
@@ -71,6 +83,8 @@ GET_RUN_KEPT = f"""SELECT {RUN_COLUMNS}, o.output AS kept_output, o.log AS kept_
         o.earlier_attempts AS kept_attempts
     FROM tickgate_runs r LEFT JOIN tickgate_run_outputs o ON o.run_id = r.id
     WHERE r.id = $1"""
-# The latest run of each job named in $1.
-LAST_RUNS = f"""SELECT {last_run_columns("last")} FROM unnest($1::text[]) AS n (name)
-    CROSS JOIN LATERAL ({LAST_RUN_OF.format(job="n.name")}) AS last"""
+# The latest run of each job of `names`.
+_last = Params()
+LAST_RUNS = _last.statement(f"""SELECT {last_run_columns("last")}
+    FROM {_last.rows("names", one("name", "text")).unnest("n")}
+    CROSS JOIN LATERAL ({LAST_RUN_OF.format(job="n.name")}) AS last""")

@@ -30,12 +30,13 @@ from uuid import UUID
 import asyncpg
 
 from service.domain.runs import Run
-from service.store import fire_sql
+from service.store import fire_sql, session_sql
 from service.store.base import init_connection
 from service.store.coalesce import Coalescer
 from service.store.connection import Connection
 from service.store.errors import is_unavailable, timed_out
 from service.store.link import Link, deadline, heartbeat
+from service.store.moves import claimed_ticks
 from service.store.ports import (
     BackendId,
     Claim,
@@ -171,11 +172,11 @@ class LockSession:
         counted = any(tick.counted for tick in ticks)
         if counted and len(ticks) > 1:
             raise ValueError("a claim that counts runs goes alone")
-        statement = fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM
+        statement = (fire_sql.CLAIM_COUNTED if counted else fire_sql.CLAIM).text
         async with self._turns.turn():
             # The keys held are read, and the ones taken noted, within the turn: no
             # other statement on the session comes in between.
-            arguments = fire_sql.claim_arguments(ticks, self._held)
+            arguments = fire_sql.claim_arguments(claimed_ticks(ticks), self._held)
             taking = {tick.job.lock_key for tick in ticks if tick.lock} - self._held
             rows = await self._claiming(taking, statement, arguments)
             claims = [_claim_of(row, tick) for row, tick in zip(rows, ticks, strict=True)]
@@ -233,7 +234,7 @@ class LockSession:
         async with self._turns.turn():
             self._beating = True  # the heartbeat's deadline may drop the session now
             try:
-                await self._connection.fetchval("SELECT 1")
+                await self._connection.fetchval(session_sql.PING)
             finally:
                 self._beating = False
         self._answered_at = time.monotonic()
@@ -285,7 +286,7 @@ class LockSession:
         claim comes in between): a refused FINISH wrote nothing, and a lock released in
         it would not come back, whatever failed after. Nothing is released then."""
         async with self._turns.turn(urgent=True):
-            finishing = self._connection.fetch(fire_sql.FINISH, *_finish_arguments(endings))
+            finishing = self._connection.fetch(fire_sql.FINISH.text, *_finish_arguments(endings))
             rows = list(await self._answer(finishing))
             released = await self._unlocking([ending.release_lock for ending in endings])
         return list(zip(rows, released, strict=True))
@@ -296,7 +297,10 @@ class LockSession:
         if all(key is None for key in keys):
             return [False] * len(keys)
         try:
-            rows = await self._answer(self._connection.fetch(fire_sql.UNLOCK_ENDED, keys))
+            unlocking = fire_sql.UNLOCK_ENDED
+            rows = await self._answer(
+                self._connection.fetch(unlocking.text, *unlocking.arguments(keys=keys))
+            )
         except Exception as error:  # noqa: BLE001 - logged; the session is dropped instead
             log.warning("lock session %d: locks of ended runs kept (%r)", self.pid, error)
             self.terminate()
@@ -337,8 +341,9 @@ class LockSession:
         async with self._turns.turn():
             asking = [o for o in orphans if not (o.locked and o.lock_key in self._held)]
             taking = {o.lock_key for o in asking if o.locked}
-            arguments = fire_sql.resume_arguments(asking, runner)
-            rows = await self._claiming(taking, fire_sql.RESUME, arguments) if asking else []
+            arguments = fire_sql.RESUME.arguments(orphans=asking, runner=runner)
+            resuming = fire_sql.RESUME.text
+            rows = await self._claiming(taking, resuming, arguments) if asking else []
             answers = dict(zip((o.run.id for o in asking), rows, strict=True))
             return [self._resumed(answers.get(o.run.id), o.lock_key) for o in orphans]
 

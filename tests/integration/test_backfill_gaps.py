@@ -166,7 +166,7 @@ async def test_a_split_that_meets_another_one_changes_nothing_and_reads_again(
         splitting = other.transaction()
         await splitting.start()
         first = backfill_sql.split_arguments("cas", split_gaps(job, ticks[:1], rows))
-        assert await other.fetchval(backfill_sql.SPLIT_GAPS, *first) == 1
+        assert await other.fetchval(backfill_sql.SPLIT_GAPS.text, *first) == 1
         meanwhile = asyncio.create_task(store.split_missed(job, ticks[1:2]))
         await eventually_async(lambda: blocks_someone(other), 30, "the split to wait on the row")
         await splitting.commit()

@@ -22,6 +22,7 @@ from service.domain.jobs import Job, JobSpec, create_job
 from service.domain.runs import RunTrigger
 from service.store import Store
 from service.store.fire_sql import CLAIM, claim_arguments
+from service.store.moves import claimed_ticks
 from service.store.ports import TickClaim
 from service.store.sessions import LockSessions
 from tests.support.fire import EVERY_SECOND, lock_pool
@@ -60,8 +61,8 @@ async def _buffers(url: str, jobs: Sequence[Job], at: datetime) -> int:
         for job in jobs[: BATCH // 2]:
             await holder.execute("SELECT pg_advisory_lock($1)", job.lock_key)
         explained = await claimer.fetchval(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM}",
-            *claim_arguments(_ticks(jobs, at)),
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM.text}",
+            *claim_arguments(claimed_ticks(_ticks(jobs, at))),
         )
     finally:
         await holder.close()
