@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="override a size, e.g. --set steady_rates=1000,2000 --set steady_seconds=30 "
-        "(fields of bench.common.Sizes); the results then go to partial-<date>.*",
+        "(fields of bench.context.Sizes); the results then go to partial-<date>.*",
     )
     return parser
 
