@@ -15,6 +15,7 @@ from service.domain.jobs import Job, JobState, done_with_its_tick
 from service.domain.runs import DELETED_BY_TICKGATE, JOB_DELETED, Run
 from service.store import jobs_sql, session_sql
 from service.store.base import StoreBase
+from service.store.columns import Statement
 from service.store.connection import Connection
 from service.store.cursors import open_cursors, supersede
 from service.store.ports import JobUpdateFn
@@ -99,6 +100,12 @@ class JobFilter:
     prefix: str | None = None
     labels: Labels = ()  # every one of these (key, value) pairs
 
+    def arguments(self, **more: Any) -> dict[str, Any]:
+        """The filters given, by name, with `more` (None is not given)."""
+        given = {"state": self.state, "task": self.task, "prefix": self.prefix} | more
+        labels = {"labels": dict(self.labels)} if self.labels else {}
+        return {name: value for name, value in given.items() if value is not None} | labels
+
     def admits(self, job: Job) -> bool:
         """The same test as list_jobs' WHERE clause, for jobs already in hand."""
         return (
@@ -130,15 +137,9 @@ class JobStore(StoreBase):
 
     async def list_jobs(self, limit: int, after: str | None, where: JobFilter) -> list[ShownJob]:
         """Jobs in name order, strictly after `after`, each with its latest run."""
-        rows = await self._pool.fetch(
-            jobs_sql.LIST_JOBS,
-            after,
-            where.state,
-            where.task,
-            where.prefix,
-            limit,
-            dict(where.labels),
-        )
+        given = where.arguments(after=after, limit=limit)
+        statement = jobs_sql.list_jobs(frozenset(given))
+        rows = await self._pool.fetch(statement.text, *statement.arguments(**given))
         return [ShownJob.of(row) for row in rows]
 
     async def list_jobs_by_next_tick(
@@ -148,19 +149,25 @@ class JobStore(StoreBase):
         run and its place: first the active jobs with a booked tick by (tick, name), then
         every other job by name. Each page is one index range of the book, and a range of
         jobs by name only once the booked ones run out."""
-        filters = (where.state, where.task, where.prefix, dict(where.labels))
         rows: list[Any] = []
         if after is None or after.tick is not None:
             start = after or TickPosition(_BEFORE_EVERY_TICK, "")
-            rows = await self._pool.fetch(
-                jobs_sql.JOBS_BY_NEXT_TICK, start.name, *filters, limit, start.tick
+            rows = await self._page(
+                jobs_sql.jobs_by_next_tick, where, after=start.name, limit=limit, tick=start.tick
             )
         if len(rows) < limit:
             name = after.name if after is not None and after.tick is None else ""
-            rows += await self._pool.fetch(
-                jobs_sql.JOBS_AFTER_TICKS, name, *filters, limit - len(rows)
+            rows += await self._page(
+                jobs_sql.jobs_after_ticks, where, after=name, limit=limit - len(rows)
             )
         return [_placed(ShownJob.of(row), row["booked_tick"]) for row in rows]
+
+    async def _page(
+        self, statement_of: Callable[[frozenset[str]], Statement], where: JobFilter, **more: Any
+    ) -> list[Any]:
+        given = where.arguments(**more)
+        statement = statement_of(frozenset(given))
+        return list(await self._pool.fetch(statement.text, *statement.arguments(**given)))
 
     async def active_versions(self) -> dict[str, tuple[UUID, int]]:
         """Name to revision (incarnation, version) of every active job."""

@@ -1,6 +1,7 @@
 """Every statement of the job definitions (create, read, list, change, delete), one
 constant each."""
 
+import functools
 from uuid import UUID
 
 from service.store import runs_sql
@@ -23,8 +24,20 @@ ACTIVE_VERSIONS = "SELECT name, incarnation, version FROM tickgate_jobs WHERE st
 NOTIFY = "SELECT pg_notify($1, $2)"
 
 _LAST_RUN_OF_J = runs_sql.LAST_RUN_OF.format(job="j.name")
-JOBS_WITH_LAST_RUN = f"""SELECT {JOB}, {last_run_columns("last")}
-    FROM tickgate_jobs j LEFT JOIN LATERAL ({_LAST_RUN_OF_J}) AS last ON true"""
+
+
+def _with_last_run(page: str, order: str, *extra: str) -> str:
+    """The jobs of `page` (a query of whole job rows named j, with its own ORDER BY and
+    LIMIT), each with its latest run, in `order`. The page is cut first: joined before
+    the LIMIT, the latest run is looked up for every job that passes the filters (a
+    list of 100 among 16,000 jobs read 16,000 runs' index entries, 26 ms against 0.9)."""
+    columns = ", ".join((JOB, last_run_columns("last"), *extra))
+    return f"""SELECT {columns} FROM ({page}) AS j
+    LEFT JOIN LATERAL ({_LAST_RUN_OF_J}) AS last ON true
+    ORDER BY {order}"""
+
+
+SHOW_JOB = _with_last_run("SELECT * FROM tickgate_jobs WHERE name = $1", "j.name")
 
 # Changes lock job rows FOR NO KEY UPDATE: two changes of a job still take turns, but a
 # claim (which holds its jobs' rows FOR KEY SHARE for one statement) never waits for
@@ -34,17 +47,6 @@ UPDATE_JOB = f"UPDATE tickgate_jobs SET ({JOB_COLUMNS}) = ({JOB_PLACEHOLDERS}) W
 LOCK_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""
 
-# Jobs in name order after the name given first (NULL: from the first), filtered by
-# state, task and name prefix (the next three), at most the fifth argument of them, with
-# the labels of the sixth.
-LIST_JOBS = f"""{JOBS_WITH_LAST_RUN}
-    WHERE ($1::text IS NULL OR j.name > $1)
-      AND ($2::text IS NULL OR j.state = $2)
-      AND ($3::text IS NULL OR j.task = $3)
-      AND ($4::text IS NULL OR starts_with(j.name, $4))
-      AND j.labels @> $6::jsonb
-    ORDER BY j.name LIMIT $5"""
-SHOW_JOB = f"{JOBS_WITH_LAST_RUN} WHERE j.name = $1"
 
 # Active jobs with nothing left to fire, by the database clock: the window closed and
 # every tick in it decided (the cursor past the last one: a tick due before the end may
@@ -98,28 +100,60 @@ INSERT_JOB = f"""WITH inserted AS (
         FROM inserted)
     SELECT pg_notify(${_CHANNEL}, name) FROM inserted"""
 
-# The book's order (migration 0012): the active jobs with a tick by (tick, name), after
-# the position (the seventh argument, the first); then (JOBS_AFTER_TICKS) every other
-# job by name, after the first. The filters (the second to the fifth: state, task, name
-# prefix, labels) are list_jobs' own; the sixth is the limit.
-JOB_FILTERS = """($2::text IS NULL OR j.state = $2)
-    AND ($3::text IS NULL OR j.task = $3)
-    AND ($4::text IS NULL OR starts_with(j.name, $4))
-    AND j.labels @> $5::jsonb"""
+# The filters of a list of jobs, each written only when given: a generic plan of
+# `($n IS NULL OR j.labels @> $n)` takes the labels to match few jobs, and then reads
+# and sorts every job for a page rather than walk the name index to its first 100.
+_FILTERS = {
+    "after": "j.name > {}",
+    "state": "j.state = {}",
+    "task": "j.task = {}",
+    "prefix": "starts_with(j.name, {})",
+    "labels": "j.labels @> {}::jsonb",
+}
 
-JOBS_BY_NEXT_TICK = f"""SELECT {JOB}, {last_run_columns("last")}, n.tick AS booked_tick
+
+def _where(p: Params, given: frozenset[str]) -> str:
+    return " AND ".join(_FILTERS[name].format(p(name)) for name in _FILTERS if name in given)
+
+
+@functools.cache
+def list_jobs(given: frozenset[str]) -> Statement:
+    """Jobs in name order, with the filters `given` (`after`: strictly after the name;
+    `state`, `task`, `prefix` of the name, `labels` every one of), at most `limit`."""
+    p = Params()
+    page = f"""SELECT * FROM tickgate_jobs j WHERE {_where(p, given) or "true"}
+    ORDER BY j.name LIMIT {p("limit")}"""
+    return p.statement(_with_last_run(page, "j.name"))
+
+
+@functools.cache
+def jobs_by_next_tick(given: frozenset[str]) -> Statement:
+    """The book's order (migration 0012): the active jobs with a tick by (tick, name),
+    strictly after (`tick`, `after`), with the other filters `given`;
+    `jobs_after_ticks` follows with every other job."""
+    p = Params()
+    position = f"({p('tick', 'timestamptz')}, {p('after', 'text')})"
+    filters = _where(p, given - {"after"})
+    page = f"""SELECT j.*, n.tick AS booked_tick
     FROM tickgate_next_ticks n JOIN tickgate_jobs j ON j.name = n.job
-    LEFT JOIN LATERAL ({_LAST_RUN_OF_J}) AS last ON true
-    WHERE (n.tick, n.job) > ($7::timestamptz, $1::text) AND n.tick < 'infinity'
-      AND j.state = 'active' AND {JOB_FILTERS}
-    ORDER BY n.tick, n.job LIMIT $6"""
+    WHERE (n.tick, n.job) > {position} AND n.tick < 'infinity' AND j.state = 'active'
+      {f"AND {filters}" if filters else ""}
+    ORDER BY n.tick, n.job LIMIT {p("limit")}"""
+    return p.statement(_with_last_run(page, "j.booked_tick, j.name", "j.booked_tick"))
 
-JOBS_AFTER_TICKS = f"""SELECT {JOB}, {last_run_columns("last")}, NULL::timestamptz AS booked_tick
+
+@functools.cache
+def jobs_after_ticks(given: frozenset[str]) -> Statement:
+    """Every job without a booked tick, in name order, strictly after `after`, with the
+    filters `given`."""
+    p = Params()
+    page = f"""SELECT j.*, NULL::timestamptz AS booked_tick
     FROM tickgate_jobs j LEFT JOIN tickgate_next_ticks n ON n.job = j.name
-    LEFT JOIN LATERAL ({_LAST_RUN_OF_J}) AS last ON true
-    WHERE j.name > $1 AND NOT (j.state = 'active' AND coalesce(n.tick < 'infinity', false))
-      AND {JOB_FILTERS}
-    ORDER BY j.name LIMIT $6"""
+    WHERE NOT (j.state = 'active' AND coalesce(n.tick < 'infinity', false))
+      AND {_where(p, given | {"after"})}
+    ORDER BY j.name LIMIT {p("limit")}"""
+    return p.statement(_with_last_run(page, "j.name", "j.booked_tick"))
+
 
 # A bulk apply's rows, locked in name order: the jobs it names (the first argument) and,
 # when it prunes (the second), every job in the prune's scope: of the manager given
