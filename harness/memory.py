@@ -15,6 +15,11 @@ written only where none is. Every call gives other tasks a turn first, as a roun
 would. `Hooks` can hold a claim after it took its locks, or a run's end before it is
 written, so a test can interleave another replica's calls exactly there (`Pause`).
 
+The window's ports too: `MemoryLedger.read_window` reads the tick cursors as
+`cursor_sql.WINDOW` and `CURSORED_JOBS` do, and `MemoryDatabase.listen` opens a
+`MemoryListener`, told of every job written and every cancel asked (NOTIFY), from the
+event loop once the write is done, as a notification comes after its commit.
+
 No SQL, no I/O: time comes from the clock it is given, so tests decide what it reads.
 The outbox of hook deliveries is not modelled: ends and skips carry their hook calls,
 and only PostgreSQL writes them (tests/integration/test_hooks.py). A cancel asked of a
@@ -43,6 +48,7 @@ from uuid import UUID, uuid4
 
 from service.domain.gaps import GapSplit, Outcome, split_gaps
 from service.domain.jobs import Job, JobState
+from service.domain.ownership import bucket_of
 from service.domain.runs import (
     DELETED_BY_TICKGATE,
     JOB_DELETED,
@@ -59,8 +65,10 @@ from service.store.ports import (
     Claim,
     ClaimOutcome,
     GateFacts,
+    Held,
     JobUpdateFn,
     Ledger,
+    Listener,
     LockPool,
     NextAttempt,
     Orphan,
@@ -68,6 +76,7 @@ from service.store.ports import (
     RunEnd,
     Skip,
     TickClaim,
+    WindowRead,
     check_orphans,
 )
 
@@ -76,6 +85,7 @@ __all__ = [
     "Hooks",
     "MemoryDatabase",
     "MemoryLedger",
+    "MemoryListener",
     "MemoryLockPool",
     "MemorySession",
     "NoSuchJobError",
@@ -187,6 +197,7 @@ class MemoryDatabase:
         self._session_ids = count(1)
         self._session_starts: dict[int, datetime] = {}  # every session's, open or not
         self._sessions: dict[int, MemorySession] = {}  # open ones
+        self._listeners: list[MemoryListener] = []  # open ones
         # Cleared while the database refuses new connections (a test's fault).
         self.accepting = asyncio.Event()
         self.accepting.set()
@@ -195,11 +206,13 @@ class MemoryDatabase:
 
     def put_job(self, job: Job) -> None:
         self._write_job(job)
+        self._notify(job.name)
 
     def delete_job(self, name: str, by: str = DELETED_BY_TICKGATE) -> None:
         """As a delete and `jobs_sql.DETACH_RUNS`: a running run stays, detached from the
         name, with its cancel asked by `by`; the others go."""
         job = self._jobs.pop(name, None)
+        self._notify(name)
         self._slots.pop(name, None)
         self._cursors.pop(name, None)
         for tick in [tick for tick in self._runs if tick[0] == name]:
@@ -219,6 +232,8 @@ class MemoryDatabase:
         running = tick is not None and self._runs[tick].status is RunStatus.RUNNING
         if running:
             self._cancels[request.run_id] = request
+            for listener in self._listeners:
+                listener.cancel_asked()
         return running
 
     def cursor(self, name: str) -> datetime | None:
@@ -226,10 +241,14 @@ class MemoryDatabase:
 
     def _write_job(self, job: Job) -> None:
         """Store `job`; a new threshold (a new job, schedule or resume) starts its cursor
-        again there, as the jobs table's trigger does."""
+        again there, as the jobs table's trigger does, and an active job's cursor at its
+        threshold moves on to its first tick (`cursor_sql.OPEN_CURSORS`)."""
         before = self._jobs.get(job.name)
         if before is None or before.fire_after != job.fire_after:
             self._cursors[job.name] = job.fire_after
+        if job.state is JobState.ACTIVE and self._cursors[job.name] == job.fire_after:
+            # (tick_after, not the cached `first_tick`: the job is the caller's object)
+            self._cursors[job.name] = job.tick_after(job.fire_after) or _NO_TICK_LEFT
         self._jobs[job.name] = job
 
     def runs(self, job: str) -> list[Run]:
@@ -278,6 +297,61 @@ class MemoryDatabase:
     def disconnected(self, session: int) -> None:
         self._sessions.pop(session, None)
         self.unlock_all(session)
+
+    # --- the window's ports ---------------------------------------------------------
+
+    async def listen(
+        self,
+        on_change: Callable[[str], None],
+        on_lost: Callable[[], None],
+        on_cancel: Callable[[], None],
+    ) -> "MemoryListener":
+        """`OpenListener`: a listener of its own connection, heard of every job written
+        and every cancel asked from now on."""
+        await _round_trip()
+        if not self.accepting.is_set():
+            raise SessionClosedError("the database refuses new connections")
+        listener = MemoryListener(on_change, on_lost, on_cancel, self._listeners.remove)
+        self._listeners.append(listener)
+        return listener
+
+    def lose_listeners(self) -> int:
+        """Close every listener's connection from the outside (a restart, a cut link);
+        how many were open."""
+        listeners = list(self._listeners)
+        for listener in listeners:
+            listener.lose()
+        return len(listeners)
+
+    def _notify(self, name: str) -> None:
+        for listener in self._listeners:
+            listener.changed(name)
+
+    def read_window(
+        self,
+        buckets: frozenset[int] | None,
+        seconds: float,
+        names: Sequence[str] | None,
+        held: Held,
+    ) -> WindowRead:
+        """As `cursors.fetch_window`: by `names`, the jobs that exist in any state; else
+        the active jobs of `buckets` whose cursor is due before the window's end (those
+        `held` at the revision stored, as held). A cursor past the last tick reads as
+        asyncpg reads 'infinity'."""
+        now = self.clock()
+        until = now + timedelta(seconds=seconds)
+        if names is not None:
+            found = [self._jobs[name] for name in dict.fromkeys(names) if name in self._jobs]
+        else:
+            found = [
+                job
+                for job in self._jobs.values()
+                if job.state is JobState.ACTIVE
+                and (buckets is None or bucket_of(job.lock_key) in buckets)
+                and self._cursors[job.name] < until
+            ]
+        jobs = [(_as_held(job, held), _as_read(self._cursors[job.name])) for job in found]
+        return WindowRead(now, until, jobs)
 
     # --- advisory locks ------------------------------------------------------------
 
@@ -683,6 +757,50 @@ class MemoryDatabase:
         for name in sorted(updates):
             if (job := self._jobs.get(name)) is not None:
                 self._write_job(updates[name](job, now))
+                self._notify(name)
+
+
+class MemoryListener(Listener):
+    """A listener's connection: told of changes from the event loop, as NOTIFY comes
+    after the commit; lost from the outside (`MemoryDatabase.lose_listeners`)."""
+
+    def __init__(
+        self,
+        on_change: Callable[[str], None],
+        on_lost: Callable[[], None],
+        on_cancel: Callable[[], None],
+        forget: Callable[["MemoryListener"], None],
+    ) -> None:
+        self._on_change = on_change
+        self._on_lost = on_lost
+        self._on_cancel = on_cancel
+        self._forget = forget
+        self._alive = True
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    async def close(self) -> None:
+        if self._alive:
+            self._alive = False
+            self._forget(self)
+
+    def changed(self, name: str) -> None:
+        asyncio.get_running_loop().call_soon(self._tell, self._on_change, name)
+
+    def cancel_asked(self) -> None:
+        asyncio.get_running_loop().call_soon(self._tell, self._on_cancel)
+
+    def lose(self) -> None:
+        if self._alive:
+            self._alive = False
+            self._forget(self)
+            asyncio.get_running_loop().call_soon(self._on_lost)
+
+    def _tell(self, callback: Callable[..., None], *args: str) -> None:
+        if self._alive:  # a notification not yet delivered dies with its connection
+            callback(*args)
 
 
 class MemorySession(PinnedSession):
@@ -882,6 +1000,16 @@ class MemoryLedger(Ledger):
         await _round_trip()
         return self._database.abandon(orphans)
 
+    async def read_window(
+        self,
+        buckets: frozenset[int] | None,
+        seconds: float,
+        names: Sequence[str] | None = None,
+        held: Held = lambda _: None,
+    ) -> WindowRead:
+        await _round_trip()
+        return self._database.read_window(buckets, seconds, names, held)
+
 
 async def _round_trip() -> None:
     # A statement's round trip: other tasks run meanwhile, as they would over a socket.
@@ -945,6 +1073,17 @@ def _has_outcome(tick: TickClaim, ledger: Mapping[_Tick, Run]) -> bool:
     row = ledger.get(_tick_of(tick))
     backfill = tick.trigger is RunTrigger.BACKFILL
     return row is not None and not (backfill and row.status is RunStatus.SKIPPED)
+
+
+def _as_held(job: Job, held: Held) -> Job:
+    """The job as a window holds it, if at the revision stored: read no further."""
+    kept = held(job.name)
+    return kept if kept is not None and kept.revision == job.revision else job
+
+
+def _as_read(cursor: datetime) -> datetime:
+    """A cursor as asyncpg reads it: 'infinity' as a naive datetime.max."""
+    return datetime.max if cursor == _NO_TICK_LEFT else cursor
 
 
 def _count(missed: int) -> int | None:

@@ -5,6 +5,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from importlib.metadata import version
 from typing import Any
 
@@ -27,6 +28,7 @@ from service.domain.ownership import Heartbeat, Members
 from service.faults import NONE, Faults
 from service.metrics import Metrics
 from service.scheduler import Runner, Window
+from service.scheduler.chores import Chores
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.departure import Departure
 from service.scheduler.hooks import HookSender
@@ -35,6 +37,9 @@ from service.scheduler.on_demand import SIDE_SESSIONS
 from service.scheduler.remote import SchedulerProcess
 from service.store import Store
 from service.store.link import Link
+from service.store.listener import JobListener
+from service.store.members import MemberSession
+from service.store.ports import Listener, OpenListener
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import TaskRegistry, builtin_registry
@@ -312,37 +317,49 @@ async def _open_scheduler(
     clock: ReplicaClock,
     sender: HookSender,
 ) -> tuple[Window, Departure]:
-    """Join the cluster, then hold the window of what is owned here, and send hook
-    deliveries. At shutdown the replica leaves first and hands its jobs over
-    (`Departure`), stops producing ticks, gives runs in flight their grace, then stops the
-    window and the sender."""
+    """Join the cluster, then hold the window of what is owned here with its chores
+    beside it, and send hook deliveries. At shutdown the replica leaves first and hands
+    its jobs over (`Departure`), stops producing ticks, gives runs in flight their grace,
+    then stops the chores, the window and the sender."""
     dsn = str(settings.database_url)
 
     def heartbeat() -> Heartbeat:
         return Heartbeat(runs_in_flight=runner.runs_in_flight, last_sync=window.last_sync)
 
-    membership = Membership(
-        dsn=dsn,
-        runner_id=settings.runner_id,
-        version=version("tickgate"),
-        tzdata=str(tz_database()),
-        on_change=lambda _members: window.members_changed(),
-        heartbeat=heartbeat,
-        link=Link(settings.db_link_timeout_seconds),
+    def members_changed(_members: Members) -> None:
+        window.members_changed()
+        chores.members_changed()
+
+    join = partial(
+        MemberSession.join,
+        dsn,
+        settings.runner_id,
+        version("tickgate"),
+        str(tz_database()),
+        Link(settings.db_link_timeout_seconds),
     )
+    membership = Membership(join=join, on_change=members_changed, heartbeat=heartbeat)
+    members = (lambda: membership.members) if settings.ownership else Members.unknown
     window = Window(
         store=store,
+        listen=_listener_of(dsn, Link(settings.db_link_timeout_seconds)),
         runner=runner,
-        dsn=dsn,
+        clock=clock,
+        members=members,
+        cluster_since=lambda: membership.cluster_since,
+    )
+    chores = Chores(
+        store=store,
+        runner=runner,
         reconcile_seconds=settings.reconcile_seconds,
         run_history=settings.run_history,
         output_bytes_per_job=settings.output_bytes_per_job,
-        clock=clock,
-        members=(lambda: membership.members) if settings.ownership else Members.unknown,
+        members=members,
         cluster_since=lambda: membership.cluster_since,
-        link=Link(settings.db_link_timeout_seconds),
+        buckets_read=window.buckets_read,
     )
     stack.push_async_callback(window.stop)
+    stack.push_async_callback(chores.stop)
     stack.push_async_callback(runner.shutdown, settings.shutdown_grace_seconds)
     stack.callback(window.pause)
     stack.push_async_callback(membership.stop)
@@ -352,9 +369,21 @@ async def _open_scheduler(
     stack.push_async_callback(departure.finished)
     await membership.start()
     await window.start()
+    chores.start()
     sending = asyncio.create_task(sender.send_forever())
     stack.push_async_callback(_stopped, sending)
     return window, departure
+
+
+def _listener_of(dsn: str, link: Link) -> OpenListener:
+    """The window's listener: a connection of its own that LISTENs for job changes."""
+
+    async def listen(
+        on_change: Callable[[str], None], on_lost: Callable[[], None], on_cancel: Callable[[], None]
+    ) -> Listener:
+        return await JobListener.open(dsn, on_change, on_lost, link, on_cancel)
+
+    return listen
 
 
 async def _stopped(task: "asyncio.Task[None]") -> None:

@@ -23,8 +23,7 @@ from service.domain.cursors import OwedTick, Takeover
 from service.domain.jobs import Job
 from service.domain.runs import SkipReason
 from service.metrics import Metrics
-from service.store import Store
-from service.store.cursors import Audited
+from service.store.ports import Audited, CursorAudit
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ TakeOver = Callable[[Job, OwedTick], None]
 
 
 async def audit_cursors(
-    store: Store, takeover: Takeover, runner: str, metrics: Metrics, take_over: TakeOver
+    store: CursorAudit, takeover: Takeover, runner: str, metrics: Metrics, take_over: TakeOver
 ) -> int:
     """Do one round of the audit on this replica; how many lagging cursors it moved."""
     await store.refresh_cursors(takeover.after)

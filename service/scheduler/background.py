@@ -4,7 +4,7 @@ its grace. One per Runner, shared by its parts."""
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from service.store.errors import is_unavailable
@@ -45,3 +45,17 @@ def log_failure(what: str, error: Exception) -> None:
         log.warning("%s failed: database unavailable (%r)", what, error)
     else:
         log.exception("%s failed", what, exc_info=error)
+
+
+async def guarded(work: Awaitable[None], what: str, logger: logging.Logger) -> bool:
+    """Run a loop's round of `work`; False if it failed, which `logger` logs: whatever
+    went wrong, the loops must live on, and the next round tries again."""
+    try:
+        await work
+    except Exception as error:
+        if is_unavailable(error):
+            logger.warning("failed %s, database unavailable (%r); will retry", what, error)
+        else:
+            logger.exception("failed %s; will retry", what)
+        return False
+    return True

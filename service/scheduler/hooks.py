@@ -22,8 +22,7 @@ from service.domain.hooks import HttpAction, TriggerAction
 from service.domain.runs import Run, RunTrigger
 from service.metrics import Metrics
 from service.scheduler.runner import Runner
-from service.store import Store
-from service.store.values import Sending
+from service.store.ports import Outbox, Sending
 from service.tasks import SqlTargets, TaskContext, TaskRegistry
 from service.tasks.http import redact_args
 
@@ -41,7 +40,7 @@ class Undeliverable(Exception):
 
 @dataclass(frozen=True)
 class HookSender:
-    store: Store
+    store: Outbox
     runner: Runner
     tasks: TaskRegistry
     http: httpx.AsyncClient

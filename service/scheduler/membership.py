@@ -1,9 +1,10 @@
 """This replica's membership of the cluster, and its view of the live members.
 
 A member is live while its own connection holds its advisory lock (see
-`service/store/members_sql.py`); this module keeps that connection, heartbeats on it and
-reads who else is live, every MEMBERSHIP_POLL_SECONDS. The view only steers which buckets
-a replica reads into its window: correctness rests on the gate alone.
+`service/store/members_sql.py`); this module keeps that membership (a `MemberSession`
+port), heartbeats on it and reads who else is live, every MEMBERSHIP_POLL_SECONDS. The
+view only steers which buckets a replica reads into its window: correctness rests on the
+gate alone.
 """
 
 import asyncio
@@ -14,8 +15,7 @@ from datetime import datetime
 from service.domain.ownership import Heartbeat, Member, Members
 from service.scheduler.backoff import Backoff
 from service.store.errors import is_unavailable
-from service.store.link import Link
-from service.store.members import MemberSession
+from service.store.ports import JoinCluster, MemberSession
 
 log = logging.getLogger(__name__)
 
@@ -38,41 +38,31 @@ class Membership:
     """
     Keeps this replica a live member of the cluster and its view of the members current.
 
-    `start` joins (once, within its deadlines) and then polls in the background: each
+    `start` joins (once, within the deadlines `join` keeps) and then polls in the background: each
     poll heartbeats and reads the live members. When the view changes, `on_change` gets
     the new one. If the membership connection dies, the replica joins again with
     backoff, under a new seed, and keeps its last view meanwhile. Before the first join
     the view is `Members.unknown()`: this replica owns every job.
 
-    :param dsn: the database; the membership holds one connection of its own
-    :param runner_id: this replica's name, shown with its membership
-    :param version: the Tickgate version this replica runs, shown likewise
-    :param tzdata: the time-zone database it computes ticks with (service/tzdb.py); a
-        view with members that use another is logged as a warning
+    :param join: joins the cluster as a new member (in a replica, a connection of its
+        own to PostgreSQL: `store.members.MemberSession.join`, with this replica's
+        name, version and time-zone database; members on another tzdata than some
+        peer's are logged as a warning)
     :param on_change: called with each new view, in the event loop; it must not block
         (set an event, say) and should not raise (an error is logged and dropped)
     :param heartbeat: what this replica reports at each poll (runs in flight, last sync)
     :param poll_seconds: the pause between polls
-    :param link: the bounds on a silent link (see `service.store.link`)
     """
 
     def __init__(
         self,
         *,
-        dsn: str,
-        runner_id: str,
-        version: str,
-        tzdata: str = "",
+        join: JoinCluster,
         on_change: Callable[[Members], None] = _ignore,
         heartbeat: Callable[[], Heartbeat] = _nothing_to_report,
         poll_seconds: float = MEMBERSHIP_POLL_SECONDS,
-        link: Link | None = None,
     ) -> None:
-        self._dsn = dsn
-        self._link = link
-        self._runner_id = runner_id
-        self._version = version
-        self._tzdata = tzdata
+        self._join = join
         self._on_change = on_change
         self._heartbeat = heartbeat
         self._poll_seconds = poll_seconds
@@ -162,14 +152,7 @@ class Membership:
 
     async def _poll(self) -> None:
         if self._session is None or self._session.closed:
-            self._session = await MemberSession.join(
-                self._dsn,
-                self._runner_id,
-                self._version,
-                self._tzdata,
-                self._link,
-                since=self._up_since,
-            )
+            self._session = await self._join(since=self._up_since)
             self._up_since = self._session.started_at
             log.info("joined the cluster as member %d", self._session.seed)
         live = await self._session.heartbeat(self._heartbeat())

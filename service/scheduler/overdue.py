@@ -17,14 +17,14 @@ from datetime import datetime
 
 from service.domain.jobs import Job, missed_tick
 from service.domain.runs import SkipReason
-from service.store import Store
+from service.store.ports import ChoreStore
 
 # Jobs judged per page of the check; the event loop gets a turn between pages.
 CHECK_PAGE = 100
 _UNRUN = [SkipReason.MISFIRE]
 
 
-async def check_overdue(store: Store, every_seconds: float) -> bool:
+async def check_overdue(store: ChoreStore, every_seconds: float) -> bool:
     """File the overdue book anew, unless a replica began doing so in the last
     `every_seconds`. True if this replica did it.
 
@@ -46,7 +46,7 @@ async def check_overdue(store: Store, every_seconds: float) -> bool:
     return True
 
 
-async def overdue_jobs(store: Store) -> list[Job]:
+async def overdue_jobs(store: ChoreStore) -> list[Job]:
     """The jobs the last check found overdue, less those run since (or changed so that
     their latest tick is another), in name order."""
     booked = await store.booked_overdue()
@@ -59,7 +59,7 @@ async def overdue_jobs(store: Store) -> list[Job]:
 
 
 async def _unrun_ticks(
-    store: Store, jobs: Sequence[Job], now: datetime
+    store: ChoreStore, jobs: Sequence[Job], now: datetime
 ) -> list[tuple[str, datetime]]:
     missed = [(job.name, tick) for job in jobs if (tick := missed_tick(job, now)) is not None]
     if not missed:

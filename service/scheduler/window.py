@@ -13,7 +13,11 @@ a job with no tick in it is not held at all.
 Ownership only saves work (see `service/domain/ownership.py`): a bucket this replica no
 longer owns is still read and fired for HANDOVER_SECONDS, while its new owner reads
 it; a tick nobody claimed is taken over from its cursor by the audit
-(`service/scheduler/audit.py`), by any replica.
+(`service/scheduler/audit.py`), by any replica. The chores beside the window (the
+audit, completing jobs, retention, orphans) are `service/scheduler/chores.py`'s.
+
+The window reads and hears through its ports (`WindowReads`, `OpenListener` in
+`service/store/ports.py`): PostgreSQL in a replica, `harness/memory.py` in tests.
 """
 
 import asyncio
@@ -21,29 +25,20 @@ import contextlib
 import heapq
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from service.domain.cursors import Takeover
-from service.domain.jobs import Job, JobState, close_window
+from service.domain.jobs import Job, JobState
 from service.domain.names import lock_key
 from service.domain.ownership import BUCKETS, Members, bucket_of, owned_buckets
-from service.domain.runs import RunTrigger, SkipReason
-from service.domain.schedules import OnceSchedule
 from service.domain.window import Filing, plan_ticks
-from service.scheduler.audit import audit_cursors
+from service.scheduler.background import guarded
 from service.scheduler.backoff import Backoff
 from service.scheduler.clock import ReplicaClock
-from service.scheduler.overdue import check_overdue
 from service.scheduler.runner import Runner
-from service.store import Store
-from service.store.cursors import WindowRead, waits_for_a_tick
-from service.store.errors import is_unavailable
-from service.store.link import Link
-from service.store.listener import JobListener
-from service.store.ports import Skip
+from service.store.ports import Listener, OpenListener, WindowRead, WindowReads, waits_for_a_tick
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +48,6 @@ WINDOW_SECONDS = 10.0
 HANDOVER_SECONDS = 10.0
 # A job's ticks one plan files at most (a one-second job has ten in the window).
 MOST_TICKS_PER_JOB = 600
-# A sweep meant for the moment an orphan's grace ends comes this much after it.
-ORPHAN_SLACK_SECONDS = 0.1
 # Jobs planned between two turns of the event loop.
 PLANS_PER_SLICE = 1000
 # How often a healthy listener's connection is looked at, should its loss go unannounced.
@@ -123,32 +116,24 @@ class Window:
     def __init__(
         self,
         *,
-        store: Store,
+        store: WindowReads,
+        listen: OpenListener,
         runner: Runner,
-        dsn: str,
-        reconcile_seconds: float,
-        run_history: int,
-        output_bytes_per_job: int | None = None,
         clock: ReplicaClock | None = None,
         members: Callable[[], Members] = Members.unknown,
         cluster_since: Callable[[], datetime | None] = lambda: None,
-        link: Link | None = None,
         window_seconds: float = WINDOW_SECONDS,
     ) -> None:
-        """`members`: the view ownership follows; `cluster_since`: when the earliest
-        live member joined, on the database's clock (None: unknown), which the audit
-        takes over after (`Takeover`); `window_seconds`: how far ahead ticks are held;
-        the window is read again every half of it."""
+        """`listen`: opens the listener of job changes; `members`: the view ownership
+        follows; `cluster_since`: when the earliest live member joined, on the
+        database's clock (None: unknown), which the audit takes over after
+        (`Takeover`); `window_seconds`: how far ahead ticks are held; the window is read
+        again every half of it."""
         self._store = store
-        self._link = link
+        self._listen = listen
         self._clock = clock or ReplicaClock()
         self._runner = runner
-        self._dsn = dsn
-        self._reconcile_seconds = reconcile_seconds
-        self._run_history = run_history
-        self._output_bytes_per_job = output_bytes_per_job
         self._members = members
-        self._view = Members.unknown()
         self._cluster_since = cluster_since
         self._buckets = _Buckets()
         # A replica whose clock runs ahead fires a tick before the database's clock
@@ -162,14 +147,12 @@ class Window:
         self._filed = asyncio.Event()  # an entry went in: the next instant may be earlier
         self._refill_now = asyncio.Event()
         self._members_changed = asyncio.Event()
-        self._peer_left = asyncio.Event()
-        self._next_orphan_sweep = runner.orphans.sweep_seconds
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
         # Held by each read from the database to its last change of the window: applied
         # out of order, an older read would bring back an old definition.
         self._loading = asyncio.Lock()
-        self._listener: JobListener | None = None
+        self._listener: Listener | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._paused = False
         self._stopping = False
@@ -204,20 +187,14 @@ class Window:
         return self.synced and self._listener is not None and self._listener.alive
 
     async def start(self) -> None:
-        self._view = self._members()
-        self._buckets.assign(owned_buckets(self._view), _monotonic())
+        self._buckets.assign(owned_buckets(self._members()), _monotonic())
         in_sync = await self._guarded(self._listen_and_refill(), "listening for job changes")
-        # The chores (the sweep first) go in the background: the first tick never
-        # waits for them, however slow a chore is.
         self._loops = [
             asyncio.create_task(self._fire_forever()),
             asyncio.create_task(self._refill_forever()),
             asyncio.create_task(self._relisten_forever(in_sync)),
             asyncio.create_task(self._apply_changes_forever()),
-            asyncio.create_task(self._maintain_forever()),
             asyncio.create_task(self._follow_members_forever()),
-            asyncio.create_task(self._sweep_orphans_forever()),
-            asyncio.create_task(self._audit_forever()),
         ]
 
     def pause(self) -> None:
@@ -235,6 +212,11 @@ class Window:
     def members_changed(self) -> None:
         """The live members changed: own the buckets ranked here now."""
         self._members_changed.set()
+
+    def buckets_read(self) -> frozenset[int] | None:
+        """The buckets a read of the window covers now (None: all): those owned, and
+        those still handed over."""
+        return self._buckets.reading(_monotonic())
 
     # --- gather -------------------------------------------------------------------
 
@@ -390,9 +372,8 @@ class Window:
         if self._listener is not None:
             await self._listener.close()
         self._lost.clear()
-        self._listener = await JobListener.open(
-            self._dsn, self._on_notify, self._on_listener_lost, self._link, self._on_cancel
-        )
+        listen = self._listen
+        self._listener = await listen(self._on_notify, self._on_listener_lost, self._on_cancel)
         self._runner.cancel_asked()  # any asked while it was not listening
         await self.refill()
         log.info("scheduler synced: %d jobs with ticks in the window", len(self._held))
@@ -441,101 +422,11 @@ class Window:
         while True:
             await self._members_changed.wait()
             self._members_changed.clear()
-            view, before = self._members(), self._view
-            self._view = view
-            if self._buckets.assign(owned_buckets(view), _monotonic()):
+            if self._buckets.assign(owned_buckets(self._members()), _monotonic()):
                 self._refill_now.set()  # the gained buckets' ticks are due now
-            if view.own == before.own and set(before.seeds) - set(view.seeds):
-                # A peer is gone while this replica stayed: its runs are orphans now.
-                # (After a restart of PostgreSQL this replica rejoined too: no hurry.)
-                self._peer_left.set()
-
-    async def _maintain_forever(self) -> None:
-        await self._guarded(self._sweep(), "sweeping runs")  # at startup too
-        while True:
-            await asyncio.sleep(self._reconcile_seconds)
-            await self._guarded(self._sweep(), "sweeping runs")
-            await self._guarded(self._prune(), "pruning run history")
-            await self._guarded(self._check_overdue(), "checking for overdue jobs")
-            # The metric series of jobs in buckets no longer read here go, after a while.
-            self._runner.metrics.forget_unowned(self._buckets.reading(_monotonic()))
-
-    async def _sweep_orphans_forever(self) -> None:
-        # Twice per takeover period, at once when a peer left the cluster, and again as
-        # soon as an orphan left to its replica may be taken: a run its replica lost
-        # mid-crowd goes on elsewhere (or is recorded abandoned) within seconds.
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._next_orphan_sweep):
-                    await self._peer_left.wait()
-            self._peer_left.clear()
-            await self._guarded(self._sweep_orphans(), "sweeping orphaned runs")
-
-    async def _sweep_orphans(self) -> None:
-        period = self._runner.orphans.sweep_seconds
-        self._next_orphan_sweep = period  # unless the sweep says sooner
-        grace_left = await self._runner.orphans.sweep()
-        if grace_left is not None:
-            self._next_orphan_sweep = min(period, max(grace_left, 0.0) + ORPHAN_SLACK_SECONDS)
-
-    async def _audit_forever(self) -> None:
-        # Twice per takeover period, on every replica: a tick its owner left is claimed
-        # within one and a half takeover periods of its due time, and one nobody can
-        # start any more is recorded a moment after its reach, not a reconcile later.
-        while True:
-            await asyncio.sleep(self._runner.takeover_seconds / 2)
-            await self._guarded(self._audit(), "auditing tick cursors")
-
-    async def _audit(self) -> None:
-        runner = self._runner
-        after, since = timedelta(seconds=runner.takeover_seconds), self._cluster_since()
-        takeover = Takeover(after, since) if since else Takeover.anytime(after)
-        # A replica behind with its own ticks only accounts (`Takeover.taking`).
-        takeover = replace(takeover, taking=not runner.behind)
-        await audit_cursors(
-            self._store, takeover, runner.runner_id, runner.metrics, runner.take_over
-        )
 
     async def _guarded(self, work: Awaitable[None], what: str) -> bool:
-        """Run `work`; False if it failed, which is logged."""
-        try:
-            await work
-        except Exception as error:
-            # Whatever went wrong, the loops must live on; the next round tries again.
-            if is_unavailable(error):
-                log.warning("failed %s, database unavailable (%r); will retry", what, error)
-            else:
-                log.exception("failed %s; will retry", what)
-            return False
-        return True
-
-    # --- chores -------------------------------------------------------------------
-
-    async def _sweep(self) -> None:
-        """Jobs with nothing left to fire become completed (a one-time tick nobody ran
-        is recorded as a misfire first), judged on the database's clock, all in one
-        transaction; each statement within its deadline."""
-        ended = await self._store.ended_jobs()
-        if ended:
-            await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
-            await self._store.update_jobs({job.name: close_window for job in ended})
-
-    async def _prune(self) -> None:
-        pruned = await self._store.prune_runs(
-            self._run_history, self._round_seconds, self._output_bytes_per_job
-        )
-        if pruned:
-            log.info("deleted %d runs beyond the newest %d per job", pruned, self._run_history)
-
-    async def _check_overdue(self) -> None:
-        await check_overdue(self._store, self._round_seconds)
-
-    @property
-    def _round_seconds(self) -> float:
-        """How often one replica of the cluster does each chore (retention, the overdue
-        check): a little under the reconcile period, so that replicas' rounds drifting
-        apart do not each find the last one too recent."""
-        return self._reconcile_seconds * 0.9
+        return await guarded(work, what, log)
 
 
 def _bucket(name: str) -> int:
@@ -544,14 +435,3 @@ def _bucket(name: str) -> int:
 
 def _monotonic() -> float:
     return asyncio.get_running_loop().time()
-
-
-def _missed_once_ticks(jobs: Iterable[Job]) -> list[Skip]:
-    """The one-time ticks of these ended jobs, as misfires: recorded only where the
-    ledger has no row for them (no replica was up in time)."""
-    note = "not started within its misfire grace: no replica ran it"
-    return [
-        Skip(job, job.schedule.at, RunTrigger.SCHEDULE, SkipReason.MISFIRE, note)
-        for job in jobs
-        if isinstance(job.schedule, OnceSchedule)
-    ]

@@ -5,13 +5,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any
 from uuid import uuid4
 
 from service.domain.cursors import (
     CursorAudit,
     MissedTicks,
-    OwedTick,
     Takeover,
     WaitingTick,
     audit_cursor,
@@ -25,6 +24,7 @@ from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
 from service.store.cursor_sql import CursorPlace, FirstTick, MissedRun
 from service.store.rows import encoded_calls, job_from_row
+from service.store.values import Audited, Held, WindowRead, waits_for_a_tick
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
@@ -38,25 +38,6 @@ REFRESH_BATCH = 10_000
 SUPERSEDED_MOST = 10_000
 # Who the `superseded` rows say recorded them: an edit, on whichever process answered it.
 SUPERSEDING_RUNNER = "edit"
-
-# What a window holds of a job by name, at some revision (None: nothing).
-Held = Callable[[str], Job | None]
-
-
-def waits_for_a_tick(cursor: datetime | None) -> TypeGuard[datetime]:
-    """Whether a cursor as read stands at a tick: one past its job's last tick is
-    'infinity', which asyncpg reads as a naive datetime.max, to compare with nothing."""
-    return cursor is not None and cursor.tzinfo is not None
-
-
-@dataclass(frozen=True)
-class WindowRead:
-    """What a window read: the database's clock, the window's end, and each job whose
-    cursor may fall due before it (as it stands, with its cursor)."""
-
-    now: datetime
-    until: datetime
-    jobs: list[tuple[Job, datetime]]
 
 
 @dataclass(frozen=True)
@@ -116,16 +97,6 @@ def _held_at_revision(
         else:
             unheld.append(row["name"])
     return kept, unheld
-
-
-@dataclass(frozen=True)
-class Audited:
-    """One lagging cursor the audit moved: its job as it stands, the runs of ticks it
-    recorded missed, and the ticks owed, for the auditing replica to claim."""
-
-    job: Job
-    missed: list[MissedTicks]
-    owed: list[OwedTick]
 
 
 async def refresh(connection: Connection, takeover: timedelta) -> int:

@@ -1,18 +1,26 @@
-"""The ports of the fire path: exactly the store calls the runner makes, as Protocols.
+"""The scheduler's ports: exactly the store calls `service/scheduler` makes, as Protocols.
 
-Three of them. `LockPool` keeps a handful of long-lived `PinnedSession`s: one
+The fire path's three. `LockPool` keeps a handful of long-lived `PinnedSession`s: one
 connection each, which owns the advisory locks it takes, so a tick's lock, claim, end
 and unlock all go over it, and holds the locks of many runs at once. `Ledger` is what
 goes over the API pool: skips, the queue_one slot, the job re-read of a stale tick, a
 run's end recorded elsewhere and a job's completion.
 
-PostgreSQL (`sessions.LockSessions`, `store.Store`) is the implementation, and the truth;
-`memory` holds an in-memory one with the same semantics, so races can be replayed
-step by step in tests. The contracts below are what both must keep: the fire path
-relies on nothing else. Nothing here talks SQL.
+Around it: `WindowReads` and `OpenListener` (the window's read of the tick cursors,
+and the jobs' changes as they are committed), `CursorAudit` (the audit), `ChoreStore`
+(completing jobs, retention, the overdue check), `Outbox` (hook deliveries) and
+`JoinCluster` with its `MemberSession` (the membership).
+
+PostgreSQL (`sessions.LockSessions`, `store.Store`, `listener.JobListener`,
+`members.MemberSession`) is the implementation, and the truth; `harness/memory.py`
+holds an in-memory one of the fire path's and the window's ports with the same
+semantics, so races can be replayed step by step in tests. The contracts below are what
+both must keep: the scheduler relies on nothing else. Nothing here talks SQL. Which
+failure means "the database is away" is `service.store.errors.is_unavailable`, a pure
+function of the error, which the scheduler may import (pyproject.toml's contracts).
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,26 +28,54 @@ from enum import Enum
 from typing import Protocol
 from uuid import UUID
 
+from pydantic import JsonValue
+
+from service.domain.cursors import Takeover
 from service.domain.jobs import Job
-from service.domain.runs import AttemptEnd, CancelRequest, Run
-from service.store.values import Following, NextTick, RunEnd, Skip, TickClaim
+from service.domain.ownership import Heartbeat, Member
+from service.domain.runs import AttemptEnd, CancelRequest, Run, SkipReason
+from service.store.values import (
+    Audited,
+    Following,
+    Held,
+    NextTick,
+    RunEnd,
+    Sending,
+    Skip,
+    TickClaim,
+    WindowRead,
+    waits_for_a_tick,
+)
 
 __all__ = [
+    "Audited",
     "BackendId",
+    "ChoreStore",
     "Claim",
     "ClaimOutcome",
+    "CursorAudit",
     "Following",
     "GateFacts",
+    "Held",
     "JobUpdateFn",
+    "JoinCluster",
     "Ledger",
+    "Listener",
     "LockPool",
+    "MemberSession",
     "NextAttempt",
     "NextTick",
+    "OpenListener",
     "Orphan",
+    "Outbox",
     "PinnedSession",
     "RunEnd",
+    "Sending",
     "Skip",
     "TickClaim",
+    "WindowRead",
+    "WindowReads",
+    "waits_for_a_tick",
 ]
 
 # An update of an existing job, given the store's clock.
@@ -418,3 +454,183 @@ class Ledger(Protocol):
         """Apply each update to its job, if the job still exists, all at once; each
         is given the store's clock. What they return is stored as it is."""
         ...
+
+
+def _nothing_held(_name: str) -> Job | None:
+    return None
+
+
+class WindowReads(Protocol):
+    """The window's read of the tick cursors (`scheduler/window.py`)."""
+
+    async def read_window(
+        self,
+        buckets: frozenset[int] | None,
+        seconds: float,
+        names: Sequence[str] | None = None,
+        held: Held = _nothing_held,
+    ) -> WindowRead:
+        """The active jobs of `buckets` (None: all) whose cursor may fall due in the
+        next `seconds` by the store's clock, each with its cursor (a job `held` at the
+        revision stored may be returned as held); or, given `names`, the jobs of those
+        names that exist, in any state, with cursors that may stand past the last tick
+        (`waits_for_a_tick` says which do not)."""
+        ...
+
+
+class Listener(Protocol):
+    """Job changes heard as they are committed, until the listener is lost or closed."""
+
+    @property
+    def alive(self) -> bool:
+        """Still hearing: a listener lost (its connection closed) hears nothing more,
+        and changes committed meanwhile are not told again."""
+        ...
+
+    async def close(self) -> None:
+        """Stop hearing. Safe on a listener lost already."""
+        ...
+
+
+class OpenListener(Protocol):
+    """Opens a `Listener`: `on_change(name)` for every job written (created, changed,
+    deleted) once it is open, `on_cancel()` for every cancel asked of a run, and
+    `on_lost()` (from the event loop) when it is lost."""
+
+    def __call__(
+        self,
+        on_change: Callable[[str], None],
+        on_lost: Callable[[], None],
+        on_cancel: Callable[[], None],
+    ) -> Awaitable[Listener]: ...
+
+
+class CursorAudit(Protocol):
+    """The audit's calls (`scheduler/audit.py`)."""
+
+    async def refresh_cursors(self, takeover: timedelta) -> int:
+        """Set cursors' `due_at` again where claims moved them on; how many."""
+        ...
+
+    async def audit_cursors(self, most: int, runner: str, takeover: Takeover) -> list[Audited]:
+        """Audit up to `most` cursors lagging past the takeover time, in one
+        transaction: the ticks past reach without a row are recorded as misfires, and
+        the owed ones returned, for `runner` to claim."""
+        ...
+
+
+class ChoreStore(CursorAudit, Protocol):
+    """The chores' calls: the audit's, and completing jobs, retention and the overdue
+    check (`scheduler/chores.py`, `scheduler/overdue.py`)."""
+
+    async def clock(self) -> datetime:
+        """The store's clock."""
+        ...
+
+    async def ended_jobs(self) -> list[Job]:
+        """The active jobs with no tick left to fire, by the store's clock."""
+        ...
+
+    async def record_skips(self, skips: Sequence[Skip], runner: str) -> list[Run]:
+        """As `Ledger.record_skips`."""
+        ...
+
+    async def update_jobs(self, updates: Mapping[str, JobUpdateFn]) -> None:
+        """As `Ledger.update_jobs`."""
+        ...
+
+    async def prune_runs(
+        self, keep: int, every_seconds: float = 0, output_bytes: int | None = None
+    ) -> int:
+        """Delete each job's runs beyond its newest `keep` (and outputs past
+        `output_bytes`), unless a replica began a round in the last `every_seconds`;
+        how many were deleted."""
+        ...
+
+    async def claim_chore(self, name: str, every_seconds: float) -> bool:
+        """Take the chore `name` unless a replica began it in the last `every_seconds`."""
+        ...
+
+    async def active_jobs_page(self, after: str | None, limit: int) -> list[Job]:
+        """Up to `limit` active jobs named after `after`, in name order."""
+        ...
+
+    async def file_next_ticks_page(
+        self, ticks: Sequence[tuple[Job, datetime | None]], after: str | None, through: str | None
+    ) -> None:
+        """File these jobs' next ticks as the page (`after`, `through`] of the book."""
+        ...
+
+    async def file_overdue(self, ticks: Sequence[tuple[str, datetime]]) -> None:
+        """The overdue book anew: these jobs with their ticks never run."""
+        ...
+
+    async def booked_overdue(self) -> list[tuple[Job, datetime]]:
+        """The overdue book, with each job as it stands."""
+        ...
+
+    async def ticks_without_runs(
+        self, ticks: Sequence[tuple[str, datetime]], *, unrun: Sequence[SkipReason] = ()
+    ) -> set[tuple[str, datetime]]:
+        """As `Ledger.ticks_without_runs`, a skip for one of `unrun` counting as no row."""
+        ...
+
+
+class Outbox(Protocol):
+    """The hook sender's calls (`scheduler/hooks.py`)."""
+
+    async def take_deliveries(self, most: int, sender: str, lease_margin: float) -> list[Sending]:
+        """Up to `most` due deliveries, leased to `sender` for their action's timeout
+        and `lease_margin` seconds more."""
+        ...
+
+    async def settle_delivery(
+        self,
+        *,
+        delivery: UUID,
+        sender: str,
+        status: str,
+        error: str | None,
+        answer: JsonValue,
+        retry_in: float | None = None,
+    ) -> None:
+        """Settle a delivery `sender` holds the lease of; `pending` again after `retry_in`."""
+        ...
+
+    async def get_jobs(self, names: Sequence[str]) -> list[Job]:
+        """As `Ledger.get_jobs`."""
+        ...
+
+
+class MemberSession(Protocol):
+    """One membership of the cluster, live while its session is."""
+
+    @property
+    def seed(self) -> int:
+        """The member's number, which ranks it for ownership."""
+        ...
+
+    @property
+    def started_at(self) -> datetime:
+        """When the member first joined (a rejoin keeps it), on the store's clock."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """The membership is over: closed here, or its session died."""
+        ...
+
+    async def heartbeat(self, beat: Heartbeat) -> list[Member]:
+        """Report `beat`; the live members in seed order, this one among them."""
+        ...
+
+    async def close(self) -> None:
+        """Leave the cluster. Safe on a membership over already."""
+        ...
+
+
+class JoinCluster(Protocol):
+    """Joins the cluster as a new member; `since`: when this replica first joined,
+    for a rejoin (None: a first join)."""
+
+    def __call__(self, *, since: datetime | None) -> Awaitable[MemberSession]: ...

@@ -1,15 +1,16 @@
 """The fire path's value types, what a replica asks the gate for and what it records:
 one definition each, imported from `service.store.ports` everywhere else."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Literal
+from typing import Literal, TypeGuard
 from uuid import UUID, uuid4
 
 from pydantic import JsonValue
 
+from service.domain.cursors import MissedTicks, OwedTick
 from service.domain.hooks import Action, HookCall, HookEvent
 from service.domain.jobs import Job, Overlap
 from service.domain.retry import RetryPolicy
@@ -165,3 +166,33 @@ class Sending:
     delivery: Delivery
     run: Run
     labels: dict[str, str]
+
+
+# What a window holds of a job by name, at some revision (None: nothing).
+Held = Callable[[str], Job | None]
+
+
+def waits_for_a_tick(cursor: datetime | None) -> TypeGuard[datetime]:
+    """Whether a cursor as read stands at a tick: one past its job's last tick is
+    'infinity', which asyncpg reads as a naive datetime.max, to compare with nothing."""
+    return cursor is not None and cursor.tzinfo is not None
+
+
+@dataclass(frozen=True)
+class WindowRead:
+    """What a window read: the database's clock, the window's end, and each job whose
+    cursor may fall due before it (as it stands, with its cursor)."""
+
+    now: datetime
+    until: datetime
+    jobs: list[tuple[Job, datetime]]
+
+
+@dataclass(frozen=True)
+class Audited:
+    """One lagging cursor the audit moved: its job as it stands, the runs of ticks it
+    recorded missed, and the ticks owed, for the auditing replica to claim."""
+
+    job: Job
+    missed: list[MissedTicks]
+    owed: list[OwedTick]

@@ -1,5 +1,5 @@
-"""The fire path's ports, held to one contract on two backends: real PostgreSQL and the
-in-memory fake. Where they disagree, PostgreSQL is right and the fake is fixed.
+"""The fire path's and the window's ports, held to one contract on two backends: real
+PostgreSQL and the in-memory fake. Where they disagree, PostgreSQL is right and the fake is fixed.
 
 The first part asks the ports directly, one gate answer at a time. The second drives
 two Runners ("replicas") over one backend through races, each held at the exact step
@@ -20,8 +20,9 @@ from harness.waiting import eventually_async
 from service.domain.cursors import OwedTick
 from service.domain.errors import Conflict
 from service.domain.jobs import Job, Overlap, complete_job, pause_job
+from service.domain.ownership import BUCKETS, bucket_of
 from service.domain.runs import AttemptEnd, CancelRequest, Run, RunStatus, RunTrigger, SkipReason
-from service.domain.schedules import IntervalSchedule
+from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import due as due_module
 from service.scheduler import on_demand
@@ -29,7 +30,16 @@ from service.scheduler.running import LOCK_LOST
 from service.store import Store
 from service.store.errors import UNAVAILABLE
 from service.store.fire_sql import ABANDONED_ERROR, LOST_ATTEMPT
-from service.store.ports import BackendId, ClaimOutcome, Ledger, Orphan, RunEnd, Skip, TickClaim
+from service.store.ports import (
+    BackendId,
+    ClaimOutcome,
+    Ledger,
+    Orphan,
+    RunEnd,
+    Skip,
+    TickClaim,
+    waits_for_a_tick,
+)
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, replicas
 from tests.support.fire import Gates, lock_pool, running, skipped, tick_now
 
@@ -1260,3 +1270,72 @@ async def test_a_delete_detaches_the_run_in_flight_and_asks_its_cancel(backend: 
     assert later.outcome is ClaimOutcome.BUSY
     assert asked == [CancelRequest(claim.run.id, "tickgate", "the job was deleted")]
     assert await backend.runs_of("doomed") == []  # the job made again has none of them
+
+
+# --- the window's ports ---------------------------------------------------------------
+
+
+async def test_a_window_read_finds_the_active_jobs_due_in_it_of_the_buckets_asked(
+    backend: Backend,
+) -> None:
+    due = await backend.add_job("due")
+    await backend.add_job("paused")
+    await backend.put("paused", lambda current, now: current and pause_job(current, now))
+    await backend.add_job("yearly", schedule=CronSchedule(kind="cron", expression="0 0 1 1 *"))
+    read = await backend.window.read_window(None, 10)
+    assert read.until - read.now == timedelta(seconds=10)
+    assert [(job.name, job.revision) for job, _ in read.jobs] == [("due", due.revision)]
+    [(_, cursor)] = read.jobs
+    assert waits_for_a_tick(cursor)
+    assert cursor < read.until
+    own = bucket_of(due.lock_key)
+    assert [
+        job.name for job, _ in (await backend.window.read_window(frozenset({own}), 10)).jobs
+    ] == ["due"]
+    others = frozenset(range(BUCKETS)) - {own}
+    assert (await backend.window.read_window(others, 10)).jobs == []
+    named = await backend.window.read_window(None, 10, ["paused", "yearly", "gone"])
+    assert sorted(job.name for job, _ in named.jobs) == ["paused", "yearly"]
+
+
+async def test_a_job_past_its_last_tick_reads_with_a_cursor_waiting_for_none(
+    backend: Backend,
+) -> None:
+    at = tick_now() - timedelta(seconds=5)
+    job = await backend.add_job("once", schedule=OnceSchedule(kind="once", at=at))
+    [(_, cursor)] = (await backend.window.read_window(None, 10)).jobs
+    assert cursor == at
+    async with backend.sessions.session(5) as session:
+        [claim] = await session.claim([tick(job, at)])
+        assert claim.run is not None
+        await session.finish(claim.run.id, SUCCEEDED, job.lock_key)
+    assert (await backend.window.read_window(None, 10)).jobs == []
+    [(_, cursor)] = (await backend.window.read_window(None, 10, ["once"])).jobs
+    assert not waits_for_a_tick(cursor)
+
+
+async def test_a_listener_hears_jobs_written_and_cancels_asked_until_it_is_lost(
+    backend: Backend,
+) -> None:
+    changed: list[str] = []
+    cancels: list[None] = []
+    lost = asyncio.Event()
+    listener = await backend.listen(changed.append, lost.set, lambda: cancels.append(None))
+    try:
+        assert listener.alive
+        job = await backend.add_job("heard")
+        await eventually_async(lambda: "heard" in changed, 10, "the write heard")
+        await backend.delete_job("heard")
+        await eventually_async(lambda: changed.count("heard") >= 2, 10, "the delete heard")
+        job = await backend.add_job("cancelled")
+        async with backend.sessions.session(5) as session:
+            [claim] = await session.claim([tick(job, tick_now())])
+            assert claim.run is not None
+            assert await backend.request_cancel(CancelRequest(claim.run.id, "ops", "hung"))
+            await eventually_async(lambda: cancels != [], 10, "the cancel heard")
+            await session.finish(claim.run.id, SUCCEEDED, job.lock_key)
+        assert await backend.lose_listeners() == 1
+        await asyncio.wait_for(lost.wait(), 10)
+        assert not listener.alive
+    finally:
+        await listener.close()

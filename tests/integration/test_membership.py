@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from uuid import UUID
 
 import asyncpg
@@ -25,6 +26,7 @@ from service.scheduler.membership import Membership
 from service.store import Store
 from service.store.members import MemberSession, SeedTakenError
 from service.store.members_sql import MEMBER_LOCK_CLASS
+from service.store.ports import JoinCluster
 from tests.support.fire import finished_runs, runs_of
 from tests.support.inprocess import served
 
@@ -39,12 +41,7 @@ Ownership = dict[str, tuple[UUID, int]]
 async def cluster(database_url: str, size: int) -> AsyncIterator[list[Membership]]:
     """`size` started memberships; every one stopped on the way out."""
     members = [
-        Membership(
-            dsn=database_url,
-            runner_id=f"replica-{index}",
-            version="test",
-            poll_seconds=POLL_SECONDS,
-        )
+        Membership(join=joining(database_url, f"replica-{index}"), poll_seconds=POLL_SECONDS)
         for index in range(size)
     ]
     try:
@@ -54,6 +51,11 @@ async def cluster(database_url: str, size: int) -> AsyncIterator[list[Membership
     finally:
         for member in members:
             await member.stop()
+
+
+def joining(dsn: str, runner_id: str, tzdata: str = "") -> JoinCluster:
+    """Joins as `runner_id` on version "test", as a replica does (service/app.py)."""
+    return partial(MemberSession.join, dsn, runner_id, "test", tzdata)
 
 
 def views_agree(members: Sequence[Membership], size: int) -> bool:
@@ -138,13 +140,7 @@ async def test_members_on_different_time_zone_databases_are_warned_about(
 ) -> None:
     releases = {"old": "2024a (tzdata package)", "new": "2025b (tzdata package)"}
     members = [
-        Membership(
-            dsn=database_url,
-            runner_id=name,
-            version="test",
-            tzdata=release,
-            poll_seconds=POLL_SECONDS,
-        )
+        Membership(join=joining(database_url, name, release), poll_seconds=POLL_SECONDS)
         for name, release in releases.items()
     ]
     try:
@@ -174,7 +170,7 @@ async def test_members_started_together_know_each_other_when_started(database_ur
     """Replicas of a fresh deployment start moments apart: the first one's start waits
     until its view holds still, so its first sync already knows the others."""
     first, second = (
-        Membership(dsn=database_url, runner_id=name, version="test", poll_seconds=POLL_SECONDS)
+        Membership(join=joining(database_url, name), poll_seconds=POLL_SECONDS)
         for name in ("early", "late")
     )
 
@@ -447,7 +443,7 @@ async def test_a_replica_that_cannot_join_owns_everything_and_keeps_trying(
     database_url: str,
 ) -> None:
     unreachable = with_database(database_url, "tickgate_no_such_database")
-    member = Membership(dsn=unreachable, runner_id="r", version="test", poll_seconds=POLL_SECONDS)
+    member = Membership(join=joining(unreachable, "r"), poll_seconds=POLL_SECONDS)
     await member.start()
     try:
         assert member.members == Members.unknown()

@@ -24,6 +24,10 @@ judge uses too):
   retention round (#42), and trimming removes no row;
 - no job lock is held (for longer than a claim or a finish takes) with no `running` row.
 
+The API runs on PostgreSQL alone; the scheduler's part of the seams runs on both
+backends too (`SchedulerSeams`, at the ports: the same machine on PostgreSQL and on the
+in-memory fake of harness/memory.py).
+
 `make check` runs a few examples of a few steps (`SEAMS_EXAMPLES`, `SEAMS_STEPS`);
 `make soak` many more. On failure Hypothesis prints the seed and the shrunk steps; a
 failure seen once is replayed with TICKGATE_SEAMS_SEED.
@@ -32,30 +36,49 @@ failure seen once is replayed with TICKGATE_SEAMS_SEED.
 import os
 import random
 import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
 
-from harness.accounting import Ticks, lock_problems, tick_problems
+from harness.accounting import Ticks, judge_ticks, lock_problems, tick_problems
 from harness.postgres import Sql, with_database
 from harness.receiver import Receiver
 from service.config import Settings
-from service.domain.jobs import Job
+from service.domain.jobs import (
+    Job,
+    JobSpec,
+    Overlap,
+    create_job,
+    pause_job,
+    replace_job,
+    resume_job,
+)
 from service.domain.names import lock_key
+from service.domain.schedules import IntervalSchedule
+from service.metrics import Metrics
+from service.scheduler import Window
 from service.store import Store
+from service.store.ports import ClaimOutcome
+from tests.support.backends import Backend, MemoryBackend, PostgresBackend, RecordingPool
 from tests.support.db import TemplateDatabases
+from tests.support.fire import Gates, lock_pool, running
 from tests.support.seams import Definitions, LoopThread, Probe, Replica
 
 EXAMPLES = int(os.environ.get("SEAMS_EXAMPLES", "2"))
@@ -547,6 +570,193 @@ def test_every_seam_holds(templates: TemplateDatabases, receiver: Receiver) -> N
             database=None,
             # Each replay of a failing example takes as long as the example did: make
             # check reports the steps as they came (and the seed); SEAMS_SHRINK=1 shrinks.
+            phases=PHASES,
+        ),
+    )
+
+
+# --- the scheduler's seams on both backends ---------------------------------------------
+
+PORT_STEPS = int(os.environ.get("SEAMS_PORT_STEPS", "8"))
+PORT_WINDOW_SECONDS = 2.0  # read again every second: edits race refills and hand-overs
+
+
+class SchedulerSeams(RuleBasedStateMachine):
+    """The scheduler's part of the seams, at its ports: jobs created, edited, paused,
+    resumed and deleted through a backend's job writes while two replicas (a `Window`
+    and a `Runner` each, both owning every job) fire them. The same machine runs on
+    PostgreSQL and on the in-memory fake (harness/memory.py), which the API cannot run
+    on, with the same invariants:
+    - every nominal tick of every job before its cursor has exactly one outcome
+      (`harness.accounting.judge_ticks`, on the rows each backend holds);
+    - the gate lets no (job, tick) through twice, whichever replica asks."""
+
+    backend_name: str
+    templates: TemplateDatabases
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = LoopThread()
+        self.stack = AsyncExitStack()
+        self.database: str | None = None
+        self.backend = self.loop.run(self._backend())
+        self.pools: list[RecordingPool] = []
+        for name in ("a", "b"):
+            self.loop.run(self._replica(name))
+        self.jobs: set[str] = set()
+
+    async def _backend(self) -> Backend:
+        if self.backend_name == "memory":
+            return MemoryBackend(wall_clock=True)
+        self.database = await self.templates.clone()
+        url = with_database(self.templates.server_url, self.database)
+        store = await Store.open(url, max_size=2)
+        self.stack.push_async_callback(store.close)
+        sessions = await self.stack.enter_async_context(lock_pool(url, 4))
+        return PostgresBackend(url, store, sessions)
+
+    async def _replica(self, name: str) -> None:
+        backend = self.backend
+        async with AsyncExitStack() as opening:
+            pool = RecordingPool(await opening.enter_async_context(backend.lock_pool(2)))
+            runner = await opening.enter_async_context(
+                running(backend.ledger, pool, Gates(), Metrics(), runner_id=name)
+            )
+            window = Window(
+                store=backend.window,
+                listen=backend.listen,
+                runner=runner,
+                window_seconds=PORT_WINDOW_SECONDS,
+            )
+            opening.push_async_callback(window.stop)
+            await window.start()
+            self.stack.push_async_callback(opening.pop_all().aclose)
+        self.pools.append(pool)
+
+    def teardown(self) -> None:
+        try:
+            self.loop.run(self.stack.aclose())
+            if self.database is not None:
+                self.loop.run(self.templates.drop(self.database))
+        finally:
+            self.loop.close()
+
+    def _name(self, index: int, alive: bool = True) -> str | None:
+        names = [n for n in NAMES if (n in self.jobs) == alive]
+        return names[index % len(names)] if names else None
+
+    def _put(self, name: str, change: Callable[[Job | None, datetime], Job | None]) -> None:
+        written = self.loop.run(self.backend.put(name, change))
+        note(f"{name}: {written and (written.state, written.schedule, written.overlap)}")
+
+    # -- rules
+
+    @initialize(
+        shapes=st.lists(
+            st.tuples(st.sampled_from((1, 2)), st.sampled_from(list(Overlap))),
+            min_size=len(NAMES),
+            max_size=len(NAMES),
+        )
+    )
+    def first_jobs(self, shapes: list[tuple[int, Overlap]]) -> None:
+        """A job of each name: every step has ticks to account for from the start."""
+        for every, overlap in shapes:
+            self.create(0, every, overlap)
+
+    @rule(
+        index=st.integers(0, 2),
+        every=st.sampled_from((1, 2)),
+        overlap=st.sampled_from(list(Overlap)),
+    )
+    def create(self, index: int, every: int, overlap: Overlap) -> None:
+        if (name := self._name(index, alive=False)) is None:
+            return
+        spec = _port_spec(every, overlap)
+        self._put(name, lambda _, now: create_job(name, spec, now))
+        self.jobs.add(name)
+
+    @rule(index=st.integers(0, 2), every=st.sampled_from((1, 2)))
+    def edit(self, index: int, every: int) -> None:
+        if (name := self._name(index)) is None:
+            return
+
+        def edited(current: Job | None, now: datetime) -> Job | None:
+            if current is None:
+                return None
+            spec = current.spec().model_copy(update={"schedule": _every(every)})
+            return replace_job(current, spec, now)
+
+        self._put(name, edited)
+
+    @rule(index=st.integers(0, 2))
+    def pause(self, index: int) -> None:
+        if (name := self._name(index)) is not None:
+            self._put(name, lambda current, now: current and pause_job(current, now))
+
+    @rule(index=st.integers(0, 2))
+    def resume(self, index: int) -> None:
+        if (name := self._name(index)) is not None:
+            self._put(name, lambda current, now: current and resume_job(current, now))
+
+    @precondition(lambda self: len(self.jobs) > 1)  # a job is left to account for
+    @rule(index=st.integers(0, 2))
+    def delete(self, index: int) -> None:
+        if (name := self._name(index)) is not None:
+            self._put(name, lambda _, __: None)
+            self.jobs.discard(name)
+
+    @rule(seconds=st.sampled_from((0.5, 1.5)))
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # -- invariants
+
+    @invariant()
+    def time_passes(self) -> None:
+        """Not a check: the replicas fire between the steps."""
+        time.sleep(STEP_SECONDS)
+
+    @invariant()
+    def every_tick_has_one_outcome(self) -> None:
+        jobs = self.loop.run(self.backend.ledger.get_jobs(sorted(self.jobs)))
+        cursors, outcomes = self.loop.run(self.backend.accounted(sorted(self.jobs)))
+        problems = judge_ticks(cursors, outcomes, {job.name: ticks_of(job) for job in jobs})
+        assert not problems, problems[:10]
+
+    @invariant()
+    def no_tick_is_let_through_twice(self) -> None:
+        claimed = Counter(
+            (job, at)
+            for pool in self.pools
+            for job, at, outcome in pool.claims
+            if outcome is ClaimOutcome.CLAIMED
+        )
+        twice = [tick for tick, times in claimed.items() if times > 1]
+        assert not twice, twice[:10]
+
+
+def _every(seconds: int) -> IntervalSchedule:
+    return IntervalSchedule(kind="interval", every_seconds=seconds)
+
+
+def _port_spec(every: int, overlap: Overlap) -> JobSpec:
+    return JobSpec(schedule=_every(every), task="log", args={"message": "tick"}, overlap=overlap)
+
+
+@pytest.mark.parametrize("backend_name", ["postgres", "memory"])
+def test_the_scheduler_s_seams_hold_on_both_backends(
+    templates: TemplateDatabases, backend_name: str
+) -> None:
+    SchedulerSeams.templates, SchedulerSeams.backend_name = templates, backend_name
+    print(f"TICKGATE_SEAMS_SEED={SEED}")
+    run_state_machine_as_test(
+        seed(SEED)(SchedulerSeams),
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=PORT_STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
             phases=PHASES,
         ),
     )

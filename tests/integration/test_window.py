@@ -30,10 +30,12 @@ from service.domain.runs import RunStatus, RunTrigger
 from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
 from service.scheduler import Runner, Window
+from service.scheduler.chores import Chores
 from service.store import Store
 from service.store.connection import Pool
-from service.store.cursors import Held, WindowRead
 from service.store.link import Link
+from service.store.listener import JobListener
+from service.store.ports import Held, Listener, OpenListener, WindowRead
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import builtin_registry
@@ -145,11 +147,10 @@ async def opened_window(
         )
         built = Window(
             store=store,
+            listen=listening(database_url),
             runner=runner,
-            dsn=database_url,
-            run_history=100,
             members=members,
-            **({"window_seconds": AN_HOUR, "reconcile_seconds": AN_HOUR} | kw),
+            **({"window_seconds": AN_HOUR} | kw),
         )
         try:
             yield built
@@ -158,6 +159,34 @@ async def opened_window(
             await runner.shutdown(grace_seconds=0)
             await tasks.aclose()
             await sessions.close()
+
+
+def listening(database_url: str) -> OpenListener:
+    """The window's listener over PostgreSQL, as a replica opens it (service/app.py)."""
+
+    async def listen(
+        on_change: Callable[[str], None], on_lost: Callable[[], None], on_cancel: Callable[[], None]
+    ) -> Listener:
+        return await JobListener.open(database_url, on_change, on_lost, None, on_cancel)
+
+    return listen
+
+
+@asynccontextmanager
+async def chores_beside(store: Store, window: Window, **kw: Any) -> AsyncIterator[Chores]:
+    """The window's chores (the audit among them), not started: a test starts them
+    after the window, as a replica does."""
+    chores = Chores(
+        store=store,
+        runner=window.runner,
+        run_history=100,
+        buckets_read=window.buckets_read,
+        **({"reconcile_seconds": AN_HOUR} | kw),
+    )
+    try:
+        yield chores
+    finally:
+        await chores.stop()
 
 
 @pytest.fixture
@@ -416,8 +445,12 @@ async def test_the_window_and_the_audit_agree_on_the_catch_up_tick(
     change = await store.mutate_job("caught", lambda _: create_job("caught", every_second, made))
     assert change.after is not None
     since = _whole_second(datetime.now(UTC)) - timedelta(seconds=3, microseconds=500_000)
-    async with opened_window(database_url, store, cluster_since=lambda: since) as window:
+    async with (
+        opened_window(database_url, store, cluster_since=lambda: since) as window,
+        chores_beside(store, window, cluster_since=lambda: since) as chores,
+    ):
         await window.start()
+        chores.start()
 
         async def passed_since() -> bool:
             cursor = await store.cursor("caught")
@@ -502,7 +535,10 @@ async def test_takeovers_past_the_waiting_limit_are_left_to_the_audit_not_misfir
         assert change.after is not None
         jobs.append(change.after)
     runner_kw = {"room": 1, "waiting_limit": 2, "takeover_seconds": 1.0}
-    async with opened_window(database_url, store, runner_kw=runner_kw) as window:
+    async with (
+        opened_window(database_url, store, runner_kw=runner_kw) as window,
+        chores_beside(store, window) as chores,
+    ):
         for job in jobs:  # one audit's hand-over, in one turn of the loop: 4 past the limit
             window.runner.take_over(job, OwedTick(at, None))
 
@@ -513,7 +549,8 @@ async def test_takeovers_past_the_waiting_limit_are_left_to_the_audit_not_misfir
             lambda: _count(outcomes, RunStatus.SUCCEEDED, 2), 30.0, "the two admitted"
         )
         assert [r for r in await outcomes() if r.status is RunStatus.SKIPPED] == []
-        await window.start()  # and its audit
+        await window.start()
+        chores.start()  # and its audit
         await eventually_async(
             lambda: _count(outcomes, RunStatus.SUCCEEDED, len(names)), 30.0, "every tick"
         )
@@ -602,10 +639,12 @@ async def test_a_replica_drops_the_series_of_jobs_it_no_longer_owns(
     metrics = Metrics(series_linger_seconds=0)
     for name in (foreign, own):
         metrics.count_run(name, lock_key(name), RunStatus.SUCCEEDED, datetime.now(UTC))
-    async with opened_window(
-        database_url, scripted, members=lambda: members, metrics=metrics, reconcile_seconds=0.1
-    ) as window:
+    async with (
+        opened_window(database_url, scripted, members=lambda: members, metrics=metrics) as window,
+        chores_beside(scripted, window, members=lambda: members, reconcile_seconds=0.1) as chores,
+    ):
         await window.start()
+        chores.start()
         await eventually_async(
             lambda: f'job="{foreign}"' not in metrics.exposition().decode(),
             CONVERGE_SECONDS,

@@ -1,4 +1,4 @@
-"""The fire path's ports over two backends, for tests that must hold on both: real
+"""The fire path's and the window's ports over two backends, for tests that must hold on both: real
 PostgreSQL (LockSessions and Store on the test's database) and the in-memory fake
 (harness/memory.py). Each backend also knows how to do, from the outside, what
 the tests need: write jobs, hold a lock as a foreign session would, let time pass, and
@@ -26,6 +26,7 @@ from uuid import UUID
 
 import asyncpg
 
+from harness.accounting import CURSORS, OUTCOMES
 from harness.memory import (
     MemoryDatabase,
     MemoryLedger,
@@ -39,16 +40,20 @@ from service.domain.runs import AttemptTimes, CancelRequest, Run, RunTrigger
 from service.metrics import Metrics
 from service.scheduler import Runner
 from service.store import Store
+from service.store.listener import JobListener
 from service.store.ports import (
     BackendId,
     Claim,
     ClaimOutcome,
     Ledger,
+    Listener,
     LockPool,
+    OpenListener,
     Orphan,
     PinnedSession,
     RunEnd,
     TickClaim,
+    WindowReads,
 )
 from service.store.sessions import LockSessions
 from tests.support.db import (
@@ -75,6 +80,8 @@ class Backend(abc.ABC):
     name: str
     sessions: LockPool
     ledger: Ledger
+    window: WindowReads
+    listen: OpenListener
     # What reserving a queue_one slot for a job that does not exist raises.
     missing_job: type[Exception]
 
@@ -151,6 +158,15 @@ class Backend(abc.ABC):
     async def pass_time(self, seconds: float) -> None: ...
 
     @abc.abstractmethod
+    async def lose_listeners(self) -> int:
+        """Cut every listener's connection from the outside; how many were cut."""
+
+    @abc.abstractmethod
+    async def accounted(self, jobs: Sequence[str]) -> tuple[list[Any], list[Any]]:
+        """What tick accounting judges (`harness.accounting.judge_ticks`): each job's
+        threshold and cursor (`CURSORS`), then its ticks' outcomes (`OUTCOMES`)."""
+
+    @abc.abstractmethod
     def hold_claims(self, job: Job) -> AbstractAsyncContextManager[Held]:
         """Hold every claim of `job`'s ticks after it took (or failed to take) the lock."""
 
@@ -167,7 +183,38 @@ class PostgresBackend(Backend):
         self._url = database_url
         self._store = store
         self.ledger = store
+        self.window = store
         self.sessions = sessions
+        self.listen = self._listen
+
+    async def _listen(
+        self,
+        on_change: Callable[[str], None],
+        on_lost: Callable[[], None],
+        on_cancel: Callable[[], None],
+    ) -> Listener:
+        return await JobListener.open(self._url, on_change, on_lost, None, on_cancel)
+
+    async def lose_listeners(self) -> int:
+        connection = await asyncpg.connect(self._url)
+        try:
+            cut: int = await connection.fetchval(
+                """SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))
+                   FROM pg_stat_activity
+                   WHERE datname = current_database() AND query LIKE 'LISTEN %'"""
+            )
+        finally:
+            await connection.close()
+        return cut
+
+    async def accounted(self, jobs: Sequence[str]) -> tuple[list[Any], list[Any]]:
+        connection = await asyncpg.connect(self._url)
+        try:
+            # The cursors first: rows written meanwhile only add outcomes.
+            cursors = await connection.fetch(CURSORS, list(jobs))
+            return cursors, await connection.fetch(OUTCOMES, list(jobs))
+        finally:
+            await connection.close()
 
     async def put(
         self, name: str, change: Callable[[Job | None, datetime], Job | None]
@@ -311,16 +358,26 @@ class MemoryBackend(Backend):
     name = "memory"
     missing_job = NoSuchJobError
 
-    def __init__(self) -> None:
+    def __init__(self, *, wall_clock: bool = False) -> None:
+        """`wall_clock`: the database reads the time, for a window to fire by; else a
+        `SteppingClock` that `pass_time` moves."""
         self.clock = SteppingClock(datetime.now(UTC))
-        self.database = MemoryDatabase(clock=self.clock)
-        self.ledger = MemoryLedger(self.database)
+        self._wall_clock = wall_clock
+        self.database = MemoryDatabase(clock=_now if wall_clock else self.clock)
+        self.ledger = self.window = MemoryLedger(self.database)
         self.sessions = MemoryLockPool(self.database)
+        self.listen = self.database.listen
+
+    async def lose_listeners(self) -> int:
+        return self.database.lose_listeners()
 
     async def put(
         self, name: str, change: Callable[[Job | None, datetime], Job | None]
     ) -> Job | None:
-        after = change(self.database.job(name), self.clock())
+        # A copy, as PostgreSQL reads one: the fake's stored job may carry what the fire
+        # path cached on it (`Job.first_tick`), which a new version must not inherit.
+        current = self.database.job(name)
+        after = change(current and current.model_copy(), self.database.clock())
         if after is None:
             self.database.delete_job(name)
         else:
@@ -372,7 +429,31 @@ class MemoryBackend(Backend):
         assert self.database.terminate_backend(owner)
 
     async def pass_time(self, seconds: float) -> None:
-        self.clock.advance(seconds)
+        if self._wall_clock:
+            await asyncio.sleep(seconds)
+        else:
+            self.clock.advance(seconds)
+
+    async def accounted(self, jobs: Sequence[str]) -> tuple[list[Any], list[Any]]:
+        cursors, outcomes = [], []
+        for name in jobs:
+            job, cursor = self.database.job(name), self.database.cursor(name)
+            if job is None or cursor is None:
+                continue
+            at = cursor.timestamp() if cursor.year < datetime.max.year else float("inf")
+            cursors.append({"job": name, "threshold": job.fire_after.timestamp(), "cursor": at})
+            outcomes += [
+                {"job": name, "at": run.scheduled_for.timestamp(), "missed_ticks": run.missed_ticks}
+                | {"trigger": run.trigger.value}
+                for run in self.database.runs(name)
+                if not run.trigger.on_demand
+            ]
+            if (waiting := self.database.slot(name)) is not None:
+                outcomes.append(
+                    {"job": name, "at": waiting.timestamp(), "missed_ticks": None}
+                    | {"trigger": "waiting"}
+                )
+        return cursors, outcomes
 
     @asynccontextmanager
     async def hold_claims(self, job: Job) -> AsyncIterator[Held]:
@@ -393,6 +474,10 @@ class MemoryBackend(Backend):
         finally:
             pause.resume()
             self.database.hooks.before_finishing = None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass
