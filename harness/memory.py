@@ -64,8 +64,8 @@ from service.store.ports import (
     BackendId,
     Claim,
     ClaimOutcome,
+    Filed,
     GateFacts,
-    Held,
     JobUpdateFn,
     Ledger,
     Listener,
@@ -332,11 +332,11 @@ class MemoryDatabase:
         buckets: frozenset[int] | None,
         seconds: float,
         names: Sequence[str] | None,
-        held: Held,
+        filed: Filed,
     ) -> WindowRead:
         """As `cursors.fetch_window`: by `names`, the jobs that exist in any state; else
         the active jobs of `buckets` whose cursor is due before the window's end (those
-        `held` at the revision stored, as held). A cursor past the last tick reads as
+        `filed` at the revision stored, as filed). A cursor past the last tick reads as
         asyncpg reads 'infinity'."""
         now = self.clock()
         until = now + timedelta(seconds=seconds)
@@ -350,7 +350,7 @@ class MemoryDatabase:
                 and (buckets is None or bucket_of(job.lock_key) in buckets)
                 and self._cursors[job.name] < until
             ]
-        jobs = [(_as_held(job, held), _as_read(self._cursors[job.name])) for job in found]
+        jobs = [(_as_filed(job, filed), _as_read(self._cursors[job.name])) for job in found]
         return WindowRead(now, until, jobs)
 
     # --- advisory locks ------------------------------------------------------------
@@ -427,7 +427,7 @@ class MemoryDatabase:
         if run is not None and job is not None and statement.counts(run):
             self._jobs[job.name] = job.model_copy(update={"runs_started": job.runs_started + 1})
         if run is not None:
-            self.release_pending(run.job, run.scheduled_for)  # whoever held the slot
+            self.release_slot(run.job, run.scheduled_for)  # whoever held the slot
             self._backends[run.id] = (statement.session, tick.lock, tick.job.lock_key)
         key = tick.job.lock_key
         released = got and tick.lock and run is None and self.unlock(statement.session, key)
@@ -692,7 +692,7 @@ class MemoryDatabase:
             self._advance(skip.job, tick[1], skip.trigger, opens=True)
         return run
 
-    def reserve_pending(self, job: str, tick: datetime, runner: str, expires_in: float) -> datetime:
+    def reserve_slot(self, job: str, tick: datetime, runner: str, expires_in: float) -> datetime:
         if job not in self._jobs:
             raise NoSuchJobError(f"no job named {job!r} to hold a slot for")
         # The statement reads the clock twice: for the new expiry, then to judge the old.
@@ -703,12 +703,12 @@ class MemoryDatabase:
             self._slots[job] = slot
         return slot.scheduled_for
 
-    def release_pending(self, job: str, tick: datetime) -> None:
+    def release_slot(self, job: str, tick: datetime) -> None:
         slot = self._slots.get(job)
         if slot is not None and slot.scheduled_for == tick:
             del self._slots[job]
 
-    def pending_tick(self, job: str) -> datetime | None:
+    def slot_tick(self, job: str) -> datetime | None:
         slot = self._waiting(job)
         return slot.scheduled_for if slot else None
 
@@ -950,19 +950,19 @@ class MemoryLedger(Ledger):
         await _round_trip()
         return self._database.record_skips(skips, runner)
 
-    async def reserve_pending(
+    async def reserve_slot(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
     ) -> datetime | None:
         await _round_trip()
-        return self._database.reserve_pending(job, tick, runner, expires_in_seconds)
+        return self._database.reserve_slot(job, tick, runner, expires_in_seconds)
 
-    async def release_pending(self, job: str, tick: datetime) -> None:
+    async def release_slot(self, job: str, tick: datetime) -> None:
         await _round_trip()
-        self._database.release_pending(job, tick)
+        self._database.release_slot(job, tick)
 
-    async def pending_tick(self, job: str) -> datetime | None:
+    async def slot_tick(self, job: str) -> datetime | None:
         await _round_trip()
-        return self._database.pending_tick(job)
+        return self._database.slot_tick(job)
 
     async def cancels_asked(self, runner: str) -> list[CancelRequest]:
         await _round_trip()
@@ -1005,10 +1005,10 @@ class MemoryLedger(Ledger):
         buckets: frozenset[int] | None,
         seconds: float,
         names: Sequence[str] | None = None,
-        held: Held = lambda _: None,
+        filed: Filed = lambda _: None,
     ) -> WindowRead:
         await _round_trip()
-        return self._database.read_window(buckets, seconds, names, held)
+        return self._database.read_window(buckets, seconds, names, filed)
 
 
 async def _round_trip() -> None:
@@ -1075,9 +1075,9 @@ def _has_outcome(tick: TickClaim, ledger: Mapping[_Tick, Run]) -> bool:
     return row is not None and not (backfill and row.status is RunStatus.SKIPPED)
 
 
-def _as_held(job: Job, held: Held) -> Job:
-    """The job as a window holds it, if at the revision stored: read no further."""
-    kept = held(job.name)
+def _as_filed(job: Job, filed: Filed) -> Job:
+    """The job as a window filed it, if at the revision stored: read no further."""
+    kept = filed(job.name)
     return kept if kept is not None and kept.revision == job.revision else job
 
 

@@ -90,7 +90,7 @@ class Settings(BaseSettings):
         ge=1,
         le=200,
         description="Connections of each process's pool (the API's queries; the scheduler's "
-        "window, sweeps and skips).",
+        "window, chores and skips).",
     )
     scheduler: bool = Field(
         True,

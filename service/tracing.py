@@ -1,6 +1,6 @@
 """Traces of the fire path over OTLP/HTTP: off unless an OTLP endpoint is configured.
 
-Each run is one trace, `tickgate.run`, from the moment its tick was handed over to the
+Each run is one trace, `tickgate.run`, from the moment its tick was fired to the
 loop until its end is recorded:
 - `tickgate.wake_up`: from the hand-over until its claim was sent (jitter, waiting for
   room, rounds at a held lock);
@@ -50,11 +50,11 @@ def now_ns() -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
-    """How a claimed tick came through the loop (wall clock, nanoseconds): handed over,
+class GateTimes:
+    """How a claimed tick came through the loop (wall clock, nanoseconds): fired,
     its claim sent and answered; `batch` ticks went in that claim."""
 
-    handed_over: int
+    fired: int
     sent: int
     answered: int
     batch: int
@@ -76,7 +76,7 @@ class Traced(Protocol):
 class Tracing(Protocol):
     """The fire path's spans. Each hook costs a constant no-op when tracing is off."""
 
-    def run(self, run: Run, claimed: Claimed | None) -> AbstractContextManager[Traced]:
+    def run(self, run: Run, claimed: GateTimes | None) -> AbstractContextManager[Traced]:
         """The run's trace, current for the block: attempts and the record nest in it."""
         ...
 
@@ -114,7 +114,7 @@ _UNTRACED = _Untraced()
 class NoTracing:
     """Tracing off."""
 
-    def run(self, run: Run, claimed: Claimed | None) -> _Untraced:
+    def run(self, run: Run, claimed: GateTimes | None) -> _Untraced:
         return _UNTRACED
 
     def attempt(self, run: Run, attempt: int) -> _Untraced:
@@ -224,24 +224,24 @@ class OtelTracing:
         self._tracer = tracer
 
     @contextmanager
-    def run(self, run: Run, claimed: Claimed | None) -> Iterator[Traced]:
+    def run(self, run: Run, claimed: GateTimes | None) -> Iterator[Traced]:
         from opentelemetry import trace
 
         attributes = _attributes(run)
-        start = claimed.handed_over if claimed else None
+        start = claimed.fired if claimed else None
         span = self._tracer.start_span("tickgate.run", attributes=attributes, start_time=start)
         if claimed is not None:
             self._passed_the_gate(span, claimed, attributes)
         with trace.use_span(span, end_on_exit=True):
             yield _Span(span)
 
-    def _passed_the_gate(self, run: "Span", claimed: Claimed, attributes: dict[str, Any]) -> None:
+    def _passed_the_gate(self, run: "Span", claimed: GateTimes, attributes: dict[str, Any]) -> None:
         """The wake-up and the claim, timed already: spans with those times."""
         from opentelemetry import trace
 
         parent = trace.set_span_in_context(run)
         periods = (
-            ("tickgate.wake_up", claimed.handed_over, claimed.sent, attributes),
+            ("tickgate.wake_up", claimed.fired, claimed.sent, attributes),
             ("tickgate.claim", claimed.sent, claimed.answered, attributes | _batch(claimed)),
         )
         for name, start, end, shown in periods:
@@ -287,5 +287,5 @@ def _attributes(run: Run) -> dict[str, Any]:
     }
 
 
-def _batch(claimed: Claimed) -> dict[str, Any]:
+def _batch(claimed: GateTimes) -> dict[str, Any]:
     return {"tickgate.claim.batch": claimed.batch}

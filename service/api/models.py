@@ -537,7 +537,7 @@ class JobQuery(BaseModel):
         "reconcile round, TICKGATE_RECONCILE_SECONDS) or as the API filed it when the job "
         "was last created, changed, paused or resumed, whichever came later. So a job that "
         "fired since sits where its previous tick was, until the next round; a job changed "
-        "by the scheduler itself (completed, its window closed) moves after the round too. "
+        "by the scheduler itself (completed, its end_at passed) moves after the round too. "
         "Each item's `next_run_at` is computed when the page is read. Paging by `cursor` "
         "lists every job exactly once while the book holds still between pages.",
     )

@@ -19,7 +19,7 @@ Each run of ticks without a row that will never run becomes one misfire row, at 
 last tick, counting them all (`missed_ticks`). The cursor then stands at the first tick
 not passed: the catch-up tick waited for, the first owed tick (their claims move it
 on), or the first tick not due yet; the audit looks again (`due_at`) once the first tick
-it did not hand over is owed in its turn, or the catch-up tick is past its reach.
+it did not take over is owed in its turn, or the catch-up tick is past its reach.
 """
 
 from collections.abc import Callable, Collection
@@ -57,9 +57,9 @@ class OwedTick:
 class WaitingTick:
     """The tick a queue_one job keeps waiting for its run in progress: its slot
     (`tickgate_pending`) is unexpired and the tick has no row. Its waiter runs it once
-    that run ends, so it is no misfire, nor a tick to hand over. `adopted_seconds`: the
+    that run ends, so it is no misfire, nor a tick to take over. `adopted_seconds`: the
     waiter was gone and the auditing replica took the slot, for this long (its time
-    left): the tick is handed over to it, to wait (None: a live waiter holds it)."""
+    left): the tick is taken over by it, to wait (None: a live waiter holds it)."""
 
     tick: datetime
     adopted_seconds: float | None = None
@@ -95,7 +95,7 @@ class Takeover:
 class CursorAudit:
     """One cursor's audit: the runs of ticks to record as misfires, where the cursor
     goes (None: the job has no tick left), the ticks owed, and when to look again (a
-    bound at or before the due time of the first tick not handed over; None: never)."""
+    bound at or before the due time of the first tick not taken over; None: never)."""
 
     cursor: datetime | None
     missed: list[MissedTicks] = field(default_factory=list)
@@ -176,7 +176,7 @@ def audit_cursor(
 
 
 def _adopted(job: Job, waiting: WaitingTick) -> list[OwedTick]:
-    """The waiting tick, handed over to wait in its gone waiter's place, if adopted."""
+    """The waiting tick, taken over to wait in its gone waiter's place, if adopted."""
     if waiting.adopted_seconds is None:
         return []
     return [OwedTick(waiting.tick, job.tick_after(waiting.tick), waiting.adopted_seconds)]
@@ -207,8 +207,8 @@ def _look_again(
     takeover: Takeover,
 ) -> datetime | None:
     """The cursor's `due_at`: the audit reads it again once `takeover.after` has passed
-    this. The first tick not handed over is owed then; a catch-up tick still waited for
-    is past its reach, to record; ticks handed over (`handed`: when) and still without
+    this. The first tick not taken over is owed then; a catch-up tick still waited for
+    is past its reach, to record; ticks taken over (`handed`: when) and still without
     a row then were let go (the taker was full, or died): they go again; and a queue_one
     tick still waiting then may have lost its waiter."""
     bounds = [job.due(first_open)] if first_open is not None else []

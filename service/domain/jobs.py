@@ -138,7 +138,7 @@ class JobSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _ordered_window(self) -> "JobSpec":
+    def _ordered_bounds(self) -> "JobSpec":
         if self.start_at and self.end_at and self.end_at <= self.start_at:
             raise ValueError("end_at must be after start_at")
         return self
@@ -206,7 +206,7 @@ class Job(JobSpec):
 
     def tick_after(self, after: datetime) -> datetime | None:
         """The first nominal tick strictly after `after` that may fire: past the threshold,
-        inside the [start_at, end_at] window."""
+        inside its bounds, [start_at, end_at]."""
         floor = max(after, self.fire_after)
         if self.start_at and self.start_at > floor:
             floor = self.start_at - _INSTANT
@@ -289,7 +289,7 @@ _INSTANT = timedelta(microseconds=1)
 
 def ticks_between(job: Job, start: datetime, end: datetime, limit: int) -> list[datetime]:
     """The schedule's nominal ticks in [start, end], at most `limit` of them. Backfill
-    asks for these: the threshold and the window don't apply to ticks asked for by name."""
+    asks for these: the threshold and the bounds don't apply to ticks asked for by name."""
     ticks = fire_times(job.schedule, job.zone, start - _INSTANT, limit)
     return [tick for tick in ticks if tick <= end]
 
@@ -330,7 +330,7 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
         return current
     if not ticks_moved(current, resolved):
         return _changed(current, now, **_declared_fields(resolved))
-    # Another set of ticks (schedule, zone or window) is a new threshold: ticks between the
+    # Another set of ticks (schedule, zone or bounds) is a new threshold: ticks between the
     # old one and now, new to this definition, must not read as missed, and the cursor
     # starts again there, at the new definition's first tick. A completed job with a
     # tick left to fire is active again.
@@ -343,7 +343,7 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
 
 def ticks_moved(current: JobSpec, spec: JobSpec) -> bool:
     """Whether `spec` names other ticks than `current`: another schedule, zone (it moves
-    the ticks as much), or window (`start_at`, `end_at`)."""
+    the ticks as much), or bounds (`start_at`, `end_at`)."""
     return (
         spec.schedule != current.schedule
         or spec.timezone != current.timezone
@@ -398,7 +398,7 @@ def complete_job(current: Job, now: datetime) -> Job:
 
 def finish_run(current: Job, tick: datetime, now: datetime) -> Job:
     """After a scheduled run: a one-time job whose own tick ran, a job that reached
-    `max_runs`, or one whose window closed, is completed; anything else is unchanged."""
+    `max_runs`, or one whose `end_at` passed, is completed; anything else is unchanged."""
     once_done = isinstance(current.schedule, OnceSchedule) and current.schedule.at == tick
     capped = current.max_runs is not None and current.runs_started >= current.max_runs
     if once_done or capped or ends_by(current, now):
@@ -406,8 +406,8 @@ def finish_run(current: Job, tick: datetime, now: datetime) -> Job:
     return current
 
 
-def close_window(current: Job, now: datetime) -> Job:
-    """An active job with nothing left to fire is completed: its window closed, its run
+def complete_if_ended(current: Job, now: datetime) -> Job:
+    """An active job with nothing left to fire is completed: its `end_at` passed, its run
     cap is used up (its last run's replica may have died before completing it), or its
     one-time tick is past its deadline (it ran, or misfired)."""
     if current.state is JobState.ACTIVE and is_over(current, now):
@@ -422,7 +422,7 @@ def is_over(job: Job, now: datetime) -> bool:
 
 
 def ends_by(job: Job, now: datetime) -> bool:
-    """The window closed and no tick is left in it."""
+    """Its `end_at` passed and no tick is left before it."""
     return job.end_at is not None and job.end_at <= now and job.tick_after(now) is None
 
 

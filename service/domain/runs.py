@@ -46,7 +46,7 @@ class SkipReason(StrEnum):
     it within its misfire grace; capped: the job had used up its `max_runs`; cancelled:
     it waited under queue_one and someone dropped it (POST /v1/jobs/{name}/queued/cancel);
     superseded: it was still undecided when its job's ticks changed (a new schedule, zone
-    or window) or the job was paused, so it is no tick of the job as it stands; the edit
+    or bounds) or the job was paused, so it is no tick of the job as it stands; the edit
     records it."""
 
     OVERLAP = "overlap"

@@ -23,7 +23,7 @@ _INSTANT = timedelta(microseconds=1)
 
 @dataclass(frozen=True)
 class Filing:
-    """One tick to hand over when due, how it runs, and the job's tick after it (None:
+    """One tick to fire when due, how it runs, and the job's tick after it (None:
     none left), where its claim moves the cursor."""
 
     tick: datetime

@@ -10,7 +10,7 @@ those whose ticks moved on since the last, never all of them. Per lagging cursor
 - the ticks owed (within reach, due longer ago than the takeover time) are claimed by
   this replica, through the gate like any: an owner that is only late meets the row;
 - a tick waiting under queue_one for the run in progress is its waiter's, however late:
-  neither recorded nor handed over; if its waiter left the cluster, this replica takes
+  neither recorded nor taken over; if its waiter left the cluster, this replica takes
   its slot and waits in its place (`Runner.take_over`).
 No standby holds the job for this: the cursor in the database is all it takes.
 """

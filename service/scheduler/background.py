@@ -28,14 +28,14 @@ class Background:
         """Start nothing new; give the tasks in flight `grace_seconds`, then cancel them.
         A cancelled run still records `cancelled` and unlocks before its task ends."""
         self.accepting = False
-        pending = set(self._tasks)
-        if pending:
-            log.info("waiting up to %ss for %d runs in flight", grace_seconds, len(pending))
-            _, pending = await asyncio.wait(pending, timeout=grace_seconds)
-        for task in pending:
+        unfinished = set(self._tasks)
+        if unfinished:
+            log.info("waiting up to %ss for %d runs in flight", grace_seconds, len(unfinished))
+            _, unfinished = await asyncio.wait(unfinished, timeout=grace_seconds)
+        for task in unfinished:
             task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        if unfinished:
+            await asyncio.wait(unfinished)
 
 
 def log_failure(what: str, error: Exception) -> None:

@@ -1,5 +1,5 @@
 """The chores beside each replica's window: the loops that keep the ledger and the
-cursors in order, while the window (`service/scheduler/window.py`) hands ticks over.
+cursors in order, while the window (`service/scheduler/window.py`) fires ticks.
 
 - the audit, twice per takeover period: lagging cursors move on, their owed ticks
   go to the runner (`service/scheduler/audit.py`);
@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from service.domain.cursors import Takeover
-from service.domain.jobs import Job, close_window
+from service.domain.jobs import Job, complete_if_ended
 from service.domain.ownership import Members
 from service.domain.runs import RunTrigger, SkipReason
 from service.domain.schedules import OnceSchedule
@@ -94,10 +94,10 @@ class Chores:
     # --- the loops ----------------------------------------------------------------
 
     async def _maintain_forever(self) -> None:
-        await self._guarded(self._complete_ended(), "sweeping runs")  # at startup too
+        await self._guarded(self._complete_ended(), "completing ended jobs")  # at startup too
         while True:
             await asyncio.sleep(self._reconcile_seconds)
-            await self._guarded(self._complete_ended(), "sweeping runs")
+            await self._guarded(self._complete_ended(), "completing ended jobs")
             await self._guarded(self._prune(), "pruning run history")
             await self._guarded(self._check_overdue(), "checking for overdue jobs")
             # The metric series of jobs in buckets no longer read here go, after a while.
@@ -151,7 +151,7 @@ class Chores:
         ended = await self._store.ended_jobs()
         if ended:
             await self._store.record_skips(_missed_once_ticks(ended), self._runner.runner_id)
-            await self._store.update_jobs({job.name: close_window for job in ended})
+            await self._store.update_jobs({job.name: complete_if_ended for job in ended})
 
     async def _prune(self) -> None:
         pruned = await self._store.prune_runs(

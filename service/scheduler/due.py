@@ -37,8 +37,8 @@ class DueTick:
     queued: bool = False
     # When a claim last found another run of the job in progress (the database's clock).
     busy_at: datetime | None = None
-    # When the window handed it over (wall clock, ns): its trace starts there.
-    handed_over: int = field(default_factory=now_ns)
+    # When the window fired it (wall clock, ns): its trace starts there.
+    fired: int = field(default_factory=now_ns)
 
     @classmethod
     def of(cls, claim: TickClaim) -> "DueTick":

@@ -70,7 +70,7 @@ class Judge:
         job = tick.job
         longest = job.retry.worst_case_seconds(job.timeout_seconds) + job.misfire_grace_seconds
         with self._round_again_on_failure(tick, "queue_one slot"):
-            held = await self._store.reserve_pending(
+            held = await self._store.reserve_slot(
                 job.name, tick.scheduled_for, self._runner_id, longest
             )
             if held is None or held == tick.scheduled_for:
@@ -94,7 +94,7 @@ class Judge:
                 self.settled(tick)
 
     async def _release_slot(self, tick: DueTick) -> None:
-        await run_to_completion(self._store.release_pending(tick.job_name, tick.scheduled_for))
+        await run_to_completion(self._store.release_slot(tick.job_name, tick.scheduled_for))
 
     @contextmanager
     def _round_again_on_failure(self, tick: DueTick, what: str) -> Iterator[None]:

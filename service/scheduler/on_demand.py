@@ -31,7 +31,7 @@ from service.store.ports import (
     Skip,
     TickClaim,
 )
-from service.tracing import Claimed, now_ns
+from service.tracing import GateTimes, now_ns
 
 # Side sessions per replica; waiting for one (only while sessions are being replaced:
 # the database went away) ends in a TimeoutError (503) after SIDE_WAIT_SECONDS.
@@ -175,7 +175,7 @@ class OnDemand:
         async with self._side_sessions.session(SIDE_WAIT_SECONDS) as session:
             sent = now_ns()
             claim = await self._claimed_on_the_side(session, tick)
-            claimed = Claimed(sent, sent, now_ns(), 1)
+            claimed = GateTimes(sent, sent, now_ns(), 1)
             on_claim(claim)
             if claim.run is None:
                 return None
@@ -187,13 +187,13 @@ class OnDemand:
         """Drop the tick waiting under queue_one: it is recorded skipped, `cancelled`,
         and its slot freed. None if no tick waits, or it was claimed meanwhile (its
         run is then the one to cancel). The replica that holds it finds its row."""
-        tick = await self._store.pending_tick(job.name)
+        tick = await self._store.slot_tick(job.name)
         if tick is None:
             return None
         note = request.error()
         skip = Skip(job, tick, RunTrigger.SCHEDULE, SkipReason.CANCELLED, note)
         recorded = await self._skips.record([skip])
-        await self._store.release_pending(job.name, tick)
+        await self._store.release_slot(job.name, tick)
         return recorded[0] if recorded else None
 
     async def _discard(self, work: Coroutine[Any, Any, object]) -> None:

@@ -1,6 +1,6 @@
 """Runs whose replica died mid-run (orphans): each whose retry policy allows another
 attempt gets it on a replica alive, the same run (id, Idempotency-Key) moved there;
-the others end `abandoned`. The window sweeps every half takeover period."""
+the others end `abandoned`. The chores sweep every half takeover period."""
 
 import asyncio
 import logging
@@ -42,7 +42,7 @@ class Orphans:
         takeover_seconds: float,
         background: Background,
     ) -> None:
-        # How often the window sweeps: twice per takeover period.
+        # How often the chores sweep: twice per takeover period.
         self.sweep_seconds = takeover_seconds / 2
         self._sessions = sessions
         self._store = store

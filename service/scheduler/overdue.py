@@ -30,7 +30,7 @@ async def check_overdue(store: ChoreStore, every_seconds: float) -> bool:
 
     Judged on the database clock, so whichever replica checks, the answer is the same.
     """
-    if not await store.claim_chore("overdue", every_seconds):
+    if not await store.take_chore("overdue", every_seconds):
         return False
     now = await store.clock()
     found: list[tuple[str, datetime]] = []

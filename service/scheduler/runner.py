@@ -1,6 +1,6 @@
 """The fire path of one replica, as one loop: gather due ticks, admit, claim, run, record.
 
-- gather: the window hands over each due tick (`fire`); jitter holds it back on a timer.
+- gather: the window fires each due tick (`fire`); jitter holds it back on a timer.
 - admit: `Admission` gives ticks room in arrival order, one per job per batch, and
   lets one claim per lock session be in flight; ticks past their deadline (due +
   misfire grace) leave it as recorded misfires.
@@ -55,7 +55,7 @@ from service.store.ports import (
     TickClaim,
 )
 from service.tasks import SqlTargets, TaskRegistry
-from service.tracing import Claimed, NoTracing, Tracing, now_ns
+from service.tracing import GateTimes, NoTracing, Tracing, now_ns
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ CLAIM_BATCH = 200
 # How long a claim waits for an open lock session (only while sessions are being
 # replaced: the database went away) before it gives up; the ticks go round again.
 ACQUIRE_SECONDS = 5.0
-# Ticks waiting for room here, at most. The window hands over no more while this many
+# Ticks waiting for room here, at most. The window fires no more while this many
 # wait (the rest stay filed there, in its bounded heap, until room frees or their
 # deadline passes); ticks that arrive from elsewhere past it (retries, takeovers) are
 # let go, undecided, rather than queued without bound: the audit hands them over again.
@@ -181,7 +181,7 @@ class Runner:
 
     @property
     def full(self) -> bool:
-        """As many ticks wait for room here as may: hand over no more for now."""
+        """As many ticks wait for room here as may: fire no more for now."""
         return len(self._admission) + len(self._arrived) >= self._waiting_limit
 
     # --- gather -------------------------------------------------------------------
@@ -194,7 +194,7 @@ class Runner:
         *,
         following: NextTick = Following.UNKNOWN,
     ) -> None:
-        """Hand over one due tick of `job`; it is claimed once it is due here. Never
+        """Fire one due tick of `job`; it is claimed once it is due here. Never
         raises. Ticks that fall due together are claimed together, in batches, in this
         replica's own random order, so racing replicas each win a share."""
         tick = self._due_tick(job, scheduled_for, trigger, following)
@@ -233,7 +233,7 @@ class Runner:
         self._plan_dispatch()
 
     def _plan_dispatch(self) -> None:
-        # Dispatch once the current wake-up has handed over every tick due in it (and
+        # Dispatch once the current wake-up has fired every tick due in it (and
         # every run ending in it has freed its room).
         if not self._dispatch_planned:
             self._dispatch_planned = True
@@ -287,7 +287,7 @@ class Runner:
             decided, undecided = undecided, []
             answered = now_ns()
             runs = [
-                self._settle(session, t, c, Claimed(t.handed_over, sent, answered, len(decided)))
+                self._settle(session, t, c, GateTimes(t.fired, sent, answered, len(decided)))
                 for t, c in zip(decided, claims, strict=True)
             ]
             return [run for run in runs if run is not None]
@@ -312,7 +312,7 @@ class Runner:
         return [tick for tick in batch if tick.deadline >= now]
 
     def _settle(
-        self, session: PinnedSession, tick: DueTick, claim: Claim, claimed: Claimed
+        self, session: PinnedSession, tick: DueTick, claim: Claim, claimed: GateTimes
     ) -> Coroutine[Any, Any, None] | None:
         """What the gate's answer means for the tick: a run, an outcome, or another round."""
         if claim.outcome is ClaimOutcome.CLAIMED:
@@ -346,7 +346,7 @@ class Runner:
     # --- run ----------------------------------------------------------------------
 
     async def _run_claimed(
-        self, session: PinnedSession, job: Job, claim: Claim, claimed: Claimed
+        self, session: PinnedSession, job: Job, claim: Claim, claimed: GateTimes
     ) -> None:
         try:
             await self._executor.run(session, job, claim, claimed=claimed)
@@ -365,7 +365,7 @@ class Runner:
         (to a replica with room, maybe this one later) or records it a misfire once it
         is past its reach; a replica merely full never decides a tick's outcome."""
         if ticks:
-            log.warning("%d ticks left for the audit to hand over: no room here", len(ticks))
+            log.warning("%d ticks left for the audit to take over: no room here", len(ticks))
             for tick in ticks:
                 self._judge.settled(tick)
 

@@ -32,7 +32,7 @@ from service.scheduler.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.ports import BackendId, Claim, Ledger, NextAttempt, PinnedSession, RunEnd
-from service.tracing import Claimed, NoTracing, Tracing
+from service.tracing import GateTimes, NoTracing, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class RunExecutor:
         job: Job,
         claim: Claim,
         spent_seconds: float = 0.0,
-        claimed: Claimed | None = None,
+        claimed: GateTimes | None = None,
     ) -> Run | None:
         """Run a claimed tick as `job` stands; whatever happens, record its end and
         release the job's lock if this session still holds it. A resumed run (its row

@@ -1,5 +1,5 @@
 """Each replica's window: the ticks due in the next few seconds of the jobs it owns, read
-from the jobs' tick cursors in PostgreSQL, and handed to the runner as each falls due.
+from the jobs' tick cursors in PostgreSQL, and fired to the runner as each falls due.
 
 The loop is: gather (a refill every WINDOW_SECONDS / 2 reads, through the cursors' index,
 the jobs of the buckets this replica owns whose cursor may fall due within
@@ -8,7 +8,7 @@ it to the runner (admit, claim, run, record: `service/scheduler/runner.py`). A j
 created or changed reaches the window at once by LISTEN/NOTIFY if it is in a bucket
 this replica owns, and costs every other replica nothing; a notification lost is made
 good by the next refill. Memory is bounded by the window, never by the number of jobs:
-a job with no tick in it is not held at all.
+a job with no tick in it is not filed at all.
 
 Ownership only saves work (see `service/domain/ownership.py`): a bucket this replica no
 longer owns is still read and fired for HANDOVER_SECONDS, while its new owner reads
@@ -55,28 +55,28 @@ LISTENER_CHECK_SECONDS = 1.0
 # With nothing filed, the loop still looks again this often.
 IDLE_SECONDS = 1.0
 # How soon a window whose runner was full (a crowd bigger than its room and waiting
-# limit) hands over again the due ticks it kept.
+# limit) fires again the due ticks it kept.
 FULL_RUNNER_SECONDS = 0.05
 _INSTANT = timedelta(microseconds=1)
 _EVERY_BUCKET = frozenset(range(BUCKETS))
 
 
 @dataclass
-class _Held:
+class _FiledJob:
     """A job with ticks in the window: the definition filed from, the last tick a plan
-    looked at, the last tick handed to the runner, and its entries in the heap."""
+    looked at, the last tick fired to the runner, and its entries in the heap."""
 
     job: Job
     filed_through: datetime | None = None
     fired_through: datetime | None = None
-    pending: int = 0
+    entries: int = 0
 
 
 @dataclass(frozen=True, order=True)
 class _Entry:
     at: datetime  # true time at which the tick is due here
     order: int  # ties at one instant go in the order they were filed
-    held: _Held = field(compare=False)
+    filed: _FiledJob = field(compare=False)
     job: Job = field(compare=False)
     filing: Filing = field(compare=False)
 
@@ -88,7 +88,7 @@ class _Buckets:
     def __init__(self) -> None:
         self.mine: frozenset[int] | None = None
         self._leaving: dict[int, float] = {}  # bucket -> when its handover ends (monotonic)
-        self._assigned = False  # before the first view, nothing was fired to hand over
+        self._assigned = False  # before the first view, nothing was fired to give up
 
     def assign(self, mine: frozenset[int] | None, now: float) -> bool:
         """Own `mine` from now on; whether that gains a bucket (to read at once)."""
@@ -127,7 +127,7 @@ class Window:
         """`listen`: opens the listener of job changes; `members`: the view ownership
         follows; `cluster_since`: when the earliest live member joined, on the
         database's clock (None: unknown), which the audit takes over after
-        (`Takeover`); `window_seconds`: how far ahead ticks are held; the window is read
+        (`Takeover`); `window_seconds`: how far ahead ticks are filed; the window is read
         again every half of it."""
         self._store = store
         self._listen = listen
@@ -140,7 +140,7 @@ class Window:
         # reads it: it reads that much further ahead.
         self._seconds = window_seconds + max(0.0, self._clock.offset.total_seconds())
         self._refill_seconds = window_seconds / 2
-        self._held: dict[str, _Held] = {}
+        self._jobs: dict[str, _FiledJob] = {}
         self._heap: list[_Entry] = []
         self._order = itertools.count()
         self._dead = 0  # entries in the heap that will fire nothing
@@ -149,7 +149,7 @@ class Window:
         self._members_changed = asyncio.Event()
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
-        # Held by each read from the database to its last change of the window: applied
+        # Kept by each read from the database to its last change of the window: applied
         # out of order, an older read would bring back an old definition.
         self._loading = asyncio.Lock()
         self._listener: Listener | None = None
@@ -170,16 +170,16 @@ class Window:
         return self.last_sync is not None
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._jobs)
 
     @property
     def runner(self) -> Runner:
         """The runner this window hands its ticks to (and the audit its takeovers)."""
         return self._runner
 
-    def held(self) -> dict[str, tuple[UUID, int]]:
+    def filed(self) -> dict[str, tuple[UUID, int]]:
         """Name to revision of every job with ticks in the window."""
-        return {name: held.job.revision for name, held in self._held.items()}
+        return {name: filed.job.revision for name, filed in self._jobs.items()}
 
     @property
     def healthy(self) -> bool:
@@ -198,7 +198,7 @@ class Window:
         ]
 
     def pause(self) -> None:
-        """Stop handing over ticks (shutdown begins); runs in flight go on."""
+        """Stop firing ticks (shutdown begins); runs in flight go on."""
         self._paused = True
 
     async def stop(self) -> None:
@@ -225,7 +225,7 @@ class Window:
         due in it, each planned from past what is filed already."""
         async with self._loading:
             buckets = self._buckets.reading(_monotonic())
-            read = await self._store.read_window(buckets, self._seconds, held=self._held_job)
+            read = await self._store.read_window(buckets, self._seconds, filed=self._filed_job)
             self._up_since = self._up_since or read.now
             for index, (job, cursor) in enumerate(read.jobs, 1):
                 self._plan(job, cursor, read)
@@ -234,17 +234,17 @@ class Window:
             self._forget_all_but({job.name for job, _ in read.jobs})
             self.last_sync = datetime.now(UTC)
 
-    def _held_job(self, name: str) -> Job | None:
-        held = self._held.get(name)
-        return held.job if held is not None else None
+    def _filed_job(self, name: str) -> Job | None:
+        filed = self._jobs.get(name)
+        return filed.job if filed is not None else None
 
     async def _load(self, names: list[str]) -> None:
         """Bring these jobs, notified as changed, up to date in the window, if they are
-        held here or fall in a bucket read here. A job this replica keeps metric series of
+        filed here or fall in a bucket read here. A job this replica keeps metric series of
         (it ran one of its ticks, taken over) is read too, only to learn if it was
         deleted: its deletion must take them away."""
         now = _monotonic()
-        ours = {n for n in names if n in self._held or self._buckets.fires(_bucket(n), now)}
+        ours = {n for n in names if n in self._jobs or self._buckets.fires(_bucket(n), now)}
         names = [n for n in names if n in ours or self._runner.metrics.counts(n)]
         if not names:
             return
@@ -265,53 +265,52 @@ class Window:
 
     def _plan(self, job: Job, cursor: datetime, read: WindowRead) -> None:
         """File the job's ticks in the window that are not filed already. A new
-        definition replaces the old one's entries, from past the last tick handed
-        over."""
-        held = self._held.get(job.name)
+        definition replaces the old one's entries, from past the last tick fired."""
+        filed = self._jobs.get(job.name)
         after = cursor - _INSTANT
-        if held is not None and held.job.revision != job.revision:
-            self._dead += held.pending
-            held.job, held.filed_through = job, None
-        if held is not None:
-            after = max(after, held.filed_through or held.fired_through or after)
+        if filed is not None and filed.job.revision != job.revision:
+            self._dead += filed.entries
+            filed.job, filed.filed_through = job, None
+        if filed is not None:
+            after = max(after, filed.filed_through or filed.fired_through or after)
         since = self._cluster_since() or self._up_since or read.now
         plan = plan_ticks(
             job, after, now=read.now, until=read.until, since=since, most=MOST_TICKS_PER_JOB
         )
-        if held is None and not plan.filings:
+        if filed is None and not plan.filings:
             return
-        held = held or self._held.setdefault(job.name, _Held(job))
-        held.filed_through = plan.through or held.filed_through
+        filed = filed or self._jobs.setdefault(job.name, _FiledJob(job))
+        filed.filed_through = plan.through or filed.filed_through
         for filing in plan.filings:
-            self._file(held, filing)
+            self._file(filed, filing)
 
-    def _file(self, held: _Held, filing: Filing) -> None:
+    def _file(self, filed: _FiledJob, filing: Filing) -> None:
         at = self._clock.true(filing.tick)
-        entry = _Entry(at, next(self._order), held, held.job, filing)
+        entry = _Entry(at, next(self._order), filed, filed.job, filing)
         heapq.heappush(self._heap, entry)
-        held.pending += 1
+        filed.entries += 1
         if self._heap[0] is entry:
             self._filed.set()
 
     def _drop(self, name: str) -> None:
-        held = self._held.pop(name, None)
-        if held is not None:
-            self._dead += held.pending
+        filed = self._jobs.pop(name, None)
+        if filed is not None:
+            self._dead += filed.entries
 
     def _forget_all_but(self, read: set[str]) -> None:
-        """Jobs the last read did not find and with nothing left in the heap are held no
+        """Jobs the last read did not find and with nothing left in the heap are filed no
         longer: memory follows the window, not the jobs."""
-        for name in [n for n, held in self._held.items() if n not in read and not held.pending]:
-            del self._held[name]
+        for name in [n for n, filed in self._jobs.items() if n not in read and not filed.entries]:
+            del self._jobs[name]
         if self._dead > len(self._heap) // 2 + 1024:
             self._heap = [entry for entry in self._heap if self._live(entry)]
             heapq.heapify(self._heap)
             self._dead = 0
 
     def _live(self, entry: _Entry) -> bool:
-        return self._held.get(entry.job.name) is entry.held and entry.held.job is entry.job
+        return self._jobs.get(entry.job.name) is entry.filed and entry.filed.job is entry.job
 
-    # --- hand over ----------------------------------------------------------------
+    # --- fire ---------------------------------------------------------------------
 
     async def _fire_forever(self) -> None:
         """Hand every tick due by now to the runner, then sleep until the next one is due
@@ -320,7 +319,7 @@ class Window:
             self._filed.clear()
             now = datetime.now(UTC)
             if not self._paused:
-                self._hand_over(now)
+                self._fire_due(now)
             wait = IDLE_SECONDS
             if self._heap and not self._paused:
                 wait = min(wait, max(0.0, (self._heap[0].at - now).total_seconds()))
@@ -329,20 +328,20 @@ class Window:
                 async with asyncio.timeout(wait):
                     await self._filed.wait()
 
-    def _hand_over(self, now: datetime) -> None:
+    def _fire_due(self, now: datetime) -> None:
         """Hand the due ticks over while the runner takes them; a full runner leaves the
         rest filed here (a crowd: they go as room frees, or as misfires past due)."""
         clock = _monotonic()
         while self._heap and self._heap[0].at <= now and not self._runner.full:
             entry = heapq.heappop(self._heap)
-            entry.held.pending -= 1
+            entry.filed.entries -= 1
             if not self._live(entry):
                 self._dead = max(0, self._dead - 1)
                 continue
             if not self._buckets.fires(_bucket(entry.job.name), clock):
                 continue
             filing = entry.filing
-            entry.held.fired_through = max(entry.held.fired_through or filing.tick, filing.tick)
+            entry.filed.fired_through = max(entry.filed.fired_through or filing.tick, filing.tick)
             self._runner.fire(entry.job, filing.tick, filing.trigger, following=filing.following)
 
     # --- the loops ----------------------------------------------------------------
@@ -376,7 +375,7 @@ class Window:
         self._listener = await listen(self._on_notify, self._on_listener_lost, self._on_cancel)
         self._runner.cancel_asked()  # any asked while it was not listening
         await self.refill()
-        log.info("scheduler synced: %d jobs with ticks in the window", len(self._held))
+        log.info("scheduler synced: %d jobs with ticks in the window", len(self._jobs))
 
     async def _relisten_forever(self, in_sync: bool) -> None:
         """Reconnect with backoff whenever the listener drops (a database restart, say),

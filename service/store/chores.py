@@ -29,11 +29,11 @@ class OverdueSummary:
 class ChoreStore(StoreBase):
     """The chores' statements."""
 
-    async def claim_chore(self, name: str, every_seconds: float) -> bool:
+    async def take_chore(self, name: str, every_seconds: float) -> bool:
         """Take this round of a cluster-wide chore (`overdue`, `audit`), unless one
         began in the last `every_seconds` (on any replica)."""
         async with self._bounded() as connection:
-            taken = await connection.fetchval(chores_sql.CLAIM_CHORE, name, every_seconds)
+            taken = await connection.fetchval(chores_sql.TAKE_CHORE, name, every_seconds)
         return bool(taken)
 
     async def active_jobs_page(self, after: str | None, limit: int) -> list[Job]:
@@ -90,7 +90,7 @@ class ChoreStore(StoreBase):
         many rows that is, with no statement holding row locks for long. With
         `output_bytes`, each batch's jobs then keep that many bytes of outputs and logs
         at most, the newest (chores_sql.TRIM_OUTPUTS)."""
-        if not await self._pool.fetchval(chores_sql.CLAIM_CHORE, "retention", every_seconds):
+        if not await self._pool.fetchval(chores_sql.TAKE_CHORE, "retention", every_seconds):
             return 0
         detached = await self._pool.execute(
             chores_sql.PRUNE_DETACHED, chores_sql.DETACHED_KEPT_SECONDS

@@ -12,7 +12,7 @@ _JOB = job_document("j")
 
 # Take this round of the chore named (the first argument): only if the last one began
 # at least the second argument's seconds ago.
-CLAIM_CHORE = """UPDATE tickgate_chores SET started_at = clock_timestamp()
+TAKE_CHORE = """UPDATE tickgate_chores SET started_at = clock_timestamp()
     WHERE name = $1 AND started_at < clock_timestamp() - make_interval(secs => $2)
     RETURNING true"""
 

@@ -202,7 +202,7 @@ WINDOW_ALL = """SELECT j.name, j.incarnation, j.version, k.tick AS cursor
     FROM tickgate_cursors k JOIN tickgate_jobs j ON j.name = k.job
     WHERE k.due_at < $1 AND j.state = 'active'"""
 
-# The jobs of the names given that a window read and does not hold at their revision,
+# The jobs of the names given that a window read and has not filed at their revision,
 # as they stand if still active, each with its cursor.
 WINDOW_JOBS = f"""SELECT {job_document("j")}, k.tick AS cursor
     FROM tickgate_jobs j JOIN tickgate_cursors k ON k.job = j.name

@@ -24,7 +24,7 @@ from service.store.base import StoreBase
 from service.store.connection import Connection, Pool
 from service.store.cursor_sql import CursorPlace, FirstTick, MissedRun
 from service.store.rows import encoded_calls, job_from_row
-from service.store.values import Audited, Held, WindowRead, waits_for_a_tick
+from service.store.values import Audited, Filed, WindowRead, waits_for_a_tick
 
 # Ticks one audit walks per cursor: a long outage of a frequent job is worked off over
 # several batches, each a short transaction (its cursors' claims wait for it) of at most
@@ -47,7 +47,7 @@ class WindowRows:
     now: datetime
     until: datetime
     rows: list[Mapping[str, Any]]
-    kept: list[tuple[Job, datetime]] = field(default_factory=list)  # held, reused
+    kept: list[tuple[Job, datetime]] = field(default_factory=list)  # filed, reused
 
     async def read(self, job_of: Callable[[Mapping[str, Any]], Job]) -> WindowRead:
         """The jobs, made a slice at a time: a crowd's window is tens of thousands of
@@ -64,10 +64,10 @@ async def fetch_window(
     buckets: frozenset[int] | None,
     seconds: float,
     names: Sequence[str] | None = None,
-    held: Held = lambda _: None,
+    filed: Filed = lambda _: None,
 ) -> WindowRows:
     """The active jobs of `buckets` (None: all) with a cursor that may fall due in the
-    next `seconds`, by the database's clock, the `held` ones (at the revision read)
+    next `seconds`, by the database's clock, the `filed` ones (at the revision read)
     reused; or, given `names`, the jobs of those names that exist, in any state (and
     cursors past the last tick: `waits_for_a_tick`)."""
     now: datetime = await connection.fetchval(session_sql.CLOCK)
@@ -79,24 +79,24 @@ async def fetch_window(
         due = await connection.fetch(cursor_sql.WINDOW_ALL, until)
     else:
         due = await connection.fetch(cursor_sql.WINDOW, sorted(buckets), until)
-    kept, unheld = _held_at_revision(due, held)
-    rows = await connection.fetch(cursor_sql.WINDOW_JOBS, unheld) if unheld else []
+    kept, unfiled = _filed_at_revision(due, filed)
+    rows = await connection.fetch(cursor_sql.WINDOW_JOBS, unfiled) if unfiled else []
     return WindowRows(now, until, rows, kept)
 
 
-def _held_at_revision(
-    due: Sequence[Mapping[str, Any]], held: Held
+def _filed_at_revision(
+    due: Sequence[Mapping[str, Any]], filed: Filed
 ) -> tuple[list[tuple[Job, datetime]], list[str]]:
-    """The jobs read that are held at the revision read, with their cursors, and the
+    """The jobs read that are filed at the revision read, with their cursors, and the
     names of the others, whose definitions are to read."""
-    kept, unheld = [], []
+    kept, unfiled = [], []
     for row in due:
-        job = held(row["name"])
+        job = filed(row["name"])
         if job is not None and job.revision == (row["incarnation"], row["version"]):
             kept.append((job, row["cursor"]))
         else:
-            unheld.append(row["name"])
-    return kept, unheld
+            unfiled.append(row["name"])
+    return kept, unfiled
 
 
 async def refresh(connection: Connection, takeover: timedelta) -> int:
@@ -222,14 +222,14 @@ class CursorStore(StoreBase):
         buckets: frozenset[int] | None,
         seconds: float,
         names: Sequence[str] | None = None,
-        held: Held = lambda _: None,
+        filed: Filed = lambda _: None,
     ) -> WindowRead:
         """The active jobs of `buckets` (None: all) whose cursor may fall due in the
-        next `seconds` (those `held` at their revision reused), or the jobs of `names` in
+        next `seconds` (those `filed` at their revision reused), or the jobs of `names` in
         any state (`cursors.fetch_window`), each with its cursor; shared parts held
         once, as by `get_jobs`."""
         async with self._bounded() as connection:
-            rows = await fetch_window(connection, buckets, seconds, names, held)
+            rows = await fetch_window(connection, buckets, seconds, names, filed)
         return await rows.read(self._shared.job_from_row)
 
     async def cursor(self, job: str) -> datetime | None:

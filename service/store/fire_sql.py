@@ -482,7 +482,7 @@ RECORD_SKIPS = _record_skips()
 # 0028, it tells a waiter from a replica restarted under its name). Answers the tick
 # that holds the slot now.
 _reserving = Params()
-RESERVE_PENDING = _reserving.statement(f"""WITH taken AS (
+RESERVE_SLOT = _reserving.statement(f"""WITH taken AS (
         INSERT INTO tickgate_pending (job, scheduled_for, runner, expires_at, reserved_at)
         VALUES ({_reserving("job")}, {_reserving("tick")}, {_reserving("runner")},
             clock_timestamp() + make_interval(secs => {_reserving("expires_in_seconds")}),
@@ -498,11 +498,11 @@ RESERVE_PENDING = _reserving.statement(f"""WITH taken AS (
     WHERE job = {_reserving("job")} AND NOT EXISTS (SELECT 1 FROM taken)""")
 
 # Free the job's slot (the job, then the tick), if that tick still holds it.
-RELEASE_PENDING = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
+RELEASE_SLOT = "DELETE FROM tickgate_pending WHERE job = $1 AND scheduled_for = $2"
 
 # The tick waiting in the job's slot (the job given), unless its waiter's time ran out
 # or it was decided.
-PENDING_TICK = f"""SELECT p.scheduled_for FROM tickgate_pending p
+SLOT_TICK = f"""SELECT p.scheduled_for FROM tickgate_pending p
     WHERE p.job = $1 AND {_waits("p")}"""
 
 # Orphans: `running` rows whose session is gone. A run's session holds the job's

@@ -184,8 +184,8 @@ class JobStore(StoreBase):
         return [self._shared.job_from_row(row) for row in rows]
 
     async def ended_jobs(self) -> list[Job]:
-        """Active jobs with nothing left to fire, by the database clock: the window
-        closed, the run cap is used up, or the one-time tick is past its deadline."""
+        """Active jobs with nothing left to fire, by the database clock: the `end_at`
+        passed, the run cap is used up, or the one-time tick is past its deadline."""
         async with self._bounded() as connection:
             rows = await connection.fetch(jobs_sql.ENDED_JOBS)
         return [job_from_row(row) for row in rows]

@@ -48,12 +48,12 @@ LOCK_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE name = ANY($1::text[])
     ORDER BY name FOR NO KEY UPDATE"""
 
 
-# Active jobs with nothing left to fire, by the database clock: the window closed and
-# every tick in it decided (the cursor past the last one: a tick due before the end may
+# Active jobs with nothing left to fire, by the database clock: the `end_at` passed and
+# every tick before it decided (the cursor past the last one: a tick due before the end may
 # still be waiting under queue_one, or within its grace), the run cap is used up, or the
 # one-time tick is past its reach. Every replica asks every
 # round, so each arm reads an index that holds only active jobs that may end: a range
-# of the window ends passed (0003), and the jobs with a run cap or a one-time tick
+# of the `end_at`s passed (0003), and the jobs with a run cap or a one-time tick
 # (0028), never every job. The statement's start is the clock (clock_timestamp() bounds
 # no index range).
 ENDED_JOBS = f"""SELECT {JOB} FROM tickgate_jobs j WHERE j.name IN (

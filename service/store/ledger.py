@@ -160,7 +160,7 @@ class LedgerStore(StoreBase):
             return NextAttempt(job_from_row(row))
         return NextAttempt(None, _why_not(row, run, ended.attempt + 1))
 
-    async def reserve_pending(
+    async def reserve_slot(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
     ) -> datetime | None:
         """Try to become the one tick of a queue_one job that waits for the run in
@@ -168,7 +168,7 @@ class LedgerStore(StoreBase):
 
         A waiter that died leaves a row that simply expires.
         """
-        reserving = fire_sql.RESERVE_PENDING
+        reserving = fire_sql.RESERVE_SLOT
         arguments = reserving.arguments(
             job=job, tick=tick, runner=runner, expires_in_seconds=expires_in_seconds
         )
@@ -176,13 +176,13 @@ class LedgerStore(StoreBase):
             held: datetime | None = await connection.fetchval(reserving.text, *arguments)
         return held
 
-    async def release_pending(self, job: str, tick: datetime) -> None:
+    async def release_slot(self, job: str, tick: datetime) -> None:
         async with self._bounded() as connection:
-            await connection.execute(fire_sql.RELEASE_PENDING, job, tick)
+            await connection.execute(fire_sql.RELEASE_SLOT, job, tick)
 
-    async def pending_tick(self, job: str) -> datetime | None:
+    async def slot_tick(self, job: str) -> datetime | None:
         async with self._bounded() as connection:
-            tick: datetime | None = await connection.fetchval(fire_sql.PENDING_TICK, job)
+            tick: datetime | None = await connection.fetchval(fire_sql.SLOT_TICK, job)
         return tick
 
     async def request_cancel(self, request: CancelRequest) -> CancelAnswer | None:

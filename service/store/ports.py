@@ -36,8 +36,8 @@ from service.domain.ownership import Heartbeat, Member
 from service.domain.runs import AttemptEnd, CancelRequest, Run, SkipReason
 from service.store.values import (
     Audited,
+    Filed,
     Following,
-    Held,
     NextTick,
     RunEnd,
     Sending,
@@ -54,9 +54,9 @@ __all__ = [
     "Claim",
     "ClaimOutcome",
     "CursorAudit",
+    "Filed",
     "Following",
     "GateFacts",
-    "Held",
     "JobUpdateFn",
     "JoinCluster",
     "Ledger",
@@ -385,7 +385,7 @@ class Ledger(Protocol):
         or whose job is gone or of another incarnation, records nothing."""
         ...
 
-    async def reserve_pending(
+    async def reserve_slot(
         self, job: str, tick: datetime, runner: str, expires_in_seconds: float
     ) -> datetime | None:
         """queue_one: take the job's one waiting slot for `tick` unless another tick
@@ -393,11 +393,11 @@ class Ledger(Protocol):
         already does not extend its expiry. The job must exist (else an error)."""
         ...
 
-    async def release_pending(self, job: str, tick: datetime) -> None:
+    async def release_slot(self, job: str, tick: datetime) -> None:
         """Give the slot back, if `tick` holds it."""
         ...
 
-    async def pending_tick(self, job: str) -> datetime | None:
+    async def slot_tick(self, job: str) -> datetime | None:
         """The tick holding the job's slot, unless its wait has expired."""
         ...
 
@@ -456,7 +456,7 @@ class Ledger(Protocol):
         ...
 
 
-def _nothing_held(_name: str) -> Job | None:
+def _nothing_filed(_name: str) -> Job | None:
     return None
 
 
@@ -468,11 +468,11 @@ class WindowReads(Protocol):
         buckets: frozenset[int] | None,
         seconds: float,
         names: Sequence[str] | None = None,
-        held: Held = _nothing_held,
+        filed: Filed = _nothing_filed,
     ) -> WindowRead:
         """The active jobs of `buckets` (None: all) whose cursor may fall due in the
-        next `seconds` by the store's clock, each with its cursor (a job `held` at the
-        revision stored may be returned as held); or, given `names`, the jobs of those
+        next `seconds` by the store's clock, each with its cursor (a job `filed` at the
+        revision stored may be returned as filed); or, given `names`, the jobs of those
         names that exist, in any state, with cursors that may stand past the last tick
         (`waits_for_a_tick` says which do not)."""
         ...
@@ -547,7 +547,7 @@ class ChoreStore(CursorAudit, Protocol):
         how many were deleted."""
         ...
 
-    async def claim_chore(self, name: str, every_seconds: float) -> bool:
+    async def take_chore(self, name: str, every_seconds: float) -> bool:
         """Take the chore `name` unless a replica began it in the last `every_seconds`."""
         ...
 

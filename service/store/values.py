@@ -168,8 +168,8 @@ class Sending:
     labels: dict[str, str]
 
 
-# What a window holds of a job by name, at some revision (None: nothing).
-Held = Callable[[str], Job | None]
+# The job a window has ticks filed from, by name, at some revision (None: none).
+Filed = Callable[[str], Job | None]
 
 
 def waits_for_a_tick(cursor: datetime | None) -> TypeGuard[datetime]:

@@ -64,7 +64,7 @@ async def test_concurrent_creates_and_deletes_leave_no_orphan_window_entry(
 
         async def matches() -> bool:
             revisions = await app.state.services.store.active_versions()
-            return bool(revisions) and bool(window.held() == revisions)
+            return bool(revisions) and bool(window.filed() == revisions)
 
         await eventually_async(matches, 30, "the window to match the rows exactly")
 

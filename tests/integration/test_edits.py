@@ -73,7 +73,7 @@ async def test_a_start_moved_earlier_fires_from_the_next_tick(settings: Settings
 
 
 async def test_a_completed_job_whose_end_is_extended_fires_again(settings: Settings) -> None:
-    """A job whose window closed (completed by the sweep) and whose `end_at` is then
+    """A job whose end passed (completed by the completion chore) and whose `end_at` is then
     moved a day on is active again and fires; at 1fbbe32 it stayed completed."""
     end = datetime.now(UTC).replace(microsecond=0) + 2 * SECOND
     async with scheduling(settings) as client:

@@ -374,22 +374,22 @@ async def test_the_queue_one_slot_is_held_until_released_or_expired(backend: Bac
     await backend.add_job("queue", overlap=Overlap.QUEUE_ONE)
     first, second, third = (tick_now() - timedelta(seconds=n) for n in (3, 2, 1))
     ledger = backend.ledger
-    assert await ledger.reserve_pending("queue", first, "a", 60) == first
-    assert await ledger.reserve_pending("queue", second, "b", 60) == first
-    assert await ledger.reserve_pending("queue", first, "b", 60) == first
-    await ledger.release_pending("queue", second)  # not the holder: nothing changes
-    assert await ledger.reserve_pending("queue", second, "b", 60) == first
-    await ledger.release_pending("queue", first)
-    assert await ledger.reserve_pending("queue", second, "b", 0.2) == second
-    assert await ledger.reserve_pending("queue", third, "a", 60) == second
+    assert await ledger.reserve_slot("queue", first, "a", 60) == first
+    assert await ledger.reserve_slot("queue", second, "b", 60) == first
+    assert await ledger.reserve_slot("queue", first, "b", 60) == first
+    await ledger.release_slot("queue", second)  # not the holder: nothing changes
+    assert await ledger.reserve_slot("queue", second, "b", 60) == first
+    await ledger.release_slot("queue", first)
+    assert await ledger.reserve_slot("queue", second, "b", 0.2) == second
+    assert await ledger.reserve_slot("queue", third, "a", 60) == second
     await backend.pass_time(0.4)
-    assert await ledger.reserve_pending("queue", third, "a", 60) == third  # second expired
+    assert await ledger.reserve_slot("queue", third, "a", 60) == third  # second expired
     assert await backend.slot_of("queue") == third
     await backend.delete_job("queue")  # the slot goes with its job
     with pytest.raises(backend.missing_job):
-        await ledger.reserve_pending("queue", third, "a", 60)
+        await ledger.reserve_slot("queue", third, "a", 60)
     await backend.add_job("queue", overlap=Overlap.QUEUE_ONE)
-    assert await ledger.reserve_pending("queue", first, "a", 60) == first
+    assert await ledger.reserve_slot("queue", first, "a", 60) == first
 
 
 async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
@@ -397,7 +397,7 @@ async def test_no_tick_passes_an_earlier_tick_waiting_in_the_queue_one_slot(
 ) -> None:
     job = await backend.add_job("in-order", overlap=Overlap.QUEUE_ONE)
     waiting, later = tick_now() - timedelta(seconds=2), tick_now()
-    assert await backend.ledger.reserve_pending("in-order", waiting, "a", 60) == waiting
+    assert await backend.ledger.reserve_slot("in-order", waiting, "a", 60) == waiting
     async with backend.sessions.session(5) as session:
         [passing] = await session.claim([tick(job, later)])
         assert (passing.outcome, passing.holds_lock) == (ClaimOutcome.BUSY, False)
@@ -415,7 +415,7 @@ async def test_a_claim_of_the_waiting_tick_frees_its_slot_whoever_reserved_it(
     instead of being skipped as overlaps until the dead replica's slot expires."""
     job = await backend.add_job("taken-over", overlap=Overlap.QUEUE_ONE)
     waiting, later = tick_now() - timedelta(seconds=2), tick_now()
-    assert await backend.ledger.reserve_pending("taken-over", waiting, "dead", 600) == waiting
+    assert await backend.ledger.reserve_slot("taken-over", waiting, "dead", 600) == waiting
     async with backend.sessions.session(5) as session:
         [taken] = await session.claim([tick(job, waiting)])
         assert taken.outcome is ClaimOutcome.CLAIMED
@@ -439,16 +439,16 @@ async def test_a_slot_whose_tick_has_its_outcome_keeps_no_later_tick_out(
     job = await backend.add_job("decided", overlap=Overlap.QUEUE_ONE)
     waiting = tick_now() - timedelta(seconds=2)
     later, last = waiting + timedelta(seconds=1), waiting + timedelta(seconds=2)
-    assert await backend.ledger.reserve_pending("decided", waiting, "dead", 600) == waiting
+    assert await backend.ledger.reserve_slot("decided", waiting, "dead", 600) == waiting
     dropped = Skip(job, waiting, RunTrigger.SCHEDULE, SkipReason.CANCELLED, "dropped")
     assert await backend.ledger.record_skips([dropped], "api")
-    assert await backend.ledger.pending_tick("decided") is None
+    assert await backend.ledger.slot_tick("decided") is None
     async with backend.sessions.session(5) as session:
         [claimed] = await session.claim([tick(job, later)])
         assert claimed.outcome is ClaimOutcome.CLAIMED
         assert claimed.run is not None
         await session.finish(claimed.run.id, SUCCEEDED, job.lock_key)
-    assert await backend.ledger.reserve_pending("decided", last, "b", 600) == last
+    assert await backend.ledger.reserve_slot("decided", last, "b", 600) == last
 
 
 async def test_a_session_claims_no_second_tick_of_a_job_whose_lock_it_holds(
@@ -575,11 +575,11 @@ async def test_the_tick_waiting_in_a_slot_is_read_until_its_wait_expires(
 ) -> None:
     job = await backend.add_job("queued", overlap="queue_one")
     waiting = tick_now()
-    assert await backend.ledger.pending_tick(job.name) is None
-    assert await backend.ledger.reserve_pending(job.name, waiting, "r", 2) == waiting
-    assert await backend.ledger.pending_tick(job.name) == waiting
+    assert await backend.ledger.slot_tick(job.name) is None
+    assert await backend.ledger.reserve_slot(job.name, waiting, "r", 2) == waiting
+    assert await backend.ledger.slot_tick(job.name) == waiting
     await backend.pass_time(2.5)
-    assert await backend.ledger.pending_tick(job.name) is None
+    assert await backend.ledger.slot_tick(job.name) is None
 
 
 async def test_of_two_sessions_resuming_a_lockless_orphan_one_wins(backend: Backend) -> None:

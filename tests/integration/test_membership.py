@@ -355,7 +355,7 @@ async def test_a_refill_reads_again_only_the_jobs_it_does_not_hold_at_their_revi
         {"job-0001": lambda job, now: job.model_copy(update={"version": job.version + 1})}
     )
     await store.update_jobs({"job-0002": pause_job})
-    again = await store.read_window(None, 2 * 86400, held=first.get)
+    again = await store.read_window(None, 2 * 86400, filed=first.get)
     read = {job.name: job for job, _ in again.jobs}
     assert sorted(read) == [names[0], names[1], names[3]]
     assert read["job-0000"] is first["job-0000"]

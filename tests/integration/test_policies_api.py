@@ -180,7 +180,7 @@ async def test_a_tick_waiting_under_queue_one_at_the_window_s_end_still_runs(
     settings: Settings, receiver: Receiver
 ) -> None:
     """The window ends while a tick due inside it waits for the run before it: the job
-    completes once that tick has run, not before (the sweep used to complete it at its
+    completes once that tick has run, not before (the completion chore used to complete it at its
     end_at, and the waiting tick never ran)."""
     receiver.respond("/slow", delay=2.5)
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
@@ -463,10 +463,10 @@ def _when(text: str | None) -> datetime:
     return datetime.fromisoformat(text)
 
 
-async def test_a_one_time_job_nobody_ran_is_recorded_and_completed_by_the_sweep(
+async def test_a_one_time_job_nobody_ran_is_recorded_and_completed_by_the_completion_chore(
     settings: Settings, store: Store
 ) -> None:
-    """Its tick fell while no replica was up: the sweep records the misfire, once, and
+    """Its tick fell while no replica was up: the completion chore records the misfire, once, and
     completes the job, which would otherwise stay active forever."""
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     spec = JobSpec(
@@ -482,7 +482,7 @@ async def test_a_one_time_job_nobody_ran_is_recorded_and_completed_by_the_sweep(
             job = (await client.get("/v1/jobs/missed")).json()
             return bool(job["state"] == "completed")
 
-        await eventually_async(completed, 60, "the sweep to complete the job")
+        await eventually_async(completed, 60, "the completion chore to complete the job")
         [skip] = await runs(client, "missed")
     assert (skip["status"], skip["skip_reason"], skip["attempts"]) == ("skipped", "misfire", 0)
     assert datetime.fromisoformat(skip["scheduled_for"]) == at

@@ -11,7 +11,7 @@ import pytest
 from pydantic import JsonValue
 
 from harness.waiting import eventually_async
-from service.domain.jobs import Job, JobState, Overlap, close_window, replace_job
+from service.domain.jobs import Job, JobState, Overlap, complete_if_ended, replace_job
 from service.domain.runs import RunStatus, RunTrigger, SkipReason
 from service.domain.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 from service.metrics import Metrics
@@ -333,7 +333,7 @@ async def test_a_one_time_job_whose_tick_misfired_completes(
     assert skip.skip_reason is SkipReason.MISFIRE
 
 
-async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) -> None:
+async def test_the_completion_chore_completes_jobs_with_nothing_left_to_fire(store: Store) -> None:
     past = tick_now() - timedelta(minutes=10)
     await add_job(
         store, "stale-once", schedule=OnceSchedule(kind="once", at=past), misfire_grace_seconds=5
@@ -344,7 +344,7 @@ async def test_the_sweep_completes_jobs_with_nothing_left_to_fire(store: Store) 
     ended = {job.name: job for job in await store.ended_jobs()}
     assert set(ended) == {"stale-once", "used-up"}
     now = await store.clock()
-    assert {close_window(job, now).state for job in ended.values()} == {JobState.COMPLETED}
+    assert {complete_if_ended(job, now).state for job in ended.values()} == {JobState.COMPLETED}
     assert capped.state is JobState.ACTIVE
 
 

@@ -35,7 +35,7 @@ from service.store import Store
 from service.store.connection import Pool
 from service.store.link import Link
 from service.store.listener import JobListener
-from service.store.ports import Held, Listener, OpenListener, WindowRead
+from service.store.ports import Filed, Listener, OpenListener, WindowRead
 from service.store.sessions import LockSessions
 from service.store.targets import SqlTargetConnections
 from service.tasks import builtin_registry
@@ -92,10 +92,10 @@ class ScriptedStore(Store):
         buckets: frozenset[int] | None,
         seconds: float,
         names: Sequence[str] | None = None,
-        held: Held = lambda _: None,
+        filed: Filed = lambda _: None,
     ) -> WindowRead:
         self.reads.append("refill" if names is None else "load")
-        call = partial(super().read_window, buckets, seconds, names, held)
+        call = partial(super().read_window, buckets, seconds, names, filed)
         return await self._scripted("refill" if names is None else "load", call)
 
     async def _scripted(self, read: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -228,7 +228,7 @@ async def delete(store: Store, name: str) -> None:
 async def holds(window: Window, *jobs: Job) -> None:
     """The window comes to hold exactly these definitions."""
     expected = {job.name: job.revision for job in jobs}
-    await eventually_async(lambda: window.held() == expected, CONVERGE_SECONDS, f"{expected}")
+    await eventually_async(lambda: window.filed() == expected, CONVERGE_SECONDS, f"{expected}")
 
 
 async def run_ahead(until: Callable[[], bool]) -> None:
@@ -248,7 +248,7 @@ async def test_a_job_deleted_and_created_again_is_held_as_the_new_job(
     await delete(store, "report")
     new = await create(store, "report", "new definition")
     await window.refill()
-    assert window.held() == {"report": new.revision}
+    assert window.filed() == {"report": new.revision}
 
 
 async def test_a_notified_delete_and_create_leave_the_new_job_held(
@@ -282,7 +282,7 @@ async def test_an_older_read_never_replaces_a_newer_one(
     await run_ahead(second.done)
     slow_read.release.set()
     await asyncio.gather(first, second)
-    assert window.held() == {"report": v3.revision}
+    assert window.filed() == {"report": v3.revision}
 
 
 async def test_a_job_created_during_a_refill_is_not_dropped_by_it(
@@ -295,7 +295,7 @@ async def test_a_job_created_during_a_refill_is_not_dropped_by_it(
     refill = asyncio.create_task(window.refill())
     await listing.reached.wait()
     created = await create(store, "report", "created meanwhile")
-    await run_ahead(lambda: "report" in window.held())
+    await run_ahead(lambda: "report" in window.filed())
     listing.release.set()
     await refill
     await holds(window, created)
@@ -322,10 +322,10 @@ async def cursor_gone(store: Store, name: str) -> bool:
 async def test_a_change_to_a_job_past_its_last_tick_holds_up_no_other_change(
     store: Store, window: Window, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A one-time job whose tick is gone is still `active` until the sweep completes it,
+    """A one-time job whose tick is gone is still `active` until the completion chore completes it,
     its cursor at 'infinity' (which asyncpg reads as a naive datetime.max). A change to
     it used to fail the load of its whole batch with a TypeError, retried (and logged)
-    for ever: no other change reached the window but by a refill, until the sweep."""
+    for ever: no other change reached the window but by a refill, until the completion chore."""
     await create(store, "report", "v1")
     await window.start()
     at = datetime.now(UTC) + timedelta(seconds=1)
@@ -484,7 +484,7 @@ async def test_a_job_with_no_tick_in_the_window_is_not_held(
     assert made is not None
     async with opened_window(database_url, store, window_seconds=10) as window:
         await window.refill()
-        assert window.held() == {"often": made.revision}
+        assert window.filed() == {"often": made.revision}
 
 
 async def test_a_crowd_beyond_the_runner_s_waiting_limit_all_runs(
@@ -580,14 +580,14 @@ async def test_a_window_reads_and_hears_only_the_buckets_it_owns(
         await window.start()
         expected = {job.name: job.revision for job in jobs if bucket_of(job.lock_key) in mine}
         assert 0 < len(expected) < len(names)
-        assert window.held() == expected
+        assert window.filed() == expected
         foreign = next(name for name in names if bucket_of(lock_key(name)) not in mine)
         reads = len(scripted.reads)
         await update(scripted, foreign, "v2")
         own = next(iter(expected))
         changed = await update(scripted, own, "v2")
         await eventually_async(
-            lambda: window.held().get(own) == changed.revision, CONVERGE_SECONDS, "own change"
+            lambda: window.filed().get(own) == changed.revision, CONVERGE_SECONDS, "own change"
         )
         assert scripted.reads[reads:] == ["load"]  # the own job's change, read once
 
@@ -614,14 +614,14 @@ async def test_a_deleted_job_run_here_by_takeover_loses_its_series_here(
         reads = len(scripted.reads)
         await update(scripted, foreign, "v2")
         await eventually_async(lambda: len(scripted.reads) > reads, CONVERGE_SECONDS, "a load")
-        assert foreign not in window.held()
+        assert foreign not in window.filed()
         await delete(scripted, foreign)
         await eventually_async(
             lambda: f'job="{foreign}"' not in metrics.exposition().decode(),
             CONVERGE_SECONDS,
             "the deleted job's series gone",
         )
-        assert foreign not in window.held()
+        assert foreign not in window.filed()
 
 
 async def test_a_replica_drops_the_series_of_jobs_it_no_longer_owns(

@@ -18,7 +18,7 @@ from service.domain.jobs import (
     Job,
     JobSpec,
     JobState,
-    close_window,
+    complete_if_ended,
     create_job,
     finish_run,
     missed_tick,
@@ -112,8 +112,8 @@ def test_window_must_be_ordered_and_aware() -> None:
 
 def test_closed_window_completes_the_job() -> None:
     windowed = job(end_at=T0)
-    assert close_window(windowed, T0 - timedelta(minutes=1)).state is JobState.ACTIVE
-    assert close_window(windowed, T0 + timedelta(seconds=1)).state is JobState.COMPLETED
+    assert complete_if_ended(windowed, T0 - timedelta(minutes=1)).state is JobState.ACTIVE
+    assert complete_if_ended(windowed, T0 + timedelta(seconds=1)).state is JobState.COMPLETED
 
 
 def test_max_runs_completes_after_the_capped_run() -> None:
@@ -343,7 +343,7 @@ def test_an_edit_supersedes_each_run_of_old_ticks_without_a_row_but_the_new_tick
 
 
 def test_a_window_edit_reopens_a_completed_job_only_with_a_tick_left() -> None:
-    ended = close_window(job(end_at=T0), T0 + timedelta(hours=1))
+    ended = complete_if_ended(job(end_at=T0), T0 + timedelta(hours=1))
     assert ended.state is JobState.COMPLETED
     later = T0 + timedelta(days=1)
     extended = replace_job(ended, ended.spec().model_copy(update={"end_at": later}), T0)

@@ -63,7 +63,7 @@ async def windows(
         yield started
 
 
-async def test_two_windows_on_the_fake_hand_over_each_tick_and_it_runs_once() -> None:
+async def test_two_windows_on_the_fake_fire_each_tick_and_it_runs_once() -> None:
     database = MemoryDatabase(clock=_now)
     database.put_job(_job("often", EVERY_SECOND))
     async with windows(database, "ab", window_seconds=2.0) as replicas:
@@ -87,7 +87,7 @@ async def test_two_windows_on_the_fake_hand_over_each_tick_and_it_runs_once() ->
 
 
 async def _holds(window: Window, expected: Callable[[], dict[str, object]], what: str) -> None:
-    await eventually_async(lambda: window.held() == expected(), PATIENCE_SECONDS, what)
+    await eventually_async(lambda: window.filed() == expected(), PATIENCE_SECONDS, what)
 
 
 async def test_an_edit_and_a_delete_reach_the_window_through_the_fake_listener() -> None:
@@ -95,7 +95,7 @@ async def test_an_edit_and_a_delete_reach_the_window_through_the_fake_listener()
     first = _job("report", EVERY_MINUTE)
     database.put_job(first)
     async with windows(database, "a", window_seconds=AN_HOUR) as [(window, _)]:
-        assert window.held() == {"report": first.revision}
+        assert window.filed() == {"report": first.revision}
         assert window.healthy
         spec = first.spec().model_copy(update={"args": {"message": "v2"}})
         edited = replace_job(first, spec, _now())
@@ -116,7 +116,7 @@ async def test_a_change_made_while_the_listener_was_lost_is_read_when_it_reconne
         edited = replace_job(first, spec, _now())
         database.put_job(edited)
         await eventually_async(lambda: not window.healthy, PATIENCE_SECONDS, "the loss seen")
-        assert window.held() == {"report": first.revision}
+        assert window.filed() == {"report": first.revision}
         database.accepting.set()
         await _holds(window, lambda: {"report": edited.revision}, "the change read again")
         await eventually_async(lambda: window.healthy, PATIENCE_SECONDS, "a new listener")

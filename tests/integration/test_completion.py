@@ -1,4 +1,4 @@
-"""The sweep (#41): jobs with nothing left to fire are completed in the background, each
+"""The completion chore (#41): jobs with nothing left to fire are completed in the background, each
 statement within its deadline, and the look for them reads only jobs that may end."""
 
 import asyncio
@@ -48,13 +48,13 @@ async def _row_locked(database_url: str, job: str) -> AsyncIterator[None]:
         await connection.close()
 
 
-async def test_a_job_s_first_tick_fires_while_the_sweep_waits_for_a_lock(
+async def test_a_job_s_first_tick_fires_while_the_completion_chore_waits_for_a_lock(
     settings: Settings, store: Store, database_url: str
 ) -> None:
-    """A one-time job nobody ran is the sweep's to record and complete, but another
+    """A one-time job nobody ran is the completion chore's to record and complete, but another
     transaction holds its row. The scheduler starts anyway, and a new job's first tick
-    runs; once the row is free, the sweep completes the job. Before, startup waited for
-    the sweep, and no tick fired while the row stayed held."""
+    runs; once the row is free, the completion chore completes the job. Before, startup waited for
+    the completion chore, and no tick fired while the row stayed held."""
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     spec = JobSpec(
         schedule=OnceSchedule(kind="once", at=at),
@@ -87,13 +87,13 @@ async def test_a_job_s_first_tick_fires_while_the_sweep_waits_for_a_lock(
             job = (await client.get("/v1/jobs/ended")).json()
             return bool(job["state"] == "completed")
 
-        await eventually_async(completed, 30, "the sweep to complete the job")
+        await eventually_async(completed, 30, "the completion chore to complete the job")
 
 
 async def test_the_look_for_ended_jobs_reads_no_job_that_cannot_end(
     store: Store, database_url: str
 ) -> None:
-    """10,000 jobs, a third of them with a window's end, 100 with a run cap: the sweep's
+    """10,000 jobs, a third of them with a window's end, 100 with a run cap: the completion chore's
     look reads indexes that hold only active jobs that may end, never the whole table."""
     now = datetime.now(UTC)
     seed = create_job(
