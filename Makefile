@@ -47,8 +47,8 @@ check: lint types
 	$(FAST_TESTS) --durations=10
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check service tests tools bench harness reliability
-	$(BIN)/ruff format --check service tests tools bench harness reliability
+	$(BIN)/ruff check service tickgate examples tests tools bench harness reliability
+	$(BIN)/ruff format --check service tickgate examples tests tools bench harness reliability
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.subjects
 

@@ -44,6 +44,7 @@ from service.domain.jobs import (
     create_job,
     patched_spec,
     pause_job,
+    refuse_if_fired_by_app,
     replace_job,
     resume_job,
 )
@@ -208,6 +209,7 @@ async def patch(
         await check_chains(services, {name: _hooks_or_none(body["hooks"])})
 
     def change(current: Job) -> Job:
+        refuse_if_fired_by_app(current, "changed")
         spec = _with_kept_secrets(patched_spec(name, shown_spec(current), body), current)
         return _checked_job(services, replace_job(current, spec, now))
 

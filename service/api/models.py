@@ -36,7 +36,7 @@ from service.domain.names import is_valid_job_name
 from service.domain.ownership import Member
 from service.domain.retry import RetryPolicy
 from service.domain.runs import AttemptTimes, Run, RunStatus
-from service.domain.schedules import Instant, Schedule, within_range
+from service.domain.schedules import DeclaredSchedule, Instant, Schedule, within_range
 from service.store import Labels, RunFilter, RunPosition, TickPosition
 from service.store.values import Delivery
 from service.tasks.http import redact_args
@@ -79,6 +79,7 @@ class JobCreate(JobSpec):
     model_config = ConfigDict(json_schema_extra={"examples": [NAMED_JOB_EXAMPLE]})
 
     name: JobName
+    schedule: DeclaredSchedule
 
 
 class JobReplace(JobSpec):
@@ -87,6 +88,7 @@ class JobReplace(JobSpec):
     model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
 
     name: JobName | None = None
+    schedule: DeclaredSchedule
 
 
 class JobsApply(BaseModel):
@@ -574,7 +576,7 @@ class PreviewRequest(BaseModel):
         },
     )
 
-    schedule: Schedule
+    schedule: DeclaredSchedule
     timezone: str = Field("UTC", max_length=64)
     after: Instant | None = Field(None, description="Default: now.")
     count: Annotated[int, Field(ge=1, le=100)] = 10

@@ -28,7 +28,7 @@ from service.api.models import (
     encode_run_cursor,
 )
 from service.domain.errors import Conflict, InvalidInput, NotFound
-from service.domain.jobs import Job, ticks_between
+from service.domain.jobs import Job, fired_by_app, refuse_if_fired_by_app, ticks_between
 from service.domain.runs import CancelRequest, Run, SkipReason
 from service.store import KeptRun, RunFilter
 from service.tasks.http import merge_secret_headers
@@ -54,6 +54,7 @@ async def trigger(
     the run, with the `note`). 409 if an overlap "skip" job is running somewhere; 422
     naming the field if the args do not fit the task."""
     job = await existing_job(services, name)
+    refuse_if_fired_by_app(job, "triggered")
     args = None
     if body.args is not None:
         args = merge_secret_headers(body.args, job.args)
@@ -76,6 +77,7 @@ async def backfill(name: NamePath, body: BackfillRequest, services: ServicesDep)
     yet claimed then do not run. Called on two replicas at once, each tick still runs
     exactly once."""
     job = await existing_job(services, name)
+    refuse_if_fired_by_app(job, "backfilled")
     ticks = _backfill_ticks(job, body, await services.store.clock())
     unrun = await services.store.ticks_without_runs(
         [(name, tick) for tick in ticks], unrun=list(SkipReason)
@@ -175,6 +177,7 @@ async def cancel_run(
     answers this) and stops it the way a timeout does; it ends `cancelled` with who asked
     and why. If that replica is gone, the run ends `abandoned` once its lock is free, and
     is never resumed. 409 with its status if it has ended."""
+    await _refuse_app_run(services, run_id)
     asked = CancelRequest(run_id, caller(request, body.by), body.reason)
     answer = await services.store.request_cancel(asked)
     if answer is None:
@@ -208,6 +211,14 @@ async def cancel_queued(
     if skipped is None:
         raise NotFound(f"no tick of {name!r} is waiting")
     return RunOut.model_validate(skipped, from_attributes=True)
+
+
+async def _refuse_app_run(services: Services, run_id: UUID) -> None:
+    """A run of a job an app fires runs in the app, which no replica can stop."""
+    run = await services.store.get_run(run_id)
+    job = await services.store.get_job(run.job) if run is not None else None
+    if job is not None and fired_by_app(job):
+        refuse_if_fired_by_app(job, "cancelled (its runs run in the app)")
 
 
 async def _kept(services: Services, run_id: UUID) -> KeptRun:

@@ -12,6 +12,7 @@ from cron_descriptor import (
 )
 
 from service.domain.schedules import (
+    AppSchedule,
     CronSchedule,
     DailySchedule,
     IntervalSchedule,
@@ -23,8 +24,10 @@ _UNITS = ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
 
 
 def schedule_text(
-    schedule: CronSchedule | IntervalSchedule | DailySchedule | OnceSchedule,
+    schedule: CronSchedule | IntervalSchedule | DailySchedule | OnceSchedule | AppSchedule,
 ) -> str:
+    if isinstance(schedule, AppSchedule):
+        return f"Fired by an app ({schedule.scheduler}): {schedule.trigger}"
     if isinstance(schedule, CronSchedule):
         return cron_text(schedule.expression)
     if isinstance(schedule, IntervalSchedule):

@@ -487,7 +487,9 @@ def _source_label(source: str) -> str:
 def _export(ctx: Context) -> None:
     args = ctx.args
     page = ctx.client.all_jobs(_job_filter(args))
-    chosen = [job for job in page.items if _managed_as(job, args.managed_by)]
+    chosen = [
+        job for job in page.items if _managed_as(job, args.managed_by) and not _fired_by_app(job)
+    ]
     jobs = [exported(job) for job in chosen]
     as_json = ctx.out.as_json or args.format == "json"
     text = export_text(jobs, as_json=as_json)
@@ -497,6 +499,13 @@ def _export(ctx: Context) -> None:
         return
     _write(args.output, text)
     _note(f"exported {len(jobs)} job{'' if len(jobs) == 1 else 's'} to {args.output}")
+
+
+def _fired_by_app(job: JsonObject) -> bool:
+    """An app's job (the APScheduler gate) is declared in the app: applied here, it
+    would be refused."""
+    schedule = job.get("schedule")
+    return isinstance(schedule, dict) and schedule.get("kind") == "app"
 
 
 def _managed_as(job: JsonObject, manager: str | None) -> bool:

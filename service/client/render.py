@@ -2,9 +2,9 @@
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 from rich import box
 from rich.console import Console
@@ -138,19 +138,21 @@ def runs_table(runs: Iterable[JsonObject], *, with_job: bool = False) -> Table:
 
 
 def schedule_summary(schedule: object) -> str:
-    """`cron 0 3 * * *`, `every 300s`, `daily 03:00,15:30:15 every 1d`, `once <instant>`."""
+    """`cron 0 3 * * *`, `every 300s`, `daily 03:00,15:30:15 every 1d`, `once <instant>`,
+    `app <trigger>` (a job an app fires through the APScheduler gate)."""
     if not isinstance(schedule, dict):
         return cell_text(schedule)
-    kind = schedule.get("kind")
-    if kind == "cron":
-        return f"cron {schedule.get('expression')}"
-    if kind == "interval":
-        return f"every {schedule.get('every_seconds')}s"
-    if kind == "daily":
-        return f"daily {_wall_times(schedule.get('at'))} every {schedule.get('every_days', 1)}d"
-    if kind == "once":
-        return f"once {when(schedule.get('at'))}"
-    return compact(schedule)
+    summary = _SUMMARIES.get(str(schedule.get("kind")))
+    return summary(schedule) if summary else compact(schedule)
+
+
+_SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "cron": lambda s: f"cron {s.get('expression')}",
+    "interval": lambda s: f"every {s.get('every_seconds')}s",
+    "daily": lambda s: f"daily {_wall_times(s.get('at'))} every {s.get('every_days', 1)}d",
+    "once": lambda s: f"once {when(s.get('at'))}",
+    "app": lambda s: f"app {s.get('trigger')}",
+}
 
 
 def _wall_times(times: object) -> str:

@@ -31,6 +31,7 @@ from service.domain.names import JOB_NAME_PATTERN, MANAGER_PATTERN, lock_key
 from service.domain.retry import RetryPolicy
 from service.domain.schedules import (
     CHECKED,
+    AppSchedule,
     Instant,
     OnceSchedule,
     Schedule,
@@ -325,6 +326,7 @@ def create_job(name: str, spec: JobSpec, now: datetime) -> Job:
 
 def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
     """Declarative apply: a spec equal to the stored one changes nothing, version included."""
+    refuse_if_fired_by_app(current, "changed")
     resolved = _resolved(spec, now, previous=current)
     if _declared_fields(resolved) == _declared_fields(current):
         return current
@@ -339,6 +341,40 @@ def replace_job(current: Job, spec: JobSpec, now: datetime) -> Job:
         reopened = changed.model_copy(update={"state": JobState.ACTIVE})
         return changed if is_over(reopened, now) else reopened
     return changed
+
+
+def fired_by_app(job: JobSpec) -> bool:
+    """Whether an app's own scheduler fires the job through the gate (its ticks are the
+    app's; no Tickgate replica fires it)."""
+    return isinstance(job.schedule, AppSchedule)
+
+
+def refuse_if_fired_by_app(job: Job, action: str) -> None:
+    """An app's job is defined, triggered and cancelled in the app: here it can only be
+    paused, resumed and deleted (409 otherwise)."""
+    if fired_by_app(job):
+        raise Conflict(
+            f"job {job.name!r} is fired by an app ({_scheduler_of(job)}) and cannot be "
+            f"{action} here: change it in the app; here it can be paused, resumed or deleted"
+        )
+
+
+def _scheduler_of(job: Job) -> str:
+    return job.schedule.scheduler if isinstance(job.schedule, AppSchedule) else "tickgate"
+
+
+def app_job(current: Job | None, name: str, spec: JobSpec, now: datetime) -> Job:
+    """The job an app's gate registers under `name` (`spec` holds an AppSchedule): made,
+    or brought up to date, keeping its state (a pause set here holds) and its history. A
+    name Tickgate itself fires is refused: two definitions would share one lock key."""
+    if current is None:
+        return create_job(name, spec, now)
+    if not fired_by_app(current):
+        raise Conflict(
+            f"job {name!r} is a job Tickgate fires itself; give the app's job another id"
+        )
+    declared = _declared_fields(spec)
+    return current if declared == _declared_fields(current) else _changed(current, now, **declared)
 
 
 def ticks_moved(current: JobSpec, spec: JobSpec) -> bool:

@@ -178,8 +178,35 @@ class OnceSchedule(_ScheduleModel):
         return _wall_within_range(value) if value.utcoffset() is None else within_range(value)
 
 
-Schedule = Annotated[
+class AppSchedule(_ScheduleModel):
+    """Ticks an app's own scheduler decides (the APScheduler gate, `tickgate.apscheduler`):
+    Tickgate computes none, so its replicas never fire the job; the gate records the run
+    times the app hands it. `trigger` is the app's trigger as it describes itself. Only
+    the gate writes this kind: a request that declares it is refused."""
+
+    kind: Literal["app"]
+    trigger: str = Field(max_length=1024)
+    scheduler: str = Field("apscheduler", max_length=64)
+
+    @field_validator("trigger")
+    @classmethod
+    def _written_by_the_gate(cls, value: str, info: ValidationInfo) -> str:
+        if not _checked(info):
+            raise ValueError(
+                "kind 'app' is written by an app's gate (tickgate.apscheduler), "
+                "not declared: use cron, interval, daily or once"
+            )
+        return value
+
+
+# What a request may declare.
+DeclaredSchedule = Annotated[
     CronSchedule | IntervalSchedule | DailySchedule | OnceSchedule,
+    Field(discriminator="kind"),
+]
+# What a job may hold: the declared kinds, and the ticks of an app's scheduler.
+Schedule = Annotated[
+    CronSchedule | IntervalSchedule | DailySchedule | OnceSchedule | AppSchedule,
     Field(discriminator="kind"),
 ]
 
@@ -222,6 +249,8 @@ def _next_fire_after(schedule: Schedule, tz: ZoneInfo, after: datetime) -> datet
         case OnceSchedule():
             at = _resolved_once_at(schedule)
             return at if at > after else None
+        case AppSchedule():
+            return None
         case _:
             assert_never(schedule)
 
@@ -247,6 +276,8 @@ def _latest_fire_at_or_before(schedule: Schedule, tz: ZoneInfo, at: datetime) ->
         case OnceSchedule():
             once = _resolved_once_at(schedule)
             return once if once <= at else None
+        case AppSchedule():
+            return None
         case _:
             assert_never(schedule)
 

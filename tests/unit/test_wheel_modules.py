@@ -1,6 +1,7 @@
 """The wheel holds no test machinery: every module under `service/` is reached from the
-service itself (an entry point, or a module of the service that imports it), never only
-from tests, the harness or the benchmarks. Fakes and fault injection live in `harness/`.
+service itself or from the library face `tickgate` (an entry point, or a module of the
+wheel that imports it), never only from tests, the harness or the benchmarks. Fakes and
+fault injection live in `harness/`.
 """
 
 import grimp
@@ -11,7 +12,7 @@ ENTRY_POINTS = {"service.cli", "service.server"}
 
 
 def test_no_module_of_the_service_is_imported_only_by_tests() -> None:
-    graph = grimp.build_graph("service", "harness", "tests", "bench")
+    graph = grimp.build_graph("service", "tickgate", "harness", "tests", "bench")
     modules = {m for m in graph.modules if m == "service" or m.startswith("service.")}
     packages = {m.rpartition(".")[0] for m in modules}
     unreached = sorted(
@@ -19,7 +20,7 @@ def test_no_module_of_the_service_is_imported_only_by_tests() -> None:
         for module in modules - ENTRY_POINTS - packages - {"service"}
         if not module.endswith(".__main__")
         and not any(
-            importer.startswith("service")
+            importer.startswith(("service", "tickgate"))
             for importer in graph.find_modules_that_directly_import(module)
         )
     )

@@ -89,6 +89,12 @@
     document.getElementById("next-ticks").replaceChildren(...ticks);
     document.getElementById("pause-form").hidden = job.state !== "active";
     document.getElementById("resume").hidden = job.state !== "paused";
+    // An app's job (the APScheduler gate) is defined and run in the app: here it can
+    // only be paused, resumed or deleted.
+    const byApp = job.schedule.kind === "app";
+    for (const id of ["trigger", "run-with-args", "edit", "clone"]) {
+      document.getElementById(id).hidden = byApp;
+    }
   }
 
   function late(run) {

@@ -139,6 +139,24 @@ def test_every_module_imports_with_the_runtime_lock_alone(image: Path, tmp_path:
     assert int(_python(image, IMPORT_ALL, tmp_path)) > 50
 
 
+LIBRARY_FACE = """
+import tickgate, tickgate.gate
+try:
+    import tickgate.apscheduler
+except ImportError as error:
+    print(error)
+"""
+
+
+def test_the_library_face_imports_and_names_its_extra(image: Path, tmp_path: Path) -> None:
+    """`tickgate` and `tickgate.gate` come with the wheel; `tickgate.apscheduler` without
+    its extra says how to get it."""
+    said = _python(image, LIBRARY_FACE, tmp_path)
+    assert said.strip() == (
+        "tickgate.apscheduler needs APScheduler 3: pip install 'tickgate[apscheduler]'"
+    )
+
+
 def test_the_image_has_no_embedded_postgresql_and_says_so(image: Path, tmp_path: Path) -> None:
     def serve(**extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
