@@ -2,7 +2,7 @@
 
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -43,7 +43,8 @@ class Metrics:
         self.last_success = Gauge(
             "tickgate_job_last_success_timestamp_seconds",
             "Unix time this replica last finished a run of the job successfully; a "
-            "replica keeps it while it owns the job. Alert on max_over_time() of the "
+            "replica keeps it while it owns the job (a job an app fires: its last "
+            "success in the ledger, on every replica). Alert on max_over_time() of the "
             "max() across replicas going stale, not only on failures.",
             ["job"],
             registry=self.registry,
@@ -121,6 +122,7 @@ class Metrics:
         # (monotonic): a deleted one is forgotten even on a replica that ran it without
         # holding it (a takeover), see `counts`; one owned elsewhere, after a while.
         self._counted: dict[str, tuple[int, float]] = {}
+        self._app_series: set[str] = set()  # app jobs' last successes set here
         self._linger = series_linger_seconds
         self.sync_age = Gauge(
             "tickgate_scheduler_sync_age_seconds",
@@ -138,6 +140,18 @@ class Metrics:
         self._counted[job] = (bucket_of(lock_key), time.monotonic())
         self.runs.labels(job, status.value).inc()
         if status is RunStatus.SUCCEEDED and finished_at is not None:
+            self.last_success.labels(job).set(finished_at.timestamp())
+
+    def set_app_successes(self, successes: Mapping[str, datetime | None]) -> None:
+        """The last successes of the jobs apps fire (the APScheduler gate), from the
+        ledger: the API's process exports them in the series every replica exports for
+        its own runs, so one alert on a stale last success covers both. The series of an
+        app's job gone from the database go too."""
+        succeeded = {job: at for job, at in successes.items() if at is not None}
+        for job in self._app_series - succeeded.keys():
+            self.last_success.remove(job)
+        self._app_series = set(succeeded)
+        for job, finished_at in succeeded.items():
             self.last_success.labels(job).set(finished_at.timestamp())
 
     def forget_job(self, job: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from service.domain.names import lock_key
+from service.store import gate_sql
 from service.store.connection import Connection, Pool
 from service.store.gate import drop
 from service.store.link import deadline
@@ -31,8 +32,8 @@ __all__ = ["lock_key", "locked_run"]
 log = logging.getLogger("tickgate.gate")
 
 STATEMENT_SECONDS = 10.0  # each lock call's deadline, the wait for a connection included
-_TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
-_UNLOCK = "SELECT pg_advisory_unlock($1)"
+_TRY_LOCK = gate_sql.TRY_LOCK
+_UNLOCK = gate_sql.UNLOCK
 # What a lock call can fail with: the server's errors, a dropped or broken connection.
 _CALL_FAILED = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 

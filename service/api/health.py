@@ -135,6 +135,7 @@ async def _refresh_database_gauges(services: Services) -> None:
         gauges.jobs_overdue.set(overdue.count)
         if overdue.checked_at is not None:
             gauges.overdue_checked.set(overdue.checked_at.timestamp())
+        gauges.set_app_successes(await services.store.app_last_successes())
     except UNAVAILABLE as error:
         # Keep the last values; readiness reports the outage.
         log.debug("job gauges not refreshed: %r", error)

@@ -144,7 +144,10 @@ def declared_job(
     services: Services, name: str, spec: JobSpec, current: Job | None, now: datetime
 ) -> Job:
     """The job `spec` declares: created, or replacing `current` (unchanged if equal).
-    The rule of every declarative apply, one job (PUT /v1/jobs/{name}) or a set."""
+    The rule of every declarative apply, one job (PUT /v1/jobs/{name}) or a set. An
+    app's job is refused first: whatever the body, it is changed in the app."""
+    if current is not None:
+        refuse_if_fired_by_app(current, "changed")
     checked = _checked(services, _with_kept_secrets(spec, current))
     return replace_job(current, checked, now) if current else create_job(name, checked, now)
 

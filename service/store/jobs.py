@@ -126,6 +126,12 @@ class JobStore(StoreBase):
         counts.update({JobState(row["state"]): row["count"] for row in rows})
         return counts
 
+    async def app_last_successes(self) -> dict[str, datetime | None]:
+        """Each job an app fires and when a run of it last succeeded (None: never yet)."""
+        async with self._bounded() as connection:
+            rows = await connection.fetch(jobs_sql.APP_LAST_SUCCESSES)
+        return {row["name"]: row["finished_at"] for row in rows}
+
     async def get_job(self, name: str) -> Job | None:
         row = await self._pool.fetchrow(jobs_sql.GET_JOB, name)
         return job_from_row(row) if row else None

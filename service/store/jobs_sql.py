@@ -158,6 +158,15 @@ def jobs_after_ticks(given: frozenset[str]) -> Statement:
 # A bulk apply's rows, locked in name order: the jobs it names (the first argument) and,
 # when it prunes (the second), every job in the prune's scope: of the manager given
 # third (any when NULL) with the labels given fourth.
+# Each job an app fires (the APScheduler gate) and when it last succeeded (NULL: never
+# yet), for the API's /metrics: the jobs by their partial index (migration 0033), each
+# one's newest successful run by the runs' (job, started_at) index.
+APP_LAST_SUCCESSES = """SELECT j.name, s.finished_at FROM tickgate_jobs j
+    LEFT JOIN LATERAL (SELECT r.finished_at FROM tickgate_runs r
+        WHERE r.job = j.name AND r.status = 'succeeded'
+        ORDER BY r.started_at DESC LIMIT 1) s ON true
+    WHERE j.schedule->>'kind' = 'app'"""
+
 LOCK_NAMED_OR_IN_SCOPE = f"""SELECT {JOB} FROM tickgate_jobs j
     WHERE name = ANY($1::text[])
        OR ($2::boolean AND ($3::text IS NULL OR managed_by = $3) AND labels @> $4::jsonb)

@@ -193,3 +193,23 @@ async def test_an_app_job_cannot_take_a_name_tickgate_fires(
     assert (await client.post("/v1/jobs", json=body)).status_code == 201
     with pytest.raises(Conflict, match="a job Tickgate fires itself"):
         await gate.register("report", app_spec())
+
+
+async def test_metrics_show_the_last_success_of_an_app_job(
+    gate: AppGate, client: httpx.AsyncClient
+) -> None:
+    """The series a replica exports for its own runs, for the app's job from the ledger:
+    the alert on a stale last success covers it."""
+    await gate.register("report", app_spec())
+    series = 'tickgate_job_last_success_timestamp_seconds{job="report"}'
+    assert series not in (await client.get("/metrics")).text  # no success yet
+    assert await claim(gate, "report", TICK) is Claim.CLAIMED
+    exposition = (await client.get("/metrics")).text
+    [line] = [line for line in exposition.splitlines() if line.startswith(series)]
+    async with gate.session() as probe:
+        finished = await probe._connection.fetchval(
+            "SELECT finished_at FROM tickgate_runs WHERE job = 'report'"
+        )
+    assert float(line.split()[-1]) == finished.timestamp()
+    assert (await client.delete("/v1/jobs/report")).status_code == 204
+    assert series not in (await client.get("/metrics")).text

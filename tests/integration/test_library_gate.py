@@ -8,6 +8,7 @@ import pytest
 
 from harness.waiting import eventually_async
 from service.domain.names import lock_key
+from tests.support.db import advisory_lock_holders
 from tickgate import locked_run
 
 
@@ -97,14 +98,14 @@ async def test_a_cancelled_caller_still_unlocks_on_the_same_connection(
 
 
 async def test_an_unconfirmed_unlock_closes_the_connection(
-    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    pool: asyncpg.Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An unlock that does not answer true (here: made to answer false) leaves the
     connection closed, not pooled: whatever it holds goes with its backend."""
     holders: list[int] = []
 
     async def note_holder() -> None:
-        holders.append(await _holder(pool, lock_key("odd")))
+        holders.extend(await advisory_lock_holders(database_url, lock_key("odd")))
 
     monkeypatch.setattr("tickgate.gate._UNLOCK", "SELECT false AND $1::bigint IS NULL")
     assert await locked_run(pool, "odd", note_holder)
@@ -113,17 +114,6 @@ async def test_an_unconfirmed_unlock_closes_the_connection(
     assert await _locks_held(pool) == 0
     monkeypatch.undo()
     assert await locked_run(pool, "odd", _nothing)
-
-
-async def _holder(pool: asyncpg.Pool, key: int) -> int:
-    return int(
-        await pool.fetchval(
-            """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-               AND classid = (($1::bigint >> 32) & 4294967295)::oid
-               AND objid = ($1::bigint & 4294967295)::oid""",
-            key,
-        )
-    )
 
 
 async def _locks_held(pool: asyncpg.Pool) -> int:

@@ -6,8 +6,11 @@ Rules: create (cron, interval, daily, once; every overlap policy; retries; skip 
 misfire hooks with a secret header; start and end windows; jitter; outputs big enough to
 trim), patch (schedule, window, args, overlap, the hook's URL sent back with `***`),
 pause, resume, delete, create again under a deleted name, trigger with args, backfill a
-range ending at a skip or misfire row, cancel a run, cancel a queued tick; and faults: a
-lock session terminated, the process stalled, a replica restarted, every replica down.
+range ending at a skip or misfire row, cancel a run, cancel a queued tick; an app's two
+processes running ticks of a job they fire through the APScheduler gate
+(service/store/gate.py), and the API asked to change, trigger, backfill, pause, resume
+or delete that job; and faults: a lock session terminated, the process stalled, a
+replica restarted, every replica down.
 
 Invariants (the accounting through `harness.accounting.tick_problems`, which the soak's
 judge uses too):
@@ -22,7 +25,10 @@ judge uses too):
 - a hook's secret header reaches only the origin it was stored for (#42);
 - each job keeps no more output than `TICKGATE_OUTPUT_BYTES_PER_JOB` beyond a
   retention round (#42), and trimming removes no row;
-- no job lock is held (for longer than a claim or a finish takes) with no `running` row.
+- no job lock is held (for longer than a claim or a finish takes) with no `running` row;
+- each tick of the app's job runs once across its processes, and every row of it is an
+  app process's (no replica fires it); a change, trigger or backfill of it is a 409
+  that changes nothing.
 
 The API runs on PostgreSQL alone; the scheduler's part of the seams runs on both
 backends too (`SchedulerSeams`, at the ports: the same machine on PostgreSQL and on the
@@ -71,10 +77,12 @@ from service.domain.jobs import (
     resume_job,
 )
 from service.domain.names import lock_key
-from service.domain.schedules import IntervalSchedule
+from service.domain.runs import RunStatus
+from service.domain.schedules import CHECKED, IntervalSchedule
 from service.metrics import Metrics
 from service.scheduler import Window
 from service.store import Store
+from service.store.gate import AppGate, Claim
 from service.store.ports import ClaimOutcome
 from tests.support.backends import Backend, MemoryBackend, PostgresBackend, RecordingPool
 from tests.support.db import TemplateDatabases
@@ -136,6 +144,24 @@ PATCHES = st.one_of(
 )
 
 
+# The job an app fires through the APScheduler gate, from two processes of its own.
+APP_JOB = "app-job"
+APP_SPEC = JobSpec.model_validate(
+    {"schedule": {"kind": "app", "trigger": "cron[second='*']"}, "task": "app:seams:tick"},
+    context={CHECKED: True},
+)
+APP_REFUSED = {  # what the API may not do to an app's job: 409, nothing changed
+    "patch": ("PATCH", "", {"description": "x"}),
+    "put": ("PUT", "", {"schedule": {"kind": "cron", "expression": "* * * * *"}, "task": "probe"}),
+    "trigger": ("POST", "/trigger", None),
+    "backfill": (
+        "POST",
+        "/backfill",
+        {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:00:05Z"},
+    ),
+}
+
+
 def _at(offset: float | None) -> str | None:
     if offset is None:
         return None
@@ -195,6 +221,8 @@ class Seams(RuleBasedStateMachine):
         self.faults: list[float] = []
         self.over_bound: set[Any] = set()  # the runs past their bound at the last check
         self.tags = count()
+        self.gates = [self.loop.run(AppGate.open(url, f"app:seams:{i}")) for i in (0, 1)]
+        self.app_claims: dict[datetime, list[Claim]] = {}  # since the app's job was made
 
     @staticmethod
     def _settings(url: str, runner: str, receiver: Receiver) -> Settings:
@@ -218,6 +246,8 @@ class Seams(RuleBasedStateMachine):
         try:
             for replica in self.replicas:
                 self.loop.run(replica.stop())
+            for gate in self.gates:
+                self.loop.run(gate.close())
             self.loop.run(self.store.close())
             self.sql.close()
             self.loop.run(self.templates.drop(self.database))
@@ -428,6 +458,43 @@ class Seams(RuleBasedStateMachine):
             return
         self.call("POST", f"/v1/jobs/{name}/queued/cancel", {"reason": "seams"})
 
+    @rule(process=st.integers(0, 1), back=st.integers(0, 3), fail=st.booleans())
+    def app_runs_a_tick(self, process: int, back: int, fail: bool) -> None:
+        """One of the app's processes is handed a run time (now, or a little past: the
+        other may have had it) and runs it through the gate."""
+        tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=back)
+        found = self.loop.run(self._app_run(self.gates[process], tick, fail))
+        note(f"app process {process} tick {tick:%H:%M:%S} -> {found.value}")
+        self.app_claims.setdefault(tick, []).append(found)
+
+    async def _app_run(self, gate: AppGate, tick: datetime, fail: bool) -> Claim:
+        async with gate.session() as session:
+            found, run = await session.claim(APP_JOB, tick, lock_key=lock_key(APP_JOB))
+            if found is Claim.UNKNOWN:  # new, or deleted from the API: made again
+                await gate.register(APP_JOB, APP_SPEC)
+                self.app_claims.clear()
+                found, run = await session.claim(APP_JOB, tick, lock_key=lock_key(APP_JOB))
+            if run is not None:
+                status = RunStatus.FAILED if fail else RunStatus.SUCCEEDED
+                await session.finish(run, status, "failed" if fail else None)
+                await session.unlock()
+        return found
+
+    @rule(action=st.sampled_from((*APP_REFUSED, "pause", "resume", "delete")))
+    def operate_the_app_job(self, action: str) -> None:
+        if action in APP_REFUSED:
+            method, tail, body = APP_REFUSED[action]
+            before = self.sql.fetch("SELECT version FROM tickgate_jobs WHERE name = $1", APP_JOB)
+            answer = self.call(method, f"/v1/jobs/{APP_JOB}{tail}", body)
+            assert answer.status_code == (409 if before else 404), answer.text
+            after = self.sql.fetch("SELECT version FROM tickgate_jobs WHERE name = $1", APP_JOB)
+            assert before == after
+        elif action == "delete":
+            if self.call("DELETE", f"/v1/jobs/{APP_JOB}").is_success:
+                self.app_claims.clear()
+        else:
+            self.call("POST", f"/v1/jobs/{APP_JOB}/{action}", {} if action == "pause" else None)
+
     @rule(seconds=st.sampled_from((0.5, 1.5, 3.0)))
     def wait(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -546,6 +613,21 @@ class Seams(RuleBasedStateMachine):
 
     def _over_bound(self) -> set[Any]:
         return {row["run_id"] for row in self.sql.fetch(OVER_BOUND, OUTPUT_BOUND)}
+
+    @invariant()
+    def app_ticks_run_once_by_the_app(self) -> None:
+        """Each tick the app's processes were handed ran in one of them (or found its job
+        paused), never twice, and no replica fired the app's job."""
+        if "app_ticks_run_once_by_the_app" in IGNORED:
+            return
+        rows = self.sql.fetch(
+            "SELECT scheduled_for, status, runner FROM tickgate_runs WHERE job = $1", APP_JOB
+        )
+        assert all(row["runner"].startswith("app:seams:") for row in rows), rows
+        twice = {t: a for t, a in self.app_claims.items() if a.count(Claim.CLAIMED) > 1}
+        assert not twice, twice
+        claimed = {t for t, answers in self.app_claims.items() if Claim.CLAIMED in answers}
+        assert {row["scheduled_for"] for row in rows} == claimed, (rows, self.app_claims)
 
     @invariant()
     def no_lock_is_held_without_its_run(self) -> None:
