@@ -17,6 +17,7 @@ tick in every process, so such jobs are refused (`check_job`).
 """
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
 import os
@@ -54,6 +55,7 @@ from service.domain.jobs import MAX_TIMEOUT_SECONDS, JobSpec
 from service.domain.names import is_valid_job_name, lock_key
 from service.domain.runs import RunStatus, SkipReason
 from service.domain.schedules import CHECKED
+from service.shielding import run_to_completion
 from service.store.gate import AppGate, Claim, GateRun, GateSession
 
 __all__ = ["GatedExecutor", "GatedRun", "check_job", "current_run"]
@@ -219,12 +221,15 @@ class GatedExecutor(BaseExecutor):  # type: ignore[misc]
         self._loop = getattr(scheduler, "_eventloop", None) or self._start_own_loop()
 
     def shutdown(self, wait: bool = True) -> None:
+        """Stop: runs in progress are waited for (`wait`, on the executor's own loop) or
+        cancelled; a cancelled run still records its end (`cancelled`) and releases its
+        lock. On the scheduler's own loop (AsyncIOScheduler, which shuts down on that
+        loop) runs are always cancelled, as APScheduler's AsyncIOExecutor does: waiting
+        there would block the loop they need."""
+        if wait and self._own_loop is not None:
+            concurrent.futures.wait(list(self._futures))
         for future in list(self._futures):
-            if not wait:
-                future.cancel()
-        if wait:
-            for future in list(self._futures):
-                future.exception()  # waits; the run's own callback reports its outcome
+            future.cancel()
         if self._loop is not None and self._gate is not None:
             self._close_gate(wait)
         self._threads.shutdown(wait=wait)
@@ -306,7 +311,7 @@ class GatedExecutor(BaseExecutor):  # type: ignore[misc]
             retval = await self._call(job, run)
         except BaseException as error:
             status = _status_of(error)
-            await _shielded(self._record(session, run, status, _error_text(error)))
+            await run_to_completion(self._record(session, run, status, _error_text(error)))
             if status is RunStatus.CANCELLED:
                 raise
             log.exception("job %r raised an exception", job.id)
@@ -314,7 +319,7 @@ class GatedExecutor(BaseExecutor):  # type: ignore[misc]
             return JobExecutionEvent(
                 EVENT_JOB_ERROR, job.id, alias, run.tick, exception=error, traceback=text
             )
-        await _shielded(self._record(session, run, RunStatus.SUCCEEDED, None))
+        await run_to_completion(self._record(session, run, RunStatus.SUCCEEDED, None))
         return JobExecutionEvent(EVENT_JOB_EXECUTED, job.id, alias, run.tick, retval=retval)
 
     async def _record(
@@ -424,12 +429,3 @@ def _seconds(value: float | None) -> int:
     if value is None:
         return MAX_TIMEOUT_SECONDS
     return min(max(1, round(value)), MAX_TIMEOUT_SECONDS)
-
-
-async def _shielded(work: Any) -> None:
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait({task})
-        raise

@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from service.domain.names import lock_key
+from service.shielding import run_to_completion
 from service.store import gate_sql
 from service.store.connection import Connection, Pool
 from service.store.gate import drop
@@ -61,7 +62,7 @@ async def locked_run(
         return True
     finally:
         if held:
-            held = not await _shielded(_unlock(connection, key))
+            held = not await run_to_completion(_unlock(connection, key))
         if held:
             drop(connection)
         await pool.release(connection)
@@ -81,14 +82,3 @@ async def _call(connection: Connection, text: str, key: int) -> object:
     statement waits for the server's answer, which a silent link never gives)."""
     with deadline(STATEMENT_SECONDS, partial(drop, connection), "advisory lock"):
         return await connection.fetchval(text, key)
-
-
-async def _shielded(work: Awaitable[bool]) -> bool:
-    """`work` to its end even if the caller is cancelled meanwhile; the cancellation is
-    let through once it has ended."""
-    task = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait({task})
-        raise

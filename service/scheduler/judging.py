@@ -23,7 +23,7 @@ from service.domain.runs import SkipReason
 from service.scheduler.background import log_failure
 from service.scheduler.clock import ReplicaClock
 from service.scheduler.due import RETRY_AFTER_FAILURE_SECONDS, RETRY_SECONDS, DueTick
-from service.scheduler.shielding import run_to_completion
+from service.shielding import run_to_completion
 from service.store.ports import Following, Ledger
 
 STILL_RUNNING = "an earlier run was still in progress"

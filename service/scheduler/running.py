@@ -28,7 +28,7 @@ from service.domain.runs import (
 from service.metrics import Metrics
 from service.scheduler.attempts import Attempts, Outcome, Progress, run_context
 from service.scheduler.cancels import Cancels
-from service.scheduler.shielding import run_to_completion
+from service.shielding import run_to_completion
 from service.store.coalesce import Coalescer
 from service.store.errors import is_unavailable
 from service.store.ports import BackendId, Claim, Ledger, NextAttempt, PinnedSession, RunEnd

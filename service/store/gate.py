@@ -20,6 +20,7 @@ from asyncpg import InterfaceError, Record
 
 from service.domain.jobs import Job, JobSpec, JobState, app_job
 from service.domain.runs import RunStatus, SkipReason
+from service.shielding import run_to_completion
 from service.store import gate_sql
 from service.store.base import create_pool, init_connection
 from service.store.connection import Connection, Pool
@@ -161,14 +162,7 @@ class GateSession:
         held, so the connection is dropped rather than pooled."""
         if self._held is None:
             return
-        task = asyncio.ensure_future(self._release(self._held))
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # retrieved: the connection is dropped either way
-            raise
+        await run_to_completion(self._release(self._held))
 
     async def _release(self, key: int) -> None:
         released = await self._answer(gate_sql.UNLOCK, key)

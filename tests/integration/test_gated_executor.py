@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from harness.postgres import with_database
 from harness.waiting import eventually_async
-from tests.support.db import TemplateDatabases
+from service.domain.names import lock_key
+from tests.support.db import TemplateDatabases, advisory_lock_holders
 from tickgate.apscheduler import GatedExecutor, current_run
 
 LEDGER = """SELECT extract(epoch FROM scheduled_for)::bigint AS tick, status, skip_reason,
@@ -195,3 +196,65 @@ async def test_the_gate_makes_tickgates_tables_in_an_empty_database(
         app.scheduler.shutdown(wait=False)
         await asyncio.sleep(0.1)
         await templates.drop(name)
+
+
+async def test_a_shutdown_mid_run_records_it_cancelled_and_frees_its_lock(
+    apps: list[App], database_url: str
+) -> None:
+    """AsyncIOScheduler shuts down on its own loop: the executor cancels the run there
+    (waiting would block the loop the run needs); the run still records its end and
+    releases the job's lock, so another process may run the job's next tick."""
+    entered = asyncio.Event()
+
+    async def job() -> None:
+        entered.set()
+        await asyncio.sleep(60)
+
+    app = apps[0]
+    app.scheduler.add_job(job, "cron", second="*", id="cut", misfire_grace_time=60)
+    app.scheduler.start(paused=True)
+    tick = whole_second(0)
+    app.submit("cut", tick)
+    await entered.wait()
+    app.scheduler.shutdown()  # wait=True, APScheduler's default
+
+    async def ended() -> bool:
+        rows = await ledger(database_url, "cut")
+        holders = await advisory_lock_holders(database_url, lock_key("cut"))
+        return rows[0][1] == "cancelled" and not holders
+
+    await eventually_async(ended, 30, "the run to end cancelled, its lock freed")
+
+
+async def test_max_instances_above_one_lets_runs_of_two_ticks_overlap(
+    apps: list[App], database_url: str
+) -> None:
+    """The lock is then not held over the run: another process runs the next tick while
+    the first still runs; each tick still runs once (the ledger decides)."""
+    entered, leave = asyncio.Semaphore(0), asyncio.Event()
+    calls = 0
+
+    async def job() -> None:
+        nonlocal calls
+        calls += 1
+        entered.release()
+        await leave.wait()
+
+    for app in apps:
+        app.scheduler.add_job(
+            job, "cron", second="*", id="wide", misfire_grace_time=60, max_instances=3
+        )
+        app.scheduler.start(paused=True)
+    first, second = whole_second(2), whole_second(1)
+    apps[0].submit("wide", first)
+    apps[1].submit("wide", second)
+    apps[1].submit("wide", first)  # late: the row is there, it does not run again
+    for _ in range(2):
+        await entered.acquire()  # both runs in progress at once
+    leave.set()
+    await eventually_async(lambda: len(apps[0].events) + len(apps[1].events) == 2, 30, "both")
+    assert calls == 2
+    assert [row[:2] for row in await ledger(database_url, "wide")] == [
+        (int(first.timestamp()), "succeeded"),
+        (int(second.timestamp()), "succeeded"),
+    ]

@@ -1,4 +1,6 @@
-"""Finish what must finish, even when the task doing it is being cancelled."""
+"""Finish what must finish, even when the task doing it is being cancelled: the fire
+path's record of a run's end and its unlock, and the library face's (tickgate) alike.
+Plain asyncio, so any layer may use it."""
 
 import asyncio
 from collections.abc import Coroutine
@@ -20,4 +22,6 @@ async def run_to_completion(work: Coroutine[Any, Any, T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # seen here: what failed is the caller's to find, not the loop's
         raise
