@@ -56,11 +56,28 @@ _CRON_ALIASES: Final = {
 }
 _CRON_FIELD_NAMES: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
 
-# cronie's grammar. cronsim also accepts L, LW, 5L and MON#2; they are rejected
-# up front so stored expressions stay portable to any Vixie-style cron.
+# cronie's grammar, and cronsim's extensions where cronsim has them (#45): in the
+# day of month, `L` (its last day) and `LW` (its last weekday); in the day of week, `5L`
+# (the month's last Friday: a digit, as cronsim reads it) and `MON#2` or `1#2` (its
+# second Monday, 1 to 5). Each field is checked with its own grammar, so an extension
+# stays in the field it belongs to.
 _CRON_VALUE: Final = r"(?:\d+|[A-Za-z]{3})"
 _CRON_ITEM: Final = rf"(?:\*|{_CRON_VALUE}(?:-{_CRON_VALUE})?)(?:/\d+)?"
-_CRON_FIELD_SYNTAX: Final = re.compile(rf"{_CRON_ITEM}(?:,{_CRON_ITEM})*")
+_DAY_OF_MONTH_ITEM: Final = rf"(?:{_CRON_ITEM}|LW|L)"
+_DAY_OF_WEEK_ITEM: Final = rf"(?:{_CRON_ITEM}|[0-7]L|{_CRON_VALUE}#[1-5])"
+
+
+def _field_syntax(item: str) -> re.Pattern[str]:
+    return re.compile(rf"{item}(?:,{item})*")
+
+
+_CRON_FIELD_SYNTAX: Final = (
+    _field_syntax(_CRON_ITEM),  # minute
+    _field_syntax(_CRON_ITEM),  # hour
+    _field_syntax(_DAY_OF_MONTH_ITEM),
+    _field_syntax(_CRON_ITEM),  # month
+    _field_syntax(_DAY_OF_WEEK_ITEM),
+)
 _SECONDS_ITEM: Final = re.compile(
     r"(?:(?P<star>\*)|(?P<start>\d+)(?:-(?P<end>\d+))?)(?:/(?P<step>\d+))?"
 )
@@ -391,7 +408,7 @@ def _checked_five_fields(fields: list[str]) -> str:
 
 
 def _is_valid_cron_field(index: int, field: str) -> bool:
-    if _CRON_FIELD_SYNTAX.fullmatch(field) is None:
+    if _CRON_FIELD_SYNTAX[index].fullmatch(field) is None:
         return False
     # Probing one field at a time lets the error name the field at fault.
     probe = ["*"] * len(_CRON_FIELD_NAMES)

@@ -189,10 +189,15 @@ def test_cron_expression_whitespace_is_normalised() -> None:
         ("0 0 * * FRI-SUN", "bad day-of-week field 'FRI-SUN'"),
         ("*/0 * * * *", "bad minute field '*/0'"),
         ("0 0 30 2 *", "day-of-month never occurs in the selected months"),
-        # cronsim extensions outside cronie's grammar are refused.
-        ("0 0 L * *", "bad day-of-month field 'L'"),
-        ("0 0 * * MON#2", "bad day-of-week field 'MON#2'"),
-        ("0 0 * * 5L", "bad day-of-week field '5L'"),
+        # cronsim's extensions in the field they belong to only, in cronsim's forms.
+        ("0 L * * *", "bad hour field 'L'"),
+        ("0 0 5L * *", "bad day-of-month field '5L'"),
+        ("0 0 * * LW", "bad day-of-week field 'LW'"),
+        ("0 0 * * MON#6", "bad day-of-week field 'MON#6'"),
+        ("0 0 * * MON#0", "bad day-of-week field 'MON#0'"),
+        ("0 0 * * FRIL", "bad day-of-week field 'FRIL'"),
+        ("0 0 * * 8L", "bad day-of-week field '8L'"),
+        ("0 0 L/2 * *", "bad day-of-month field 'L/2'"),
     ],
 )
 def test_cron_invalid_expressions_are_rejected(expression: str, message: str) -> None:
