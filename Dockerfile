@@ -41,6 +41,8 @@ RUN pip wheel --wheel-dir /wheels --require-hashes -r requirements/runtime.lock
 # LICENSE as its license file, which the wheel carries.
 COPY pyproject.toml README.md LICENSE ./
 COPY service ./service
+# The library face (tickgate/, docs/apscheduler.md): the wheel holds it beside the service.
+COPY tickgate ./tickgate
 RUN pip wheel --wheel-dir /wheels --no-deps .
 
 # --- runtime: install from the wheels only, no compilers, no sources -------------------

@@ -138,7 +138,15 @@ def test_dockerignore_keeps_the_context_small_but_buildable() -> None:
     ]
     for unwanted in (".venv", ".git", ".tickgate", "tests", ".mypy_cache", "service/__pycache__"):
         assert _ignored(unwanted, patterns), f"{unwanted} is sent to the Docker daemon"
-    build_inputs = ("pyproject.toml", "README.md", "LICENSE", "service", "service/cli.py")
+    build_inputs = (
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "service",
+        "service/cli.py",
+        "tickgate",
+        "tickgate/gate.py",
+    )
     for needed in (*build_inputs, "requirements/runtime.lock"):
         assert not _ignored(needed, patterns), f"{needed} is needed by the build"
 
